@@ -1,0 +1,66 @@
+"""The hand-off between benchmarks and model adapters: an ordered list of spans.
+
+A benchmark item becomes ``[prefix?, A_1, …, A_k, B, query]``; an adapter turns each span into
+token embeddings and positions so any span can be prefilled alone at any position. Images (and
+video frames, and rendered PDF pages) travel as ``PIL.Image.Image`` parts inside a span.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from PIL import Image
+
+Role = Literal["prefix", "A", "B", "query"]
+Part = str | Image.Image
+
+ROLES: tuple[str, ...] = ("prefix", "A", "B", "query")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One contiguous piece of the context.
+
+    ``role`` is prefix / A / B / query; several A spans are allowed (the antecedent may be many
+    chunks, and orbit arms reorder them). ``parts`` interleave text and images in reading order.
+    """
+
+    role: Role
+    parts: tuple[Part, ...]
+    name: str = ""
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"span role must be one of {ROLES}, got {self.role!r}")
+        if isinstance(self.parts, (str, Image.Image)):
+            raise TypeError("Span.parts must be a tuple of parts, not a single str/image")
+        for p in self.parts:
+            if not isinstance(p, (str, Image.Image)):
+                raise TypeError(f"span part must be str or PIL.Image, got {type(p).__name__}")
+
+    @property
+    def n_images(self) -> int:
+        return sum(isinstance(p, Image.Image) for p in self.parts)
+
+    def is_empty(self) -> bool:
+        return all(isinstance(p, str) and p == "" for p in self.parts)
+
+
+def validate_spans(spans: list[Span]) -> None:
+    """Check the ``[prefix?, A*, B, query]`` shape; raise ValueError naming what is wrong."""
+    roles = [s.role for s in spans]
+    if roles.count("B") != 1:
+        raise ValueError(f"an item needs exactly one B span, got roles {roles}")
+    if roles.count("query") != 1 or roles[-1] != "query":
+        raise ValueError(f"an item needs exactly one query span, last; got roles {roles}")
+    if roles.count("prefix") > 1 or ("prefix" in roles and roles[0] != "prefix"):
+        raise ValueError(f"the prefix span, if any, must come first and once; got roles {roles}")
+    b = roles.index("B")
+    if b != len(roles) - 2:
+        raise ValueError(f"B must directly precede the query; got roles {roles}")
+    if any(r != "A" for r in roles[1 if roles[0] == "prefix" else 0 : b]):
+        raise ValueError(f"only A spans may sit between the prefix and B; got roles {roles}")
+    if spans[b].is_empty():
+        raise ValueError("the B span is empty: an item without a B chunk cannot be reused")
