@@ -1,0 +1,19 @@
+"""Blind reuse: the floor, prefix KV ∥ A KV ∥ R(δ)·KV(B|∅), no patch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kamera.arms.base import Arm, ArmOutput, register
+from kamera.context import ReuseContext
+
+
+@register
+@dataclass
+class Blind(Arm):
+    """Relocation only; stores nothing beyond the canonical page."""
+
+    name = "blind"
+
+    def run(self, ctx: ReuseContext) -> ArmOutput:
+        return ArmOutput(ctx.blind, 0, {})

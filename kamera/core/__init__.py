@@ -1,0 +1,27 @@
+"""The Kamera operator as pure tensor math: R(δ), Δ, the rank-m patch, the orbit mean.
+
+Knows nothing of transformers, benchmarks or Hydra; adapters in ``kamera.models`` read a model's
+cache into a :class:`ChunkKV` and write one back.
+"""
+
+from kamera.core.chunk import ChannelSpec, ChunkKV, concat, max_abs_diff, max_rel_diff, relocate
+from kamera.core.patch import Deficit, Factors, Patch, deepest, deficit, orbit_mean, singular_values
+from kamera.core.rope import RotarySpec, rotate
+
+__all__ = [
+    "ChannelSpec",
+    "ChunkKV",
+    "Deficit",
+    "Factors",
+    "Patch",
+    "RotarySpec",
+    "concat",
+    "deepest",
+    "deficit",
+    "max_abs_diff",
+    "max_rel_diff",
+    "orbit_mean",
+    "relocate",
+    "rotate",
+    "singular_values",
+]

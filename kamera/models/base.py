@@ -1,0 +1,371 @@
+"""The adapter base: one VLM family read as content + rotary channels, driven span by span.
+
+An adapter does three things the operator needs and nothing else:
+1. ``encode``: spans → per-span token ids, input embeddings (vision features merged in once) and
+   local positions (1-D, or M-RoPE t/h/w), so any span can be prefilled alone at any position.
+2. ``forward``: run the language model over spans placed at chosen positions, on top of a given
+   cache and under an optional 4D mask, returning the cache and next-token logits.
+3. ``read`` / ``cache``: move KV between the model's cache layout and :class:`ChunkKV`.
+
+Positions are always explicit (transformers 5 takes RoPE only from ``position_ids``; a stale
+``rope_deltas`` would silently give wrong logits), and a cache object is always passed (so gapped
+positions are never read as packed sequences).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+from PIL import Image
+from transformers import DynamicCache
+
+from kamera.core import ChannelSpec, ChunkKV, RotarySpec
+from kamera.spans import Span, validate_spans
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VisionPiece:
+    """One image as the language model sees it: its token ids and the features for its visual slots."""
+
+    ids: list[int]
+    visual: list[bool]
+    features: torch.Tensor  # [n_visual, hidden]
+    grid_thw: torch.Tensor | None = None  # [3], M-RoPE families
+    deepstack: list[torch.Tensor] | None = None  # per deepstack layer, [n_visual, hidden]
+
+
+@dataclass
+class EncodedSpan:
+    """A span ready for the language model: ids [n], embeds [n, hidden], local positions [P, n] from 0."""
+
+    span: Span
+    input_ids: torch.Tensor
+    embeds: torch.Tensor
+    local_pos: torch.Tensor
+    extent: int
+    visual: torch.Tensor  # [n] bool
+    deepstack: list[torch.Tensor] | None = None  # per deepstack layer, [n_visual_in_span, hidden]
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+    @property
+    def role(self) -> str:
+        return self.span.role
+
+
+@dataclass
+class Encoded:
+    """An item's spans, encoded once; ``starts`` are the native start positions of the full layout."""
+
+    spans: list[EncodedSpan]
+    starts: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        pos = 0
+        self.starts = []
+        for s in self.spans:
+            self.starts.append(pos)
+            pos += s.extent
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(s.n_tokens for s in self.spans)
+
+    def index(self, role: str) -> list[int]:
+        return [i for i, s in enumerate(self.spans) if s.role == role]
+
+    @property
+    def b(self) -> int:
+        return self.index("B")[0]
+
+    @property
+    def query(self) -> int:
+        return len(self.spans) - 1
+
+    def token_ranges(self) -> list[tuple[int, int]]:
+        """[start, stop) token offsets of each span in the concatenated native sequence."""
+        out, t = [], 0
+        for s in self.spans:
+            out.append((t, t + s.n_tokens))
+            t += s.n_tokens
+        return out
+
+
+Placed = list[tuple[EncodedSpan, int]]
+
+
+def kv_channels(text_config, rotary: RotarySpec) -> tuple[ChannelSpec, ChannelSpec]:
+    """GQA / MHA cache layout: K (rotary) and V (content), each [kv_heads, head_dim]."""
+    c = text_config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    return (ChannelSpec("k", kv, head_dim, rotary), ChannelSpec("v", kv, head_dim))
+
+
+def place(spans: list[EncodedSpan], start: int = 0) -> Placed:
+    """Lay spans end to end from position ``start`` (each span advances by its extent)."""
+    out, pos = [], start
+    for s in spans:
+        out.append((s, pos))
+        pos += s.extent
+    return out
+
+
+def additive_mask(allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[q, kv] bool (True = may attend) → [1, 1, q, kv] additive float mask (works for sdpa and eager)."""
+    m = torch.zeros(allow.shape, dtype=dtype, device=allow.device)
+    m.masked_fill_(~allow, torch.finfo(dtype).min)
+    return m[None, None]
+
+
+@dataclass
+class ForwardOut:
+    """What a language-model forward leaves: the cache it filled and the float32 logits of its last token."""
+
+    cache: DynamicCache
+    logits: torch.Tensor  # [vocab] float32
+    positions: torch.Tensor  # [P, q] the positions this forward used
+
+
+class Adapter:
+    """Base adapter; subclasses implement the family hooks marked below."""
+
+    family: str = ""
+    attention: str = ""  # "GQA", "MHA" or "MLA"
+    position_rows: int = 1  # 3 for M-RoPE
+    chat: tuple[str, str] | None = None  # (header, footer) wrapped around the item for instruct checkpoints
+
+    def __init__(self, model: torch.nn.Module, tokenizer, image_processor=None, name: str = "") -> None:
+        self.model = model.eval()
+        self.name = name or type(model).__name__
+        self.tokenizer = tokenizer
+        self.image_processor = image_processor
+        self.text_config = model.config.get_text_config(decoder=True)
+        self.lm = self._language_model()
+        self.head = model.get_output_embeddings()
+        self.specs: tuple[ChannelSpec, ...] = self._channel_specs()
+        self.forwards: Counter[str] = Counter()
+
+    # ----- family hooks ------------------------------------------------------------------------
+    def _language_model(self) -> torch.nn.Module:
+        """The decoder stack (no LM head) that takes ``inputs_embeds`` and ``position_ids``."""
+        return self.model.model.language_model
+
+    def _channel_specs(self) -> tuple[ChannelSpec, ...]:
+        raise NotImplementedError
+
+    def _pixels(self, image: Image.Image) -> dict[str, torch.Tensor]:
+        """The vision tower's inputs for one image (``pixel_values`` and, if any, ``image_grid_thw``)."""
+        raise NotImplementedError(f"{type(self).__name__} ({self.family}) does not take images")
+
+    def _features(self, pixels: dict[str, torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Vision features [n_visual, hidden] of one image, and its deepstack features if the family has them."""
+        raise NotImplementedError
+
+    def _image_ids(self, n: int) -> tuple[list[int], list[bool]]:
+        """Token ids an image of n visual tokens occupies, and which of them carry features."""
+        raise NotImplementedError
+
+    def _vision(self, image: Image.Image) -> VisionPiece:
+        pixels = {k: v.to(self.device) for k, v in self._pixels(image).items()}
+        feats, deep = self._features(pixels)
+        ids, visual = self._image_ids(int(feats.shape[0]))
+        return VisionPiece(ids, visual, feats, pixels.get("image_grid_thw", [None])[0], deep)
+
+    def _local_positions(self, ids: torch.Tensor, pieces: list[VisionPiece]) -> torch.Tensor:
+        """Positions [P, n] of a span encoded alone, starting at 0 (1-D RoPE by default)."""
+        return torch.arange(ids.numel(), device=ids.device)[None]
+
+    def _forward_extras(self, placed: Placed) -> dict:
+        """Family-specific language-model kwargs for a forward over ``placed`` (e.g. deepstack)."""
+        return {}
+
+    # ----- properties --------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.lm.parameters()).dtype
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.text_config.num_hidden_layers)
+
+    @property
+    def max_positions(self) -> int:
+        return int(getattr(self.text_config, "max_position_embeddings", 1 << 30))
+
+    def rotary(self) -> RotarySpec:
+        """The rotary spec of the rotating channel, from the model's own inverse frequencies."""
+        inv_freq = self.lm.rotary_emb.inv_freq.detach().float().cpu()
+        return RotarySpec(self.rotary_layout(), inv_freq, 2 * inv_freq.numel())
+
+    def rotary_layout(self) -> str:
+        return "half"
+
+    # ----- text --------------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def letter_ids(self, letters: str) -> list[int]:
+        """Token id of each choice letter as the first answer token (the letter alone)."""
+        out = []
+        for ch in letters:
+            ids = self.tokenize(ch)
+            if not ids:
+                raise ValueError(f"tokenizer maps choice letter {ch!r} to no token")
+            out.append(ids[0])
+        return out
+
+    # ----- encoding ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def encode(self, spans: list[Span]) -> Encoded:
+        """Encode an item's spans once; vision features are computed here and reused by every arm."""
+        validate_spans(spans)
+        enc = Encoded([self.encode_span(s) for s in self._with_chat(spans)])
+        total = enc.starts[-1] + enc.spans[-1].extent
+        if total > self.max_positions:
+            raise ValueError(
+                f"item needs {total} positions but {self.name} has a context of {self.max_positions}; "
+                "drop it with the benchmark's length filter"
+            )
+        return enc
+
+    def _with_chat(self, spans: list[Span]) -> list[Span]:
+        """Put the chat header in the prefix span (creating one) and the footer at the end of the query."""
+        if not self.chat:
+            return spans
+        header, footer = self.chat
+        spans = list(spans)
+        if spans[0].role == "prefix":
+            spans[0] = Span("prefix", (header, *spans[0].parts), spans[0].name, spans[0].meta)
+        else:
+            spans.insert(0, Span("prefix", (header,), "chat"))
+        q = spans[-1]
+        spans[-1] = Span("query", (*q.parts, footer), q.name, q.meta)
+        return spans
+
+    def encode_span(self, span: Span) -> EncodedSpan:
+        ids: list[int] = []
+        visual: list[bool] = []
+        pieces: list[VisionPiece] = []
+        for part in span.parts:
+            if isinstance(part, str):
+                t = self.tokenize(part)
+                ids += t
+                visual += [False] * len(t)
+            else:
+                piece = self._vision(part.convert("RGB"))
+                pieces.append(piece)
+                ids += piece.ids
+                visual += piece.visual
+        if not ids:
+            raise ValueError(f"span {span.role!r} {span.name!r} encodes to no tokens")
+        dev = self.device
+        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
+        vis_t = torch.tensor(visual, dtype=torch.bool, device=dev)
+        embed = self.lm.get_input_embeddings()
+        embeds = embed(ids_t.masked_fill(vis_t, 0))
+        if pieces:
+            feats = torch.cat([p.features for p in pieces]).to(dev, embeds.dtype)
+            embeds = embeds.masked_scatter(vis_t[:, None], feats)
+        deepstack = None
+        if pieces and pieces[0].deepstack is not None:
+            deepstack = [
+                torch.cat([p.deepstack[k] for p in pieces]).to(dev, embeds.dtype) for k in range(len(pieces[0].deepstack))
+            ]
+        local = self._local_positions(ids_t, pieces)
+        return EncodedSpan(span, ids_t, embeds, local, int(local.max()) + 1, vis_t, deepstack)
+
+    # ----- forwards ----------------------------------------------------------------------------
+    def position_ids(self, pos: torch.Tensor) -> torch.Tensor:
+        """[P, q] positions → the model's ``position_ids`` ([1, q] or [3, 1, q])."""
+        return pos[0][None] if self.position_rows == 1 else pos[:, None, :]
+
+    @torch.no_grad()
+    def forward(
+        self,
+        placed: Placed,
+        cache: DynamicCache | None = None,
+        mask: torch.Tensor | None = None,
+        tag: str = "forward",
+    ) -> ForwardOut:
+        """Run the language model over ``placed`` spans (appending to ``cache``, or a fresh one)."""
+        if not placed:
+            raise ValueError("forward needs at least one span")
+        embeds = torch.cat([s.embeds for s, _ in placed])[None]
+        pos = torch.cat([s.local_pos + start for s, start in placed], dim=-1)
+        cache = cache if cache is not None else DynamicCache(config=self.text_config)
+        out = self.lm(
+            inputs_embeds=embeds,
+            position_ids=self.position_ids(pos),
+            cache=cache,
+            attention_mask=mask,
+            use_cache=True,
+            **self._forward_extras(placed),
+        )
+        self.forwards[tag] += 1
+        logits = self.head(out.last_hidden_state[:, -1]).float()[0]
+        return ForwardOut(cache, logits, pos)
+
+    # ----- cache <-> ChunkKV -------------------------------------------------------------------
+    def read(self, cache: DynamicCache, start: int, stop: int, positions: torch.Tensor) -> ChunkKV:
+        """Tokens [start, stop) of ``cache`` as a ChunkKV at ``positions`` [P, stop − start] (copied)."""
+        layers = []
+        for layer in cache.layers[: self.n_layers]:
+            k = layer.keys[0, :, start:stop].transpose(0, 1).contiguous()
+            v = layer.values[0, :, start:stop].transpose(0, 1).contiguous()
+            layers.append((k, v))
+        return ChunkKV(self.specs, layers, positions.clone())
+
+    def cache(self, chunks: list[ChunkKV]) -> DynamicCache:
+        """A fresh cache holding ``chunks`` end to end, ready for a query forward."""
+        n_layers = self.n_layers
+        data = []
+        for l in range(n_layers):
+            k = torch.cat([c.layers[l][0] for c in chunks]).transpose(0, 1)[None]
+            v = torch.cat([c.layers[l][1] for c in chunks]).transpose(0, 1)[None]
+            data.append((k.contiguous(), v.contiguous()))
+        return DynamicCache(ddp_cache_data=data, config=self.text_config)
+
+    # ----- decoding ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def greedy(self, out: ForwardOut, max_new_tokens: int = 16, stop_ids: tuple[int, ...] = ()) -> list[int]:
+        """Greedy-decode after a query forward, continuing its cache and positions."""
+        tokens: list[int] = []
+        logits, cache, nxt = out.logits, out.cache, int(out.positions.max()) + 1
+        embed = self.lm.get_input_embeddings()
+        for _ in range(max_new_tokens):
+            tok = int(logits.argmax())
+            if tok in stop_ids:
+                break
+            tokens.append(tok)
+            pos = torch.full((self.position_rows, 1), nxt, dtype=torch.long, device=self.device)
+            h = self.lm(
+                inputs_embeds=embed(torch.tensor([[tok]], device=self.device)),
+                position_ids=self.position_ids(pos),
+                cache=cache,
+                use_cache=True,
+            ).last_hidden_state
+            self.forwards["decode"] += 1
+            logits = self.head(h[:, -1]).float()[0]
+            nxt += 1
+        return tokens
+
+    def stop_ids(self) -> tuple[int, ...]:
+        eos = getattr(self.text_config, "eos_token_id", None) or getattr(self.model.config, "eos_token_id", None)
+        if eos is None:
+            return ()
+        return tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)

@@ -1,0 +1,142 @@
+"""Adapters reproduce each family's own forward: span-wise encoding, positions, splice control."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import TINY, is_text_only, noise_image, standard_spans
+
+from kamera.context import ReuseContext
+from kamera.models import CheckpointNotFoundError, UnknownModelError, checkpoint_path, load_model, place
+from kamera.spans import Span, validate_spans
+
+MULTIMODAL = [n for n in TINY if n != "tiny_deepseek_v2"]
+
+
+def model_inputs(adapter, spans):
+    """The family's own top-level inputs for the concatenated item (ids + pixels of every image)."""
+    enc = adapter.encode(spans)
+    ids = torch.cat([s.input_ids for s in enc.spans])[None]
+    images = [p for s in spans for p in s.parts if not isinstance(p, str)]
+    pix = [adapter._pixels(im) for im in images]
+    kwargs = {"pixel_values": torch.cat([p["pixel_values"] for p in pix])}
+    if "image_grid_thw" in pix[0]:
+        kwargs["image_grid_thw"] = torch.cat([p["image_grid_thw"] for p in pix])
+    if adapter.position_rows == 3:
+        kwargs["mm_token_type_ids"] = (ids == adapter.model.config.image_token_id).int()
+    return enc, ids, kwargs
+
+
+@pytest.mark.parametrize("name", MULTIMODAL)
+def test_spanwise_encoding_matches_the_models_own_forward(tiny, name):
+    """Vision features merged per image + explicit positions = the model's own multimodal forward."""
+    adapter = tiny(name)
+    spans = standard_spans(adapter)
+    enc, ids, kwargs = model_inputs(adapter, spans)
+    with torch.no_grad():
+        ref = adapter.model(input_ids=ids, **kwargs).logits[0, -1].float()
+    ours = adapter.forward(place(enc.spans)).logits
+    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe"])
+def test_mrope_positions_compose_per_span(tiny, name):
+    """Each span's rope index alone, offset by the previous spans' extents, is the whole item's index."""
+    adapter = tiny(name)
+    enc, ids, kwargs = model_inputs(adapter, standard_spans(adapter))
+    whole, _ = adapter.model.model.get_rope_index(
+        ids, mm_token_type_ids=kwargs["mm_token_type_ids"], image_grid_thw=kwargs["image_grid_thw"]
+    )
+    ours = torch.cat([s.local_pos + start for s, start in place(enc.spans)], dim=-1)
+    assert torch.equal(ours, whole[:, 0])
+    assert enc.spans[1].local_pos.shape[0] == 3 and not torch.equal(enc.spans[1].local_pos[1], enc.spans[1].local_pos[0])
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_splice_control_reproduces_the_full_prefill(tiny, name):
+    """Slices of one full prefill put back into a fresh cache give the full-prefill query logits."""
+    ctx = ReuseContext(tiny(name), standard_spans(tiny(name)))
+    spliced = ctx.query(ctx.conditioned).logits
+    torch.testing.assert_close(spliced, ctx.reprefill_logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_channel_layout_per_family(tiny, name):
+    adapter = tiny(name)
+    names = [s.name for s in adapter.specs]
+    if adapter.attention == "MLA":
+        assert names == ["c_kv", "k_pe"] and adapter.specs[0].rotary is None and adapter.specs[0].width >= 128
+        assert adapter.specs[1].rotary.layout == ("interleaved" if adapter.family == "deepseek_v2" else "half")
+    else:
+        assert names == ["k", "v"] and adapter.specs[1].rotary is None and adapter.specs[1].width >= 128
+        assert adapter.specs[0].rotary.rotary_dim == adapter.specs[0].dim
+
+
+def test_greedy_decode_continues_positions(tiny):
+    adapter = tiny("tiny_qwen2_5_vl")
+    ctx = ReuseContext(adapter, standard_spans(adapter))
+    out = ctx.query(ctx.conditioned)
+    tokens = adapter.greedy(out, max_new_tokens=4)
+    assert len(tokens) <= 4 and tokens[0] == int(ctx.reprefill_logits.argmax())
+    # the same decode from a plain full prefill cache agrees token for token
+    assert adapter.greedy(ReuseContext(adapter, standard_spans(adapter)).full, max_new_tokens=4) == tokens
+
+
+# ----- bad input ---------------------------------------------------------------------------------
+def test_empty_b_span_is_an_error(tiny):
+    adapter = tiny("tiny_llava")
+    spans = standard_spans(adapter)
+    spans[-2] = Span("B", ("",))
+    with pytest.raises(ValueError, match="B span is empty"):
+        adapter.encode(spans)
+
+
+def test_item_without_b_or_query_is_an_error():
+    with pytest.raises(ValueError, match="exactly one B"):
+        validate_spans([Span("A", ("x",)), Span("query", ("q",))])
+    with pytest.raises(ValueError, match="query"):
+        validate_spans([Span("A", ("x",)), Span("B", ("y",))])
+    with pytest.raises(ValueError, match="directly precede"):
+        validate_spans([Span("B", ("y",)), Span("A", ("x",)), Span("query", ("q",))])
+    with pytest.raises(ValueError, match="role"):
+        Span("C", ("x",))
+    with pytest.raises(TypeError):
+        Span("A", "not a tuple")
+
+
+def test_span_longer_than_the_context_is_an_error(tiny):
+    adapter = tiny("tiny_deepseek_v2")
+    spans = [Span("A", ("a",)), Span("B", ("x" * 9000,)), Span("query", ("q",))]
+    with pytest.raises(ValueError, match="context of 8192"):
+        adapter.encode(spans)
+
+
+def test_unknown_model_lists_the_registered_names():
+    with pytest.raises(UnknownModelError, match="tiny_qwen2_5_vl"):
+        load_model("qwen9_vl")
+
+
+def test_missing_checkpoint_names_the_path_and_how_to_fetch(tmp_path, monkeypatch):
+    monkeypatch.setenv("KAMERA_MODELS", str(tmp_path))
+    with pytest.raises(CheckpointNotFoundError) as err:
+        load_model("qwen2_5_vl_7b")
+    msg = str(err.value)
+    assert str(tmp_path / "Qwen2.5-VL-7B-Instruct") in msg and "huggingface-cli download Qwen/Qwen2.5-VL-7B-Instruct" in msg
+    with pytest.raises(CheckpointNotFoundError, match="/nowhere/ckpt"):
+        load_model("llava_1_5_7b", path="/nowhere/ckpt")
+    monkeypatch.delenv("KAMERA_MODELS")
+    with pytest.raises(CheckpointNotFoundError, match="KAMERA_MODELS is not set"):
+        checkpoint_path("qwen3_vl_8b")
+
+
+def test_paper_model_without_adapter_says_so(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(NotImplementedError, match="no adapter yet"):
+        load_model("kimi_vl_a3b", path=tmp_path)
+
+
+def test_text_only_family_refuses_images(tiny):
+    adapter = tiny("tiny_deepseek_v2")
+    assert is_text_only(adapter)
+    with pytest.raises(NotImplementedError, match="does not take images"):
+        adapter.encode_span(Span("B", (noise_image(0),)))
