@@ -17,7 +17,7 @@ from kamera.models import load_model, model_names
 from kamera.spans import Span
 
 torch.set_num_threads(1)
-TINY = model_names(tiny=True)
+TINY = model_names("tiny")
 
 
 def noise_image(seed: int, size: int = 112) -> Image.Image:

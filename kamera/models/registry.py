@@ -9,9 +9,10 @@ command that fetches it.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -81,11 +82,14 @@ class ModelEntry:
     remote_code: bool = False
     chat: tuple[str, str] | None = None
     notes: str = ""
-    extras: dict = field(default_factory=dict)
+    loader: str | None = None  # "module:function" building the adapter itself (shipped weights)
 
     @property
-    def is_tiny(self) -> bool:
-        return self.tiny_config is not None
+    def kind(self) -> str:
+        """"tiny" (random, from a config), "toy" (shipped trained weights) or "paper" (local checkpoint)."""
+        if self.tiny_config is not None:
+            return "tiny"
+        return "toy" if self.loader is not None else "paper"
 
 
 def _qwen25_config():
@@ -185,6 +189,9 @@ MODELS: dict[str, ModelEntry] = {
                    _clip_pixels),
         ModelEntry("tiny_deepseek_vl", "deepseek_vl", "MHA", DeepseekVLAdapter, "DeepseekVLForConditionalGeneration",
                    _deepseek_vl_config, _siglip_pixels),
+        # ----- the embedded toy binding model (trained in-repo, weights shipped in kamera/toy) -----
+        ModelEntry("toy_binding", "text", "GQA", None, "Qwen2ForCausalLM", loader="kamera.toy.model:load",
+                   notes="2-layer Qwen2 trained on the binding task; see kamera/toy"),
         # ----- the paper's checkpoints (local copies only) -----
         ModelEntry("qwen2_5_vl_7b", "qwen2_5_vl", "GQA", QwenVLAdapter, "Qwen2_5_VLForConditionalGeneration",
                    hf_id="Qwen/Qwen2.5-VL-7B-Instruct", chat=QWEN_CHAT),
@@ -209,9 +216,11 @@ MODELS: dict[str, ModelEntry] = {
 }
 
 
-def model_names(tiny: bool | None = None) -> list[str]:
-    """Registered names (tiny only, paper only, or all)."""
-    return [n for n, e in MODELS.items() if tiny is None or e.is_tiny == tiny]
+def model_names(kind: str | None = None) -> list[str]:
+    """Registered names of one kind ("tiny", "toy", "paper"), or all."""
+    if kind not in (None, "tiny", "toy", "paper"):
+        raise ValueError(f"kind must be 'tiny', 'toy' or 'paper', got {kind!r}")
+    return [n for n, e in MODELS.items() if kind is None or e.kind == kind]
 
 
 def entry(name: str) -> ModelEntry:
@@ -263,7 +272,12 @@ def load_model(
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
         dtype = DTYPES[dtype]
-    if e.is_tiny:
+    if e.loader is not None:
+        module, func = e.loader.split(":")
+        adapter = getattr(importlib.import_module(module), func)(
+            dtype=dtype, device=device, attn_implementation=attn_implementation
+        )
+    elif e.kind == "tiny":
         torch.manual_seed(seed)
         cls = getattr(tf, e.model_class)
         model = cls._from_config(e.tiny_config(), attn_implementation=attn_implementation, dtype=dtype)
