@@ -1,0 +1,232 @@
+"""What each benchmark module declares (:class:`Benchmark`) and what its row lister receives
+(:class:`LoadContext`), plus small readers shared by the loaders."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kamera.data.errors import BenchmarkDataMissing, ItemError
+from kamera.data.media import probe_video, sample_frame_indices
+from kamera.data.schema import LETTERS, ChunkedItem, MediaRef, PromptTemplate, Unit, interleaved_layout
+from kamera.data.selection import LoadReport, Row
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A benchmark's registry entry: where it lives, what it needs on disk, its subsets and splits, the
+    row lister (``rows(ctx, **bench_kwargs) -> Iterator[Row]``) and the fixture writer."""
+
+    name: str
+    dir_name: str | None  # directory under $KAMERA_DATA; None for in-memory benchmarks
+    published: str
+    expected_files: tuple[str, ...]
+    subsets: tuple[str, ...]
+    default_subsets: tuple[str, ...]
+    splits: tuple[str, ...]
+    default_split: str
+    rows: Callable[..., Iterator[Row]]
+    fixture: Callable[..., Path] | None = None
+    licence: str = ""
+
+    def resolve_subsets(self, subset: str | None) -> list[str]:
+        """``None`` → the default subsets; ``"a,b"`` → both; ValueError naming the valid subsets."""
+        names = list(self.default_subsets) if subset is None else [s.strip() for s in subset.split(",")]
+        bad = [s for s in names if s not in self.subsets]
+        if bad or not names:
+            raise ValueError(f"{self.name}: unknown subset(s) {bad}; valid: {list(self.subsets)}")
+        return names
+
+    def resolve_split(self, split: str | None) -> str:
+        """``None`` → the default split; ValueError naming the valid splits."""
+        split = self.default_split if split is None else split
+        if split not in self.splits:
+            raise ValueError(f"{self.name}: unknown split {split!r}; valid: {list(self.splits)}")
+        return split
+
+
+@dataclass
+class LoadContext:
+    """Everything a row lister needs for one subset: the root, the cache, the report, the seed."""
+
+    bench: Benchmark
+    root: Path | None
+    subset: str
+    split: str
+    seed: int
+    report: LoadReport
+    cache_dir: Path | None = None
+    n_items: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base(self) -> Path:
+        """The benchmark root (only for file-based benchmarks)."""
+        if self.root is None:
+            raise RuntimeError(f"{self.bench.name} has no data root")
+        return self.root
+
+    def missing(self, tried: Path, expected: list[str], why: str) -> BenchmarkDataMissing:
+        """The error for a missing file or directory under this benchmark's root."""
+        return BenchmarkDataMissing(self.bench.name, tried, expected, self.bench.published, why)
+
+    def file(self, *candidates: str) -> Path:
+        """The first existing of ``candidates`` (relative to the root); BenchmarkDataMissing otherwise."""
+        for rel in candidates:
+            if (self.base / rel).exists():
+                return self.base / rel
+        raise self.missing(self.base / candidates[0], list(candidates), "missing file")
+
+    def glob(self, pattern: str) -> list[Path]:
+        """Files matching ``pattern`` under the root, sorted; BenchmarkDataMissing when none match."""
+        found = sorted(self.base.glob(pattern))
+        if not found:
+            raise self.missing(self.base / pattern, [pattern], "no file matches")
+        return found
+
+    def item_id(self, native: object, suffix: str = "") -> str:
+        """The stable item id ``<bench>/<subset>/<split>/<native id>[/<variant>]``."""
+        return f"{self.bench.name}/{self.subset}/{self.split}/{native}" + (f"/{suffix}" if suffix else "")
+
+
+def read_jsonl(path: Path, report: LoadReport, what: str) -> Iterator[tuple[int, dict]]:
+    """(line number, record) for each JSON line; unparseable lines are skipped and recorded."""
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                report.skip(f"{what}:line{n}", f"invalid JSON: {e}", "row")
+                continue
+            if not isinstance(rec, dict):
+                report.skip(f"{what}:line{n}", f"expected a JSON object, got {type(rec).__name__}", "row")
+                continue
+            yield n, rec
+
+
+def read_json(path: Path, what: str) -> Any:
+    """A whole JSON file; a corrupt annotation file fails the whole load with ValueError naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{what}: {path} is not valid JSON: {e}") from e
+
+
+def read_parquet(paths: list[Path], columns: list[str] | None = None) -> list[dict]:
+    """Rows of one or more parquet files as dicts.
+
+    Read with pyarrow directly rather than ``datasets.load_dataset("parquet")``: no cache is written
+    next to the user's HF cache, nothing can reach the network, and embedded images stay as their
+    encoded bytes (``{"bytes", "path"}`` structs) to be decoded lazily.
+    """
+    import pyarrow.parquet as pq
+
+    rows: list[dict] = []
+    for p in paths:
+        rows += pq.read_table(p, columns=columns).to_pylist()
+    return rows
+
+
+def need(row: dict, key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    """``row[key]`` checked for type; ItemError naming the field when missing or mistyped."""
+    if key not in row or row[key] is None:
+        raise ItemError(f"{what}: field {key!r} missing")
+    value = row[key]
+    if not isinstance(value, kind):
+        raise ItemError(f"{what}: field {key!r} is {type(value).__name__}, expected {kind}")
+    return value
+
+
+_LETTER_PREFIX = re.compile(r"^\s*\(?([A-Z])[\.\)]\s+")
+
+
+def strip_option_letter(option: str, letter: str) -> str:
+    """An option text without its own ``"A. "`` / ``"(A) "`` prefix (Video-MME and EgoSchema options
+    carry one; the templates add the letters back)."""
+    m = _LETTER_PREFIX.match(option)
+    return option[m.end() :] if m and m.group(1) == letter else option
+
+
+def video_units(path: Path, n_frames: int, cache_dir: Path) -> tuple[list[Unit], dict[str, Any]]:
+    """``n_frames`` uniformly sampled frames of a video as lazy frame units, plus sampling metadata."""
+    info = probe_video(path)
+    indices = sample_frame_indices(info.n_frames, n_frames, f"video {path.name}")
+    group = tuple(indices)
+    units = [
+        Unit(
+            "",
+            MediaRef(
+                "video_frame",
+                f"frame[{i}]",
+                path=path,
+                frame_index=i,
+                frame_group=group,
+                timestamp_s=i / info.fps,
+                cache_dir=cache_dir,
+            ),
+        )
+        for i in indices
+    ]
+    meta = {
+        "video_frames": info.n_frames,
+        "fps": info.fps,
+        "duration_s": info.duration_s,
+        "frame_indices": indices,
+    }
+    return units, meta
+
+
+def find_video(folder: Path, stem: str) -> Path:
+    """``<folder>/<stem>.mp4`` (or .MP4 / .mkv, as lmms-eval accepts); ItemError when none exists."""
+    for ext in (".mp4", ".MP4", ".mkv"):
+        if (folder / f"{stem}{ext}").exists():
+            return folder / f"{stem}{ext}"
+    raise ItemError(f"video missing: {folder / stem}.mp4")
+
+
+def video_mc_item(
+    ctx: LoadContext,
+    *,
+    item_id: str,
+    video: Path,
+    n_frames: int,
+    a_chunks: int | None,
+    question: str,
+    options: list[str],
+    gold: Any,
+    gold_letter: str,
+    prompt: PromptTemplate,
+    cluster_key: str,
+    meta: dict[str, Any],
+) -> ChunkedItem:
+    """A video multiple-choice item: ``n_frames`` uniform frames, the first half A (``a_chunks``
+    groups), the second half B; the query is the question and the options."""
+    if ctx.cache_dir is None:
+        raise RuntimeError("video items need a cache directory")
+    units, sampling = video_units(video, n_frames, ctx.cache_dir)
+    choices = [strip_option_letter(o, LETTERS[i]) for i, o in enumerate(options)]
+    item = ChunkedItem(
+        benchmark=ctx.bench.name,
+        subset=ctx.subset,
+        split=ctx.split,
+        item_id=item_id,
+        segments=interleaved_layout("", units, n_frames // 2, n_frames, a_chunks),
+        question=question,
+        choices=choices,
+        choice_media=None,
+        gold=gold,
+        gold_norm=gold_letter,
+        answer_format="letter",
+        scorer="mc_letter",
+        cluster_key=cluster_key,
+        prompt=prompt,
+        meta={**meta, **sampling, "video": video.name, "options_prefixed": choices != options},
+    )
+    item.validate(expected_media=[u.media.source_key for u in units if u.media is not None])
+    return item

@@ -1,0 +1,229 @@
+"""Reading media for the loaders: image files and bytes, video frames (PyAV), PDF pages (PyMuPDF).
+
+Video and PDF decodes are cached as PNG under a cache directory (``$KAMERA_CACHE``, else
+``<benchmark root>/.kamera_cache``) so a sweep decodes each video frame / renders each page once.
+Cache entries are keyed by the file's name and size plus the frame index (or page and dpi) and written
+atomically, so concurrent workers can share one cache.
+
+Why PyAV rather than decord: PyAV is a maintained binding of FFmpeg with wheels for current Pythons
+(decord's last release is from 2022 and has no wheels past Python 3.10 / arm64), it is already a
+harness dependency, and it can both write (fixtures) and read (loaders) mp4.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from kamera.data.errors import ItemError, MediaError
+
+PDF_DPI = 144  # lmms-eval renders MMLongBench-Doc pages with PyMuPDF at 144 dpi
+_SEEK_GAP_S = 2.0  # decode forward instead of seeking when the next wanted frame is this close
+
+
+def cache_root(data_root: Path | None) -> Path:
+    """Where decoded frames / rendered pages are cached: ``$KAMERA_CACHE`` or ``<root>/.kamera_cache``."""
+    env = os.environ.get("KAMERA_CACHE")
+    if env:
+        return Path(env)
+    if data_root is None:
+        return Path.home() / ".cache" / "kamera"
+    return Path(data_root) / ".kamera_cache"
+
+
+def file_key(path: Path) -> str:
+    """A cache key for a media file: its stem plus a digest of name and size (stable across copies)."""
+    st = path.stat()
+    digest = hashlib.sha1(f"{path.name}|{st.st_size}".encode()).hexdigest()[:10]
+    return f"{path.stem[:60]}-{digest}"
+
+
+def _atomic_save_png(img: Image.Image, dest: Path) -> None:
+    """Write a PNG through a temporary file and rename, so readers never see a partial file."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".png.tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            img.save(fh, format="PNG")
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _decode_image(opener: object, what: str) -> Image.Image:
+    """Fully decode an image (path or file object) into RGB; any decoder failure becomes MediaError."""
+    try:
+        with Image.open(opener) as im:  # type: ignore[arg-type]
+            im.load()
+            return im.convert("RGB")
+    except FileNotFoundError as e:
+        raise MediaError(f"image file missing: {what}") from e
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        raise MediaError(f"cannot decode image {what}: {type(e).__name__}: {e}") from e
+
+
+def open_image_file(path: Path) -> Image.Image:
+    """Load an image file as RGB, raising MediaError naming the path when it is missing or corrupt."""
+    return _decode_image(path, str(path))
+
+
+def open_image_bytes(data: bytes, what: str) -> Image.Image:
+    """Load encoded image bytes (e.g. a parquet-embedded image) as RGB."""
+    return _decode_image(io.BytesIO(data), what)
+
+
+# ---------------------------------------------------------------------------------------------- video
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What the loaders need to sample frames: frame count, frame rate, duration."""
+
+    n_frames: int
+    fps: float
+    duration_s: float
+
+
+def probe_video(path: Path) -> VideoInfo:
+    """Read a video's frame count and rate from its container (no decoding); MediaError if unreadable."""
+    st = path.stat() if path.exists() else None
+    if st is None:
+        raise MediaError(f"video file missing: {path}")
+    return _probe_video(str(path), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=4096)
+def _probe_video(path: str, _size: int, _mtime: int) -> VideoInfo:
+    import av
+
+    try:
+        with av.open(path) as container:
+            if not container.streams.video:
+                raise MediaError(f"no video stream in {path}")
+            stream = container.streams.video[0]
+            fps = float(stream.average_rate or stream.guessed_rate or 0.0)
+            n = int(stream.frames or 0)
+            if n <= 0:  # some containers do not record a frame count: count packets (demux only)
+                n = sum(1 for p in container.demux(stream) if p.size > 0)
+            if stream.duration is not None and stream.time_base is not None:
+                duration = float(stream.duration * stream.time_base)
+            else:
+                duration = n / fps if fps else 0.0
+    except MediaError:
+        raise
+    except (av.error.FFmpegError, OSError, ValueError) as e:
+        raise MediaError(f"cannot open video {path}: {type(e).__name__}: {e}") from e
+    if fps <= 0:
+        raise MediaError(f"video {path} reports no frame rate")
+    return VideoInfo(n_frames=n, fps=fps, duration_s=duration)
+
+
+def sample_frame_indices(n_total: int, n_frames: int, what: str = "video") -> list[int]:
+    """Uniformly spaced frame indices over the whole video (``linspace(0, n-1, k)`` floored, as lmms-eval
+    samples ``frame_num`` frames); ItemError when the video has fewer frames than asked for."""
+    if n_frames < 2:
+        raise ValueError(f"n_frames must be >= 2 to split frames into A and B, got {n_frames}")
+    if n_total < n_frames:
+        raise ItemError(f"{what} has {n_total} frames, fewer than the {n_frames} asked for")
+    return [int(i) for i in np.linspace(0, n_total - 1, n_frames).astype(int)]
+
+
+def _frame_cache_path(cache_dir: Path, video: Path, index: int) -> Path:
+    return cache_dir / "frames" / file_key(video) / f"{index:07d}.png"
+
+
+def video_frame(path: Path, index: int, group: tuple[int, ...], cache_dir: Path) -> Image.Image:
+    """One decoded frame; on a cache miss the whole ``group`` (the item's sampled frames) is decoded
+    and cached in one pass, so each video is decoded once per sampling."""
+    dest = _frame_cache_path(cache_dir, path, index)
+    if not dest.exists():
+        wanted = sorted({index, *group})
+        missing = [i for i in wanted if not _frame_cache_path(cache_dir, path, i).exists()]
+        _decode_frames_to_cache(path, missing, cache_dir)
+    return open_image_file(dest)
+
+
+def _decode_frames_to_cache(path: Path, indices: list[int], cache_dir: Path) -> None:
+    """Decode the given frame indices (seeking between distant ones) and write each as PNG."""
+    import av
+
+    if not indices:
+        return
+    try:
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            fps = float(stream.average_rate or stream.guessed_rate)
+            tb = float(stream.time_base)
+            start = stream.start_time or 0
+            frames = None
+            position = -1  # index of the last decoded frame
+            for idx in indices:
+                if frames is None or (idx - position) / fps > _SEEK_GAP_S:
+                    container.seek(int(start + (idx / fps) / tb), stream=stream, backward=True)
+                    frames = container.decode(stream)
+                for frame in frames:
+                    position = (
+                        round((frame.pts - start) * tb * fps) if frame.pts is not None else position + 1
+                    )
+                    if position >= idx:
+                        _atomic_save_png(frame.to_image(), _frame_cache_path(cache_dir, path, idx))
+                        break
+                else:
+                    raise MediaError(f"video {path} ended before frame {idx} (last decoded frame {position})")
+    except MediaError:
+        raise
+    except (av.error.FFmpegError, OSError, ValueError, IndexError) as e:
+        raise MediaError(f"cannot decode video {path}: {type(e).__name__}: {e}") from e
+
+
+# ------------------------------------------------------------------------------------------------ pdf
+
+
+def pdf_page_count(path: Path) -> int:
+    """Number of pages of a PDF (cached per file); MediaError when it is missing or unreadable."""
+    if not path.exists():
+        raise MediaError(f"PDF file missing: {path}")
+    st = path.stat()
+    return _pdf_page_count(str(path), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=1024)
+def _pdf_page_count(path: str, _size: int, _mtime: int) -> int:
+    import pymupdf
+
+    try:
+        with pymupdf.open(path) as doc:
+            return doc.page_count
+    except (RuntimeError, ValueError) as e:  # pymupdf.FileDataError is a RuntimeError
+        raise MediaError(f"cannot open PDF {path}: {type(e).__name__}: {e}") from e
+
+
+def pdf_page(path: Path, page: int, dpi: int, cache_dir: Path) -> Image.Image:
+    """Render one 1-based PDF page at ``dpi`` with PyMuPDF, cached as PNG."""
+    import pymupdf
+
+    dest = cache_dir / "pages" / file_key(path) / f"p{page:05d}@{dpi}.png"
+    if not dest.exists():
+        try:
+            with pymupdf.open(str(path)) as doc:
+                if not 1 <= page <= doc.page_count:
+                    raise MediaError(f"PDF {path} has {doc.page_count} pages, page {page} asked for")
+                pix = doc.load_page(page - 1).get_pixmap(dpi=dpi, alpha=False)
+                img = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+        except MediaError:
+            raise
+        except (RuntimeError, ValueError) as e:  # pymupdf.FileDataError is a RuntimeError
+            raise MediaError(f"cannot render page {page} of PDF {path}: {type(e).__name__}: {e}") from e
+        _atomic_save_png(img, dest)
+        return img
+    return open_image_file(dest)
