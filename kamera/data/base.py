@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,11 @@ class Benchmark:
     rows: Callable[..., Iterator[Row]]
     fixture: Callable[..., Path] | None = None
     licence: str = ""
+
+    @property
+    def source(self) -> str:
+        """Where the benchmark is published, with its licence (for error messages)."""
+        return f"{self.published} (licence: {self.licence})" if self.licence else self.published
 
     def resolve_subsets(self, subset: str | None) -> list[str]:
         """``None`` → the default subsets; ``"a,b"`` → both; ValueError naming the valid subsets."""
@@ -61,7 +66,6 @@ class LoadContext:
     report: LoadReport
     cache_dir: Path | None = None
     n_items: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def base(self) -> Path:
@@ -72,7 +76,7 @@ class LoadContext:
 
     def missing(self, tried: Path, expected: list[str], why: str) -> BenchmarkDataMissing:
         """The error for a missing file or directory under this benchmark's root."""
-        return BenchmarkDataMissing(self.bench.name, tried, expected, self.bench.published, why)
+        return BenchmarkDataMissing(self.bench.name, tried, expected, self.bench.source, why)
 
     def file(self, *candidates: str) -> Path:
         """The first existing of ``candidates`` (relative to the root); BenchmarkDataMissing otherwise."""

@@ -1,7 +1,8 @@
 """Reading media for the loaders: image files and bytes, video frames (PyAV), PDF pages (PyMuPDF).
 
 Video and PDF decodes are cached as PNG under a cache directory (``$KAMERA_CACHE``, else
-``<benchmark root>/.kamera_cache``) so a sweep decodes each video frame / renders each page once.
+``<benchmark root>/.kamera_cache``, else ``~/.cache/kamera``) so a sweep decodes each video frame and
+renders each page once.
 Cache entries are keyed by the file's name and size plus the frame index (or page and dpi) and written
 atomically, so concurrent workers can share one cache.
 
@@ -30,13 +31,14 @@ _SEEK_GAP_S = 2.0  # decode forward instead of seeking when the next wanted fram
 
 
 def cache_root(data_root: Path | None) -> Path:
-    """Where decoded frames / rendered pages are cached: ``$KAMERA_CACHE`` or ``<root>/.kamera_cache``."""
+    """Where decoded frames / rendered pages are cached: ``$KAMERA_CACHE``, else ``<root>/.kamera_cache``
+    when the benchmark root is writable, else ``~/.cache/kamera`` (shared read-only data copies)."""
     env = os.environ.get("KAMERA_CACHE")
     if env:
         return Path(env)
-    if data_root is None:
-        return Path.home() / ".cache" / "kamera"
-    return Path(data_root) / ".kamera_cache"
+    if data_root is not None and os.access(data_root, os.W_OK):
+        return Path(data_root) / ".kamera_cache"
+    return Path.home() / ".cache" / "kamera"
 
 
 def file_key(path: Path) -> str:

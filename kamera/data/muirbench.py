@@ -66,7 +66,7 @@ def _build(ctx: LoadContext, row: dict, item_id: str, a_chunks: int | None) -> C
         raise ItemError(f"answer {row['answer']!r} is not an option letter for {len(options)} options")
     n = len(images)
     counterpart = row.get("counterpart_idx")
-    twins = sorted(str(x) for x in (row.get("idx"), counterpart) if x not in (None, "", -1))
+    twins = sorted(str(x) for x in (row.get("idx"), counterpart) if x not in (None, "", -1, "-1"))
     item = ChunkedItem(
         benchmark="muirbench",
         subset=ctx.subset,

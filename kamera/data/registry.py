@@ -86,11 +86,11 @@ def resolve_root(spec: Benchmark, root: str | Path | None) -> Path:
             spec.name,
             f"$KAMERA_DATA/{spec.dir_name}",
             spec.expected_files,
-            spec.published,
+            spec.source,
             "no root= given and KAMERA_DATA is not set",
         )
     if not path.is_dir():
-        raise BenchmarkDataMissing(spec.name, path, spec.expected_files, spec.published, why)
+        raise BenchmarkDataMissing(spec.name, path, spec.expected_files, spec.source, why)
     return path
 
 
