@@ -61,8 +61,10 @@ def save_png(img: Image.Image, path: Path) -> None:
     img.save(path, format="PNG")
 
 
-def write_mp4(path: Path, n_frames: int, fps: int = 8, size: tuple[int, int] = (64, 48)) -> None:
-    """An H.264 mp4 (PyAV) whose frame ``i`` shows index ``i`` (every frame a keyframe every 4)."""
+def write_mp4(
+    path: Path, n_frames: int, fps: int = 8, size: tuple[int, int] = (64, 48), gop: int = 4
+) -> None:
+    """An H.264 mp4 (PyAV) whose frame ``i`` shows index ``i``, with a keyframe every ``gop`` frames."""
     import av
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,7 +72,7 @@ def write_mp4(path: Path, n_frames: int, fps: int = 8, size: tuple[int, int] = (
         stream = out.add_stream("libx264", rate=fps)
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
-        stream.options = {"crf": "12", "g": "4"}
+        stream.options = {"crf": "12", "g": str(gop)}
         for i in range(n_frames):
             frame = av.VideoFrame.from_image(index_image(i, size))
             out.mux(stream.encode(frame))
