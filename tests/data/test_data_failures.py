@@ -190,3 +190,17 @@ def test_placeholder_mismatch_and_malformed_rows(fresh) -> None:
     assert {s.stage for s in items.report.skipped} == {"build", "row"}
     with pytest.raises(ItemError, match="placeholders"):
         load_items("mm_niah", root=root, subset="reasoning-image", strict=True)
+
+
+def test_unlabelled_and_too_long_rows_are_filtered_not_skipped(fresh) -> None:
+    root = fresh("mm_niah")
+    rewrite_jsonl(
+        root / "mm_niah_val/annotations/counting-image.jsonl",
+        lambda i, r: {**r, "answer": None} if i == 0 else r,
+    )
+    items = load_items("mm_niah", root=root, subset="counting-image", max_context_length=650)
+    assert len(items) == 1 and items.report.skipped == []  # context_length is 500 + 100 * id
+    assert items.report.filtered == {
+        "no gold answer (test labels are not released)": 1,
+        "meta.context_length > 650": 1,
+    }
