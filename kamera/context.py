@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 
 from kamera.core import ChunkKV, Deficit, Patch, deficit, relocate
+from kamera.metrics import kl
 from kamera.models.base import Adapter, Encoded, ForwardOut, additive_mask, place
 from kamera.spans import Span
 
@@ -181,6 +182,14 @@ class ReuseContext:
         """B's KV from the oracle forward."""
         a, z = self.ranges[self.b]
         return self.adapter.read(self.oracle.cache, a, z, self.native_positions(self.b))
+
+    def loss_kl(self) -> float:
+        """KL(re-prefill ‖ 4D-mask oracle): the conditioning loss at B's native positions (Table 7)."""
+        return kl(self.reprefill_logits, self.oracle.logits)
+
+    def ctrl_kl(self) -> float:
+        """KL(oracle ‖ blind reuse relocated from the canonical position): what relocation adds (Table 7)."""
+        return kl(self.oracle.logits, self.blind.logits)
 
     # ----- helpers -----------------------------------------------------------------------------
     def page_bytes(self) -> int:

@@ -76,8 +76,10 @@ def test_greedy_decode_continues_positions(tiny):
     adapter = tiny("tiny_qwen2_5_vl")
     ctx = ReuseContext(adapter, standard_spans(adapter))
     out = ctx.query(ctx.conditioned)
+    length = out.cache.get_seq_length()
     tokens = adapter.greedy(out, max_new_tokens=4)
     assert len(tokens) <= 4 and tokens[0] == int(ctx.reprefill_logits.argmax())
+    assert out.cache.get_seq_length() == length  # decoding never grows the arm's own cache
     # the same decode from a plain full prefill cache agrees token for token
     assert adapter.greedy(ReuseContext(adapter, standard_spans(adapter)).full, max_new_tokens=4) == tokens
 

@@ -156,8 +156,8 @@ def test_oracle_b_equals_b_behind_the_prefix_at_native_positions(tiny, name):
 @pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_kimi"])
 def test_oracle_isolates_conditioning_and_relocation_adds_little(contexts, name):
     ctx = contexts[name]
-    loss_kl = kl(ctx.reprefill_logits, ctx.oracle.logits)
-    ctrl_kl = kl(ctx.oracle.logits, ctx.blind.logits)
+    loss_kl, ctrl_kl = ctx.loss_kl(), ctx.ctrl_kl()
+    assert loss_kl == kl(ctx.reprefill_logits, ctx.oracle.logits) and ctrl_kl == kl(ctx.oracle.logits, ctx.blind.logits)
     assert loss_kl > 1e-4 and ctrl_kl < loss_kl
     ctx_alone = ReuseContext(ctx.adapter, ctx.enc, canonical_context="none")
     assert ctx_alone.canonical_start == 0 and ctx_alone.delta == ctx.b_start

@@ -343,9 +343,13 @@ class Adapter:
     # ----- decoding ----------------------------------------------------------------------------
     @torch.no_grad()
     def greedy(self, out: ForwardOut, max_new_tokens: int = 16, stop_ids: tuple[int, ...] = ()) -> list[int]:
-        """Greedy-decode after a query forward, continuing its cache and positions."""
+        """Greedy-decode after a query forward, continuing (a copy of) its cache and its positions."""
         tokens: list[int] = []
-        logits, cache, nxt = out.logits, out.cache, int(out.positions.max()) + 1
+        # a new cache over the same tensors: decoding appends to it, never to the arm's own cache
+        cache = DynamicCache(
+            ddp_cache_data=[(layer.keys, layer.values) for layer in out.cache.layers], config=self.text_config
+        )
+        logits, nxt = out.logits, int(out.positions.max()) + 1
         embed = self.lm.get_input_embeddings()
         for _ in range(max_new_tokens):
             tok = int(logits.argmax())
