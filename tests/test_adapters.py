@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import TINY, is_text_only, noise_image, standard_spans
+from tinyfamilies import TINY, is_text_only, noise_image, standard_spans
 
 from kamera.context import ReuseContext
 from kamera.models import CheckpointNotFoundError, UnknownModelError, checkpoint_path, load_model, place

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import TINY, standard_spans
+from tinyfamilies import TINY, standard_spans
 
 from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Patch, relocate, rotate

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import noise_image
+from tinyfamilies import noise_image
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

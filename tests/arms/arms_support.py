@@ -1,36 +1,15 @@
 """Helpers shared by the arm tests.
 
-The root ``tests/conftest.py`` holds the standard item; it is loaded here by path under its own
-name, because ``from conftest import …`` resolves to whichever ``conftest`` pytest imported last
-(``tests/data/conftest.py`` shadows it once that folder is collected).
+The standard item and the family list come from ``tests/tinyfamilies.py``.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import torch
+from tinyfamilies import standard_spans
 
 from kamera.context import ReuseContext
 from kamera.core import ChunkKV
-
-_NAME = "kamera_tests_root_conftest"
-
-
-def root_conftest():
-    if _NAME not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "conftest.py"
-        spec = importlib.util.spec_from_file_location(_NAME, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[_NAME] = module
-        spec.loader.exec_module(module)
-    return sys.modules[_NAME]
-
-
-TINY: list[str] = root_conftest().TINY
-standard_spans = root_conftest().standard_spans
 
 _CONTEXTS: dict[str, ReuseContext] = {}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from arms_support import TINY, standard_spans
+from tinyfamilies import TINY, standard_spans
 
 from kamera.arms import ARMS, make_arm
 from kamera.context import ReuseContext

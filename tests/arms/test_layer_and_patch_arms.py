@@ -6,7 +6,8 @@ import math
 
 import pytest
 import torch
-from arms_support import TINY, b_kv, changed_rows, rel_err, shared_ctx, standard_spans
+from arms_support import b_kv, changed_rows, rel_err, shared_ctx
+from tinyfamilies import TINY, standard_spans
 
 from kamera.arms import make_arm
 from kamera.arms.budget import matched_k_rank, matched_tokens, tokens_for

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from arms_support import TINY, changed_rows, rel_err, shared_ctx, standard_spans
+from arms_support import changed_rows, rel_err, shared_ctx
+from tinyfamilies import TINY, standard_spans
 
 from kamera.context import ReuseContext
 from kamera.metrics import kl

@@ -7,7 +7,8 @@ import math
 
 import pytest
 import torch
-from arms_support import TINY, b_kv, changed_rows, rel_err, shared_ctx
+from arms_support import b_kv, changed_rows, rel_err, shared_ctx
+from tinyfamilies import TINY
 
 from kamera.arms import make_arm
 from kamera.arms.budget import tokens_for

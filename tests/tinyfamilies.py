@@ -1,0 +1,41 @@
+"""Test helpers shared across test folders: the tiny families and a standard [prefix, A, A, B, query] item.
+
+A uniquely named module (not ``conftest``) so every test folder imports the same one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+from kamera.models import model_names
+from kamera.spans import Span
+
+TINY = model_names("tiny")
+
+
+def noise_image(seed: int, size: int = 112) -> Image.Image:
+    """A deterministic random RGB image."""
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8))
+
+
+def is_text_only(adapter) -> bool:
+    return adapter.family in ("deepseek_v2", "deepseek_v3")
+
+
+def standard_spans(adapter, n_a: int = 2, seed: int = 0, b_text: str = "the ball is by the door") -> list[Span]:
+    """[prefix, A_1..A_n, B, query]: images + captions (text only for text-only families)."""
+
+    def chunk(role: str, k: int, text: str) -> Span:
+        if is_text_only(adapter):
+            return Span(role, (f"{text} number {k} has colour {seed + k}.",))
+        return Span(role, (noise_image(seed * 100 + k), f"{text} {k}"))
+
+    a = [chunk("A", k, "object") for k in range(n_a)]
+    return [
+        Span("prefix", ("You answer with one letter.",)),
+        *a,
+        chunk("B", 99, b_text),
+        Span("query", ("Which colour is at the door? A, B, C or D. Answer:",)),
+    ]

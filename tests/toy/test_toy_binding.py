@@ -1,0 +1,142 @@
+"""The shipped toy binding model shows the paper's effect through the harness API, on CPU.
+
+Gates (issue): re-prefill two-hop ≥ 0.95; blind ≤ chance + 0.1; rank-8 patch ≥ 0.95; controls unaffected
+by blind reuse (accuracy and KL); full-rank patch KL ≤ 1e-6 · KL_blind. The slow test retrains from the
+committed config and must meet the same gates.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from kamera.models import load_model
+from kamera.spans import validate_spans
+from kamera.toy.evaluate import KindReport, evaluate_kind
+from kamera.toy.model import WEIGHTS, WordTokenizer, load
+from kamera.toy.task import KINDS, TaskSpec, World, items, training_text
+from kamera.toy.train import layout, main, sample_batch
+
+N = 200  # held-out items per kind in the fast gates
+CONTROL_BLIND_KL = 1e-3  # mean KL(re-prefill ‖ blind) a control may show
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return load()
+
+
+@pytest.fixture(scope="module")
+def reports(toy) -> dict[str, KindReport]:
+    torch.set_num_threads(1)
+    return {kind: evaluate_kind(toy, toy.task, kind, N, ranks=(8,)) for kind in KINDS}
+
+
+def check_gates(reports: dict[str, KindReport]) -> None:
+    """The issue's gates on one model's reports."""
+    two = reports["two_hop"]
+    assert two.row("reprefill").accuracy >= 0.95
+    assert two.row("blind").accuracy <= two.chance + 0.1
+    assert two.row("patch_r8").accuracy >= 0.95
+    assert two.row("patch_full").kl_mean <= 1e-6 * two.row("blind").kl_mean
+    for kind in ("control", "control_b"):
+        rep = reports[kind]
+        assert rep.row("reprefill").accuracy >= 0.95, kind
+        assert rep.row("blind").accuracy >= rep.row("reprefill").accuracy - 0.01, kind
+        assert rep.row("blind").kl_mean <= CONTROL_BLIND_KL, kind
+
+
+def test_shipped_weights_meet_the_gates(reports):
+    check_gates(reports)
+
+
+def test_the_deficit_sits_in_layer_1_only(reports):
+    """Layer 0 sees only embeddings and positions, so relocation leaves nothing to patch there."""
+    layer0, layer1 = reports["two_hop"].deficit_by_layer
+    assert max(layer0.values()) <= 1e-6
+    assert min(layer1.values()) >= 1e-2
+
+
+def test_registry_loads_the_toy_model():
+    adapter = load_model("toy_binding")
+    assert adapter.name == "toy_binding" and adapter.n_layers == 2
+    item = items(adapter.task, "two_hop", 1)[0]
+    ids = [adapter.tokenize(c)[0] for c in item.choices]
+    assert adapter.decode(ids) == " ".join(item.choices)
+
+
+def test_shipped_files_record_how_they_were_made():
+    record = json.loads((WEIGHTS / "text" / "train.json").read_text())
+    assert record["command"].startswith("python -m kamera.toy.train")
+    assert record["steps_done"] == record["args"]["steps"]
+    assert sum(f.stat().st_size for f in (WEIGHTS / "text").iterdir()) < 4e6
+
+
+# ----- the task and tokenizer --------------------------------------------------------------------
+def test_items_are_seeded_and_answers_follow_the_world():
+    spec = TaskSpec()
+    for kind in KINDS:
+        a, b = items(spec, kind, 20, seed=3), items(spec, kind, 20, seed=3)
+        assert a == b and a != items(spec, kind, 20, seed=4)
+        for it in a:
+            validate_spans(it.spans())
+            w = it.world
+            if kind == "control":
+                assert it.answer == w.colour_of[it.argument]
+            elif kind == "two_hop":
+                assert it.answer == w.colour_of[w.object_at[it.argument]]
+            else:
+                assert it.answer == w.object_at[it.argument]
+            assert it.choices[it.gold] == it.answer
+    assert sorted(o for o, _ in a[0].world.a) == sorted(o for _, o in a[0].world.b)
+
+
+def test_an_item_is_the_head_of_a_training_sequence():
+    """Training packs queries after B; the first packed query is token for token a harness item."""
+    spec = TaskSpec()
+    tok = WordTokenizer(spec.vocab())
+    it = items(spec, "two_hop", 1)[0]
+    text, answers = training_text(it.world, ["two_hop"], np.random.default_rng(0))
+    item_ids = tok.encode(" ".join(p for s in it.spans() for p in s.parts))
+    train_ids = tok.encode(text)
+    assert train_ids[: len(item_ids) - 1] == item_ids[:-1] and tok.ids[answers[0]] == train_ids[-1]
+    batch = sample_batch(spec, tok, np.random.default_rng(0), 4, 3)
+    b0, q0 = layout(spec.n_entries)
+    assert (batch.ids[:, b0] == tok.ids["B:"]).all() and (batch.ids[:, q0 - 1] != tok.ids["B:"]).all()
+    b_only = sample_batch(spec, tok, np.random.default_rng(0), 2, 3, with_a=False)
+    assert b_only.object_colour is None and (b_only.ids[:, layout(spec.n_entries, False)[0]] == tok.ids["B:"]).all()
+
+
+def test_bad_input_is_refused():
+    tok = WordTokenizer(TaskSpec().vocab())
+    with pytest.raises(ValueError, match="not in the toy vocabulary"):
+        tok.encode("red_cup unicorn")
+    with pytest.raises(ValueError, match="n_entries"):
+        TaskSpec(n_entries=30)
+    with pytest.raises(ValueError, match="query kind"):
+        items(TaskSpec(), "three_hop", 1)
+    with pytest.raises(ValueError, match="only carry control_b"):
+        training_text(World.sample(TaskSpec(), np.random.default_rng(0)), ["two_hop"], np.random.default_rng(0), False)
+    with pytest.raises(ValueError, match="variant"):
+        load(variant="audio")
+
+
+# ----- retraining --------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_retraining_from_the_committed_config_meets_the_gates(tmp_path):
+    args = json.loads((WEIGHTS / "text" / "train.json").read_text())["args"]
+    argv = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "out":
+            value = str(tmp_path)
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        else:
+            argv += [flag, str(value)]
+    main(argv)
+    adapter = load(path=tmp_path)
+    check_gates({kind: evaluate_kind(adapter, adapter.task, kind, N, ranks=(8,)) for kind in KINDS})
