@@ -12,13 +12,14 @@ import json
 import logging
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from kamera.arms import Arm, UnknownArmError, make_arm
+from kamera.arms import Arm, ArmRefusal, UnknownArmError, make_arm
 from kamera.context import ReuseContext
 from kamera.items import EvalItem, from_chunked
 from kamera.metrics import choice_argmax, e90_over_nb, eta, flipped, kl, recovered
@@ -162,8 +163,10 @@ def _prediction(adapter: Adapter, item: EvalItem, out, choice_ids, max_new_token
     return text, float(item.score(text))
 
 
-def evaluate_item(adapter: Adapter, item: EvalItem, specs: list[ArmSpec], cfg: DictConfig, keys: dict) -> list[dict]:
-    """Run every arm on one item; one row per arm."""
+def evaluate_item(
+    adapter: Adapter, item: EvalItem, specs: list[ArmSpec], cfg: DictConfig, keys: dict, refusals: Counter
+) -> list[dict]:
+    """Run every arm on one item; one row per arm (an arm refusing this item is counted, not rowed)."""
     t0 = time.perf_counter()
     ctx = ReuseContext(adapter, item.spans(), canonical_context=cfg.canonical_context)
     ref, blind = ctx.reprefill_logits, ctx.blind.logits
@@ -181,10 +184,16 @@ def evaluate_item(adapter: Adapter, item: EvalItem, specs: list[ArmSpec], cfg: D
     rows = []
     for s in specs:
         t = time.perf_counter()
-        res = s.arm.run(ctx)
+        try:
+            res = s.arm.run(ctx)
+        except ArmRefusal as why:
+            if not refusals[(s.label, str(why))]:
+                log.warning("arm %s skips item %s: %s", s.label, item.item_id, why)
+            refusals[(s.label, str(why))] += 1
+            continue
         pred, correct = _prediction(adapter, item, res.out, choice_ids, cfg.max_new_tokens)
         k = kl(ref, res.out.logits)
-        rank = res.params.get("rank", math.nan) if s.arm.name == "patch" else math.nan
+        rank = res.params.get("rank", math.nan)  # patch, orbit and shadowkv arms carry a rank knob
         rows.append({
             **keys,
             "item_id": item.item_id, "subset": item.subset, "split": item.split, "cluster_key": item.cluster_key,
@@ -222,7 +231,14 @@ def run(cfg: DictConfig) -> Path:
             cfg.model.name, dtype=cfg.model.dtype, device=cfg.device, path=cfg.model.path,
             models_root=cfg.paths.models, attn_implementation=cfg.model.attn_implementation, seed=cfg.seed,
         )
-        specs = arm_specs(list(cfg.arms))
+        specs, refusals = [], Counter()
+        for spec in arm_specs(list(cfg.arms)):
+            why = spec.arm.refuses(adapter)
+            if why:
+                log.warning("arm %s refuses %s: %s (no rows for it in this job)", spec.label, cfg.model.name, why)
+                refusals[(spec.label, why)] += 1
+            else:
+                specs.append(spec)
         items = load_eval_items(cfg, adapter)
         done = shard.done_items()
         todo = [it for it in items if it.item_id not in done]
@@ -239,12 +255,12 @@ def run(cfg: DictConfig) -> Path:
         progress = Progress(len(items), len(items) - len(todo), every_s=cfg.progress_every_s)
         try:
             for it in todo:
-                rows = evaluate_item(adapter, it, specs, cfg, keys)
+                rows = evaluate_item(adapter, it, specs, cfg, keys, refusals)
                 n = shard.append(rows)
                 tracker.log({f"{r['arm']}/{m}": r[m] for r in rows for m in ("kl", "correct")}, step=progress.done)
                 progress.step(f"{n} rows in {shard.path}")
             tracker.log_table("rows", shard.read())
-            shard.mark_complete(len(items))
+            shard.mark_complete(len(items), [{"arm": a, "reason": r, "count": n} for (a, r), n in refusals.items()])
         finally:
             tracker.finish()
     log.info("done: %s", shard.path)

@@ -57,10 +57,11 @@ class Shard:
         self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.config_path, json.dumps(resolved, indent=2, sort_keys=True, default=str))
 
-    def mark_complete(self, n_items: int) -> None:
-        """Record that every selected item is in the shard (a rerun then skips the job without loading)."""
+    def mark_complete(self, n_items: int, refusals: list[dict] | None = None) -> None:
+        """Record that every selected item is in the shard (a rerun then skips the job without loading),
+        with the arms that refused the family or some items, and why."""
         meta = json.loads(self.config_path.read_text())
-        meta["complete"] = {"n_items": n_items, "n_rows": len(self.read())}
+        meta["complete"] = {"n_items": n_items, "n_rows": len(self.read()), "refusals": refusals or []}
         atomic_write_text(self.config_path, json.dumps(meta, indent=2, sort_keys=True, default=str))
 
     def is_complete(self) -> bool:

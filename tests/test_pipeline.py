@@ -227,3 +227,12 @@ def test_fig5_renders_byte_identical_files_and_the_golden_curve(tmp_path):
     for p, q in zip(paths, again, strict=True):
         assert p.read_bytes() == q.read_bytes(), p.suffix
     assert paths[0].read_bytes().startswith(b"%PDF") and b"CreationDate" not in paths[0].read_bytes()
+
+
+def test_an_arm_that_refuses_the_family_is_skipped_with_its_reason(tmp_path):
+    import json
+
+    path = runner.run(job_config(tmp_path, "model=tiny_kimi", "arms=[blind,shadowkv_r16]", "n_items=1"))
+    assert set(pd.read_parquet(path)["arm"]) == {"blind"}
+    refusals = json.loads(path.with_suffix(".json").read_text())["complete"]["refusals"]
+    assert refusals[0]["arm"] == "shadowkv_r16" and "MLA" in refusals[0]["reason"]

@@ -6,10 +6,10 @@ Importing this package imports every arm module, so ``ARMS`` lists them all.
 import importlib
 import pkgutil
 
-from kamera.arms.base import ARMS, Arm, ArmOutput, UnknownArmError, make_arm, register
+from kamera.arms.base import ARMS, Arm, ArmOutput, ArmRefusal, UnknownArmError, make_arm, register
 
 for _mod in pkgutil.iter_modules(__path__):
     if _mod.name != "base":
         importlib.import_module(f"{__name__}.{_mod.name}")
 
-__all__ = ["ARMS", "Arm", "ArmOutput", "UnknownArmError", "make_arm", "register"]
+__all__ = ["ARMS", "Arm", "ArmOutput", "ArmRefusal", "UnknownArmError", "make_arm", "register"]

@@ -21,6 +21,10 @@ class UnknownArmError(ValueError):
     """An arm name no module registered."""
 
 
+class ArmRefusal(ValueError):
+    """An arm cannot serve this family or this item (the reason says why); the runner skips it, logged."""
+
+
 @dataclass
 class ArmOutput:
     """An arm's result on one item: its query forward, the bytes it stores / recomputes for B, its knobs."""

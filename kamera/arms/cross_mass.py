@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kamera.arms.base import register
+from kamera.arms.base import ArmRefusal, register
 from kamera.arms.tokens import TokenArm, check_fraction, count_of, top_rows
 from kamera.context import ReuseContext
 from kamera.recompute import LayerDriver, attention_to, shared, solo_hidden
@@ -61,5 +61,5 @@ class CrossMass(TokenArm):
     def select(self, ctx: ReuseContext) -> tuple[torch.Tensor, dict]:
         a0, a1 = a_columns(ctx)
         if a1 <= a0:
-            raise ValueError("cross_mass: this item has no A span, so no cross-attention mass to rank by")
+            raise ArmRefusal("cross_mass: this item has no A span, so no cross-attention mass to rank by")
         return top_rows(cross_mass_scores(ctx), count_of(self.fraction, ctx.n_b)), {}

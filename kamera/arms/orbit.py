@@ -27,7 +27,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from kamera.arms.base import Arm, ArmOutput, register
+from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
 from kamera.arms.tokens import check_count
 from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Patch, deficit, orbit_mean
@@ -104,7 +104,7 @@ class OrbitPatch(Arm):
                     chosen.append(p)
             exhaustive = False
         if not chosen:
-            raise ValueError(
+            raise ArmRefusal(
                 f"orbit: no ordering to average over (K = {k} chunk(s) of A, hold_out={self.hold_out}); "
                 "holding out the test ordering needs at least 2 A chunks"
             )

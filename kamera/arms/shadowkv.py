@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kamera.arms.base import Arm, ArmOutput, register
+from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
 from kamera.arms.budget import matched_k_rank, widths
 from kamera.arms.tokens import check_count
 from kamera.context import ReuseContext
@@ -72,13 +72,13 @@ class ShadowKVArm(Arm):
     def run(self, ctx: ReuseContext) -> ArmOutput:
         reason = self.refuses(ctx.adapter)
         if reason:
-            raise ValueError(reason)
+            raise ArmRefusal(reason)
         specs = ctx.adapter.specs
         kc = next(i for i, s in enumerate(specs) if s.rotary is not None)
         spec = specs[kc]
         if spec.rotary.layout != "half":
             layout = spec.rotary.layout
-            raise ValueError(f"shadowkv un-ropes rotate-half keys; {ctx.adapter.name} is {layout!r}")
+            raise ArmRefusal(f"shadowkv un-ropes rotate-half keys; {ctx.adapter.name} is {layout!r}")
         r = self.rank
         if self.match_rank is not None:
             r = matched_k_rank(self.match_rank, ctx.n_b, widths(ctx), spec.width)

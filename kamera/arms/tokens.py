@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kamera.arms.base import Arm, ArmOutput
+from kamera.arms.base import Arm, ArmOutput, ArmRefusal
 from kamera.arms.budget import cell_bytes, tokens_for
 from kamera.context import ReuseContext
 from kamera.models.base import Adapter
@@ -89,7 +89,7 @@ class TokenArm(Arm):
     def run(self, ctx: ReuseContext) -> ArmOutput:
         reason = self.refuses(ctx.adapter)
         if reason:
-            raise ValueError(reason)
+            raise ArmRefusal(reason)
         rows, extra = self.select(ctx)
         rec = recompute(ctx, rows)
         out = ctx.query(rec.kv, tag=self.name)
@@ -141,7 +141,7 @@ class ImageTokenArm(TokenArm):
     def select(self, ctx: ReuseContext) -> tuple[torch.Tensor, dict]:
         runs = visual_runs(ctx)
         if not runs:
-            raise ValueError(f"{self.name}: B has no image tokens on this item; the arm selects per image")
+            raise ArmRefusal(f"{self.name}: B has no image tokens on this item; the arm selects per image")
         per = [min(self.per_image(z - a), z - a) for a, z in runs]
         picked = [torch.arange(a, a + k) for (a, _), k in zip(runs, per, strict=True)]
         if self.text:
