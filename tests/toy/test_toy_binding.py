@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from kamera.models import load_model
+from kamera.models import load_model, place
+from kamera.models.qwen_vl import QwenVLAdapter
+from kamera.models.text import TextAdapter
 from kamera.spans import validate_spans
 from kamera.toy.evaluate import KindReport, evaluate_kind
-from kamera.toy.model import WEIGHTS, WordTokenizer, load
-from kamera.toy.task import KINDS, TaskSpec, World, items, training_text
-from kamera.toy.train import layout, main, sample_batch
+from kamera.toy.model import WEIGHTS, WordTokenizer, build, image_processor, load
+from kamera.toy.task import KINDS, VARIANTS, TaskSpec, World, items
+from kamera.toy.train import Sampler, hidden, main, sequence_words
 
 N = 200  # held-out items per kind in the fast gates
 CONTROL_BLIND_KL = 1e-3  # mean KL(re-prefill ‖ blind) a control may show
@@ -32,7 +34,7 @@ def toy():
 @pytest.fixture(scope="module")
 def reports(toy) -> dict[str, KindReport]:
     torch.set_num_threads(1)
-    return {kind: evaluate_kind(toy, toy.task, kind, N, ranks=(8,)) for kind in KINDS}
+    return {kind: evaluate_kind(toy, kind, N, ranks=(8,)) for kind in KINDS}
 
 
 def check_gates(reports: dict[str, KindReport]) -> None:
@@ -94,20 +96,40 @@ def test_items_are_seeded_and_answers_follow_the_world():
     assert sorted(o for o, _ in a[0].world.a) == sorted(o for _, o in a[0].world.b)
 
 
-def test_an_item_is_the_head_of_a_training_sequence():
-    """Training packs queries after B; the first packed query is token for token a harness item."""
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_training_encodes_an_item_exactly_as_the_harness_does(variant):
+    """Training packs queries after B; one packed query is, token for token and pixel for pixel, a harness
+    item, and the batched training forward gives the adapter's re-prefill logits."""
+    spec = TaskSpec()
+    model, tok = build(spec, variant)
+    adapter = (TextAdapter(model, tok) if variant == "text" else QwenVLAdapter(model, tok, image_processor()))
+    sampler = Sampler(spec, tok, variant)
+    it = items(spec, "two_hop", 1, variant=variant)[0]
+    enc = adapter.encode(it.spans())
+    batch = sampler.encode([it.world], [[(it.kind, it.argument, it.answer)]])
+    assert torch.equal(torch.cat([s.input_ids for s in enc.spans]), batch.ids[0, :-1])
+    target = it.world.object_at[it.argument] if variant == "text" else "<image>"  # the answer's B object token
+    assert batch.ids[0, batch.target_pos[0, 0]] == tok.ids[target]
+    if variant == "image":
+        pix = [adapter._pixels(span.parts[1]) for span in it.spans()[1:3]]
+        assert torch.equal(torch.cat([p["pixel_values"] for p in pix]), batch.pixel_values)
+        assert torch.equal(torch.cat([p["image_grid_thw"] for p in pix]), batch.grid_thw)
+    with torch.no_grad():
+        last, _, _ = hidden(model.eval(), batch)
+        torch.testing.assert_close(model.lm_head(last[0, -2]), adapter.forward(place(enc.spans)).logits, rtol=0, atol=1e-5)
+
+
+def test_batches_follow_the_layout():
     spec = TaskSpec()
     tok = WordTokenizer(spec.vocab())
-    it = items(spec, "two_hop", 1)[0]
-    text, answers = training_text(it.world, ["two_hop"], np.random.default_rng(0))
-    item_ids = tok.encode(" ".join(p for s in it.spans() for p in s.parts))
-    train_ids = tok.encode(text)
-    assert train_ids[: len(item_ids) - 1] == item_ids[:-1] and tok.ids[answers[0]] == train_ids[-1]
-    batch = sample_batch(spec, tok, np.random.default_rng(0), 4, 3)
-    b0, q0 = layout(spec.n_entries)
-    assert (batch.ids[:, b0] == tok.ids["B:"]).all() and (batch.ids[:, q0 - 1] != tok.ids["B:"]).all()
-    b_only = sample_batch(spec, tok, np.random.default_rng(0), 2, 3, with_a=False)
-    assert b_only.object_colour is None and (b_only.ids[:, layout(spec.n_entries, False)[0]] == tok.ids["B:"]).all()
+    batch = Sampler(spec, tok, "text").sample(np.random.default_rng(0), 4, 6, k=5)
+    rows = torch.arange(4)[:, None]
+    words = [[tok.vocab[i] for i in row] for row in batch.ids[rows, batch.object_pos].tolist()]
+    assert all(w in spec.objects for row in words for w in row)
+    prev = batch.ids[rows, batch.object_pos - 1]
+    assert torch.equal(prev, batch.object_prev)
+    b_only = Sampler(spec, tok, "text").sample(np.random.default_rng(0), 2, 3, k=5, with_a=False)
+    assert b_only.object_colour is None and tok.ids["A:"] not in b_only.ids
 
 
 def test_bad_input_is_refused():
@@ -118,8 +140,11 @@ def test_bad_input_is_refused():
         TaskSpec(n_entries=30)
     with pytest.raises(ValueError, match="query kind"):
         items(TaskSpec(), "three_hop", 1)
+    world = World.sample(TaskSpec(), np.random.default_rng(0))
     with pytest.raises(ValueError, match="only carry control_b"):
-        training_text(World.sample(TaskSpec(), np.random.default_rng(0)), ["two_hop"], np.random.default_rng(0), False)
+        sequence_words(world, [("two_hop", "attic", "red")], with_a=False)
+    with pytest.raises(ValueError, match="entries"):
+        World.sample(TaskSpec(), np.random.default_rng(0), k=40)
     with pytest.raises(ValueError, match="variant"):
         load(variant="audio")
 
@@ -139,4 +164,4 @@ def test_retraining_from_the_committed_config_meets_the_gates(tmp_path):
             argv += [flag, str(value)]
     main(argv)
     adapter = load(path=tmp_path)
-    check_gates({kind: evaluate_kind(adapter, adapter.task, kind, N, ranks=(8,)) for kind in KINDS})
+    check_gates({kind: evaluate_kind(adapter, kind, N, ranks=(8,)) for kind in KINDS})
