@@ -29,18 +29,21 @@ FULL = "full"
 
 
 def curve(rows: pd.DataFrame) -> pd.DataFrame:
-    """Mean / median KL per (model, rank) over the group's plain patch arms, and each model's blind KL."""
+    """Mean / median KL per (model, subset, rank) over the plain patch arms, and the matching blind KL."""
     params = rows["params"].map(json.loads)
     plain = (rows["arm_name"] == "patch") & params.map(lambda p: p.get("layers") == "all" and p.get("granularity") == "layer")
     patch = rows[plain].assign(m=[FULL if pd.isna(r) else str(int(r)) for r in rows.loc[plain, "rank"]])
     out = []
-    for (model, m), g in patch.groupby(["model", "m"]):
-        blind = rows[(rows["model"] == model) & (rows["arm"] == "blind")]["kl"]
-        out.append({"model": model, "m": m, "n": len(g), "kl_mean": g["kl"].mean(), "kl_median": g["kl"].median(),
-                    "blind_kl": blind.mean() if len(blind) else math.nan})
+    for (model, subset, m), g in patch.groupby(["model", "subset", "m"]):
+        blind = rows[(rows["model"] == model) & (rows["subset"] == subset) & (rows["arm"] == "blind")]["kl"]
+        out.append({"model": model, "subset": subset, "m": m, "n": len(g), "kl_mean": g["kl"].mean(),
+                    "kl_median": g["kl"].median(), "blind_kl": blind.mean() if len(blind) else math.nan})
     frame = pd.DataFrame(out)
+    # one line per model, or per model · subset where a model ran several subsets
+    several = frame.groupby("model")["subset"].nunique() > 1
+    frame["line"] = [f"{m} · {s}" if several[m] else m for m, s in zip(frame["model"], frame["subset"], strict=True)]
     frame["order"] = frame["m"].map(lambda m: math.inf if m == FULL else int(m))
-    return frame.sort_values(["model", "order"]).drop(columns="order").reset_index(drop=True)
+    return frame.sort_values(["line", "order"]).drop(columns="order").reset_index(drop=True)
 
 
 def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
@@ -48,10 +51,10 @@ def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
         fig, ax = plt.subplots()
         ranks = sorted({int(m) for m in frame["m"] if m != FULL})
         full_x = 2 * ranks[-1] if ranks else 1
-        for i, (model, g) in enumerate(frame.groupby("model", sort=True)):
+        for i, (line, g) in enumerate(frame.groupby("line", sort=True)):
             colour = f"C{i}"
             x = [full_x if m == FULL else int(m) for m in g["m"]]
-            ax.plot(x, g["kl_mean"], marker="o", color=colour, label=model)
+            ax.plot(x, g["kl_mean"], marker="o", color=colour, label=line)
             ax.axhline(g["blind_kl"].iloc[0], color=colour, linestyle="--", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -67,9 +70,9 @@ def to_markdown(frame: pd.DataFrame, group: str) -> str:
     lines = [f"**Figure 5 ({group})** — mean KL to re-prefill by patch rank; blind = no patch",
              "", "| model | n | blind | " + " | ".join(f"m={m}" for m in frame["m"].unique()) + " |"]
     lines.append("|---" * (3 + frame["m"].nunique()) + "|")
-    for model, g in frame.groupby("model", sort=True):
+    for line, g in frame.groupby("line", sort=True):
         cells = dict(zip(g["m"], g["kl_mean"], strict=True))
-        lines.append(f"| {model} | {int(g['n'].max())} | {g['blind_kl'].iloc[0]:.2e} | "
+        lines.append(f"| {line} | {int(g['n'].max())} | {g['blind_kl'].iloc[0]:.2e} | "
                      + " | ".join(f"{cells[m]:.2e}" if m in cells else "–" for m in frame["m"].unique()) + " |")
     lines.append(f"\nPaper (Fig. 5): knee at m ≈ 8–16, plateau by m ≈ 32; MLA blind floor {PAPER_FIG5_MLA_BLIND_FLOOR}.")
     return "\n".join(lines) + "\n"

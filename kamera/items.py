@@ -51,3 +51,23 @@ def from_chunked(item) -> EvalItem:
         score=None if mc else (lambda text, item=item: float(score(item, text))),
         meta={"answer_format": item.answer_format, "scorer": item.scorer},
     )
+
+
+def toy_items(n_items: int | None, seed: int, subset: str | None = None, variant: str = "text") -> list[EvalItem]:
+    """Held-out items of the toy binding task (``bench=binding``) for the shipped toy weights.
+
+    ``subset`` names the query kinds, comma-separated (two_hop, control, control_b; default two_hop);
+    ``n_items`` items are drawn per kind.
+    """
+    from kamera.toy.model import WEIGHTS, read_spec
+    from kamera.toy.task import items
+
+    _, spec, _ = read_spec(WEIGHTS / variant)
+    out = []
+    for kind in (subset or "two_hop").split(","):
+        for it in items(spec, kind.strip(), 64 if n_items is None else n_items, seed, variant):
+            out.append(EvalItem(
+                item_id=it.item_id, subset=it.kind, split="heldout", cluster_key=it.item_id, spans=it.spans,
+                choices=list(it.choices), gold=it.answer, meta={"variant": variant},
+            ))
+    return out

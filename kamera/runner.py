@@ -38,7 +38,7 @@ from kamera.track import Tracker
 
 log = logging.getLogger("kamera.run")
 
-ITEM_SOURCES = {"binding": "kamera.toy.task:eval_items"}  # benchmarks served outside kamera.data
+ITEM_SOURCES = {"binding": "kamera.items:toy_items"}  # benchmarks served outside kamera.data
 
 
 @dataclass
@@ -217,6 +217,8 @@ def run(cfg: DictConfig) -> Path:
     if problems:
         raise SystemExit("cannot start this job:\n- " + "\n- ".join(problems))
     torch.manual_seed(cfg.seed)
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
     resolved = to_dict(cfg)
     rcfg = result_config(cfg)
     digest = config_hash(rcfg)

@@ -62,7 +62,7 @@ def test_every_arm_file_builds_its_arm():
 def test_hash_ignores_operational_keys_and_follows_result_keys(tmp_path):
     base = config_hash(runner.result_config(job_config(tmp_path)))
     for op in ("device=cuda", "paths.results=/elsewhere", "tracking=offline", "model.attn_implementation=eager",
-               "progress_every_s=1", "group=other", "launcher=submitit_local"):
+               "progress_every_s=1", "group=other", "launcher=submitit_local", "threads=2"):
         assert config_hash(runner.result_config(job_config(tmp_path, op))) == base, op
     for res in ("model=tiny_kimi", "model.dtype=bfloat16", "n_items=9", "seed=1", "arms=[blind,patch_r8]",
                 "bench.kwargs.n_a_chunks=3", "canonical_context=none", "eta_floor=1e-3"):
