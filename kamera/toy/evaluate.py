@@ -19,7 +19,7 @@ from kamera.context import ReuseContext
 from kamera.core import singular_values
 from kamera.metrics import bootstrap_ci, choice_argmax, e90_over_nb, eta, kl
 from kamera.models import Adapter
-from kamera.toy.model import load
+from kamera.toy.model import DEFAULT_VARIANT, load
 from kamera.toy.task import KINDS, VARIANTS, ToyItem, items
 
 RANKS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -119,7 +119,7 @@ def format_report(rep: KindReport) -> str:
 def main(argv: list[str] | None = None) -> list[KindReport]:
     """Print the per-arm table and rank curve for each query kind (and write them as JSON with ``--json``)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--variant", default="text", choices=VARIANTS)
+    p.add_argument("--variant", default=DEFAULT_VARIANT, choices=VARIANTS)
     p.add_argument("--path", default=None, help="a trained toy directory instead of the shipped weights")
     p.add_argument("--n", type=int, default=1000, help="held-out items per query kind")
     p.add_argument("--seed", type=int, default=0)

@@ -1,8 +1,13 @@
-"""The toy binding model: a 2-layer Qwen2 decoder (transformers' own class), its word tokenizer, and ``load``.
+"""The toy binding models (transformers' own classes), their word tokenizer, and ``load``.
 
+Two variants share one decoder (2 layers, hidden 128, 4 heads, 2 KV heads of 32, MLP 256, RoPE, tied
+embeddings) and one task (:mod:`kamera.toy.task`):
+- ``text``: a Qwen2ForCausalLM; A and B are words.
+- ``image`` (the default): a Qwen2_5_VLForConditionalGeneration; A and B are pictures
+  (:mod:`kamera.toy.render`) through a one-block vision tower, with M-RoPE positions.
 With two layers the only route to a two-hop answer runs through B's states (layer 0 at B's object
 fetches the colour from A; layer 1 at the query reads it there), so blind reuse of B removes it and
-the patch restores it. The shipped weights live in ``kamera/toy/weights/<variant>/``.
+the patch restores it. Shipped weights live in ``kamera/toy/weights/<variant>/``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from kamera.toy.render import CELL
 from kamera.toy.task import VARIANTS, TaskSpec
 
 WEIGHTS = Path(__file__).parent / "weights"
+DEFAULT_VARIANT = "image"  # what ``load()`` (and the registry's ``toy_binding``) gives
 TOY_FILE = "toy.json"  # the task spec and vocabulary the weights were trained with
 
 # 2 layers, hidden 128, 4 heads of 32, GQA with 2 KV heads (K/V width 64), MLP 256, RoPE, tied embeddings.
@@ -122,7 +128,7 @@ def load(
     dtype: torch.dtype = torch.float32,
     device: str = "cpu",
     attn_implementation: str = "sdpa",
-    variant: str = "text",
+    variant: str = DEFAULT_VARIANT,
     path: str | Path | None = None,
 ) -> Adapter:
     """The trained toy model in its adapter (shipped weights of ``variant``, or a directory ``path``).
@@ -143,3 +149,13 @@ def load(
         adapter = QwenVLAdapter(model.to(device), tok, image_processor(), name="toy_binding")
     adapter.task, adapter.variant = spec, variant
     return adapter
+
+
+def load_text(**kwargs) -> Adapter:
+    """The text variant (A and B as words; a plain Qwen2 decoder)."""
+    return load(**kwargs, variant="text")
+
+
+def load_image(**kwargs) -> Adapter:
+    """The image variant (A and B as pictures through a tiny Qwen2.5-VL vision tower and M-RoPE)."""
+    return load(**kwargs, variant="image")

@@ -264,10 +264,12 @@ def train(args: argparse.Namespace, command: str = "") -> dict:
     model, tok = build(spec, args.variant)
     if args.factorized_init:
         factorize_compounds(model, tok, spec)
+    if args.variant == "image" and args.freeze_patch_embed:  # a random projection of the pixels; halves the step
+        model.model.visual.patch_embed.requires_grad_(False)
     if args.attn_hint > 0:  # attention weights need eager attention in the decoder (the vision tower keeps sdpa)
         model.set_attn_implementation({"text_config": "eager"} if args.variant == "image" else "eager")
     probes = Probes(model.config.get_text_config().hidden_size, spec.n_colours, len(tok))
-    params = [*model.parameters(), *probes.parameters()]
+    params = [p for p in [*model.parameters(), *probes.parameters()] if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.98))
     sampler = Sampler(spec, tok, args.variant)
     held = HeldOut(sampler, args.eval_items, seed=1)
@@ -339,6 +341,8 @@ def parser() -> argparse.ArgumentParser:
                    help="B-only sequences (prefix, B, control_b queries) per step, so a B read stands without A")
     p.add_argument("--factorized-init", action=argparse.BooleanOptionalAction, default=True,
                    help="start compound embeddings at object + colour (text variant)")
+    p.add_argument("--freeze-patch-embed", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep the vision patch embedding at its random init (image variant)")
     p.add_argument("--attn-hint", type=float, default=1.0,
                    help="weight of the layer-1 attention hint at B-reading queries (0 = off)")
     p.add_argument("--lr", type=float, default=3e-3)
