@@ -22,10 +22,9 @@ from kamera.models.base import Adapter
 from kamera.models.qwen_vl import QwenVLAdapter
 from kamera.models.text import TextAdapter
 from kamera.toy.render import CELL
-from kamera.toy.task import VARIANTS, TaskSpec
+from kamera.toy.task import DEFAULT_VARIANT, VARIANTS, TaskSpec
 
 WEIGHTS = Path(__file__).parent / "weights"
-DEFAULT_VARIANT = "image"  # what ``load()`` (and the registry's ``toy_binding``) gives
 TOY_FILE = "toy.json"  # the task spec and vocabulary the weights were trained with
 
 # 2 layers, hidden 128, 4 heads of 32, GQA with 2 KV heads (K/V width 64), MLP 256, RoPE, tied embeddings.
@@ -91,7 +90,7 @@ def check_variant(variant: str) -> None:
         raise ValueError(f"toy variant must be one of {VARIANTS}, got {variant!r}")
 
 
-def build(spec: TaskSpec, variant: str = "text") -> tuple[torch.nn.Module, WordTokenizer]:
+def build(spec: TaskSpec, variant: str) -> tuple[torch.nn.Module, WordTokenizer]:
     """A freshly initialised toy model and its tokenizer for ``spec`` (Qwen2, or Qwen2.5-VL for images)."""
     check_variant(variant)
     tok = WordTokenizer(spec.vocab())

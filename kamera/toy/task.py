@@ -17,15 +17,14 @@ first answer token).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Literal
 
 import numpy as np
 
 from kamera.spans import Span
 
-Kind = Literal["two_hop", "control", "control_b"]
 KINDS: tuple[str, ...] = ("two_hop", "control", "control_b")
 VARIANTS: tuple[str, ...] = ("text", "image")
+DEFAULT_VARIANT = "image"  # what ``items`` draws and ``kamera.toy.model.load()`` (the registry's ``toy_binding``) loads
 QUERY_WORD = {"two_hop": "Q2", "control": "QC", "control_b": "QB"}
 
 COLOURS = (
@@ -151,7 +150,7 @@ class ToyItem:
     world: World
     argument: str
     answer: str
-    variant: str = "text"
+    variant: str = DEFAULT_VARIANT
 
     @property
     def choices(self) -> tuple[str, ...]:
@@ -182,7 +181,7 @@ class ToyItem:
         ]
 
 
-def items(spec: TaskSpec, kind: str, n: int, seed: int = 0, variant: str = "text") -> list[ToyItem]:
+def items(spec: TaskSpec, kind: str, n: int, seed: int = 0, variant: str = DEFAULT_VARIANT) -> list[ToyItem]:
     """``n`` held-out items of one kind; item i depends only on (seed, kind, i), never on the training stream."""
     if kind not in KINDS:
         raise ValueError(f"query kind must be one of {KINDS}, got {kind!r}")

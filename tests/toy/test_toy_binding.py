@@ -16,7 +16,8 @@ import torch
 from kamera.models import load_model, place
 from kamera.models.qwen_vl import QwenVLAdapter
 from kamera.models.text import TextAdapter
-from kamera.spans import validate_spans
+from kamera.spans import Span, validate_spans
+from kamera.toy import render
 from kamera.toy.evaluate import KindReport, evaluate_kind
 from kamera.toy.model import DEFAULT_VARIANT, WEIGHTS, WordTokenizer, build, image_processor, load
 from kamera.toy.task import KINDS, VARIANTS, TaskSpec, World, items
@@ -116,6 +117,18 @@ def test_training_encodes_an_item_exactly_as_the_harness_does(variant):
     with torch.no_grad():
         last, _, _ = hidden(model.eval(), batch)
         torch.testing.assert_close(model.lm_head(last[0, -2]), adapter.forward(place(enc.spans)).logits, rtol=0, atol=1e-5)
+
+
+def test_image_cells_are_encoded_independently():
+    """The vision window is one cell: changing one cell of B changes that visual token only (no shortcut that
+    would put a location and its object in one token before the language model)."""
+    adapter = load(variant="image")
+    world = items(adapter.task, "two_hop", 1, variant="image")[0].world
+    cells = render.b_cells(world)
+    changed = [*cells[:5], render.BLANK, *cells[6:]]
+    a, b = (adapter.encode_span(Span("B", ("B:", render.grid(c, 2 * render.PAIRS_PER_ROW)))) for c in (cells, changed))
+    differs = (a.embeds - b.embeds).abs().amax(-1) > 0
+    assert differs.nonzero().flatten().tolist() == [1 + 1 + 5]  # "B:", <vision_start>, then cell 5
 
 
 def test_batches_follow_the_layout():
