@@ -53,21 +53,22 @@ def from_chunked(item) -> EvalItem:
     )
 
 
-def toy_items(n_items: int | None, seed: int, subset: str | None = None, variant: str = "text") -> list[EvalItem]:
-    """Held-out items of the toy binding task (``bench=binding``) for the shipped toy weights.
+def toy_items(adapter, n_items: int | None, seed: int, subset: str | None = None) -> list[EvalItem]:
+    """Held-out items of the toy binding task (``bench=binding``) in the form ``adapter`` was trained on.
 
+    ``adapter`` must be a toy model (it carries ``task`` and ``variant``: text words or drawn images);
     ``subset`` names the query kinds, comma-separated (two_hop, control, control_b; default two_hop);
     ``n_items`` items are drawn per kind.
     """
-    from kamera.toy.model import WEIGHTS, read_spec
     from kamera.toy.task import items
 
-    _, spec, _ = read_spec(WEIGHTS / variant)
+    if not hasattr(adapter, "task"):
+        raise ValueError(f"bench=binding needs a toy model (toy_binding, toy_binding_text), not {adapter.name}")
     out = []
     for kind in (subset or "two_hop").split(","):
-        for it in items(spec, kind.strip(), 64 if n_items is None else n_items, seed, variant):
+        for it in items(adapter.task, kind.strip(), 64 if n_items is None else n_items, seed, adapter.variant):
             out.append(EvalItem(
                 item_id=it.item_id, subset=it.kind, split="heldout", cluster_key=it.item_id, spans=it.spans,
-                choices=list(it.choices), gold=it.answer, meta={"variant": variant},
+                choices=list(it.choices), gold=it.answer, meta={"variant": adapter.variant},
             ))
     return out

@@ -113,6 +113,8 @@ def preflight(cfg: DictConfig) -> list[str]:
                 problems.append(f"model {e.name} ({e.family}) has no adapter yet: {e.notes or 'unverified family'}")
     except (UnknownModelError, CheckpointNotFoundError) as err:
         problems.append(str(err))
+    if cfg.bench.name == "binding" and not cfg.model.name.startswith("toy_"):
+        problems.append(f"bench=binding needs a toy model (toy_binding, toy_binding_text), not {cfg.model.name}")
     if cfg.bench.name not in ITEM_SOURCES:
         from kamera.data import BenchmarkDataMissing, get_benchmark
         from kamera.data.registry import resolve_root
@@ -139,7 +141,7 @@ def load_eval_items(cfg: DictConfig, adapter: Adapter) -> list[EvalItem]:
 
         module, func = ITEM_SOURCES[cfg.bench.name].split(":")
         source = getattr(importlib.import_module(module), func)
-        return source(n_items=cfg.n_items, seed=cfg.seed, subset=cfg.bench.subset, **cfg.bench.kwargs)
+        return source(adapter, n_items=cfg.n_items, seed=cfg.seed, subset=cfg.bench.subset, **cfg.bench.kwargs)
     from kamera.data import load_items
 
     def length(item) -> int:

@@ -190,8 +190,11 @@ MODELS: dict[str, ModelEntry] = {
         ModelEntry("tiny_deepseek_vl", "deepseek_vl", "MHA", DeepseekVLAdapter, "DeepseekVLForConditionalGeneration",
                    _deepseek_vl_config, _siglip_pixels),
         # ----- the embedded toy binding model (trained in-repo, weights shipped in kamera/toy) -----
-        ModelEntry("toy_binding", "text", "GQA", None, "Qwen2ForCausalLM", loader="kamera.toy.model:load",
-                   notes="2-layer Qwen2 trained on the binding task; see kamera/toy"),
+        ModelEntry("toy_binding", "qwen2_5_vl", "GQA", None, "Qwen2_5_VLForConditionalGeneration",
+                   loader="kamera.toy.model:load_image",
+                   notes="A and B drawn as images through a tiny Qwen2.5-VL tower, M-RoPE; trained in-repo (kamera/toy)"),
+        ModelEntry("toy_binding_text", "text", "GQA", None, "Qwen2ForCausalLM", loader="kamera.toy.model:load_text",
+                   notes="2-layer Qwen2 trained on the binding task with A and B as words (kamera/toy)"),
         # ----- the paper's checkpoints (local copies only) -----
         ModelEntry("qwen2_5_vl_7b", "qwen2_5_vl", "GQA", QwenVLAdapter, "Qwen2_5_VLForConditionalGeneration",
                    hf_id="Qwen/Qwen2.5-VL-7B-Instruct", chat=QWEN_CHAT),
