@@ -17,13 +17,16 @@ define sweep
 	$(PYTHON) -m kamera.run -m experiment=$(1) $(launch) $(ARGS)
 endef
 
-.PHONY: help test lint bench table3 fig5 demo manifest sync
+.PHONY: help test test-slow lint bench table3 fig5 demo manifest sync
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
 
-test: lint ## run the test suite (CPU) and ruff
-	$(PYTHON) -m pytest
+test: lint ## run the test suite (CPU, a few minutes) and ruff; excludes the slow toy retrains
+	$(PYTHON) -m pytest -m "not slow"
+
+test-slow: ## retrain the toy binding models from their committed configs and check the gates (~7 + 17 min)
+	$(PYTHON) -m pytest -m slow
 
 lint: ## ruff over the package, experiments, scripts and tests
 	$(PYTHON) -m ruff check kamera experiments scripts tests

@@ -31,6 +31,7 @@ from kamera.models import (
     entry,
     load_model,
 )
+from kamera.models.registry import weights_fingerprint
 from kamera.progress import Progress
 from kamera.store import Shard, config_hash
 from kamera.sweep import CONF_DIR, to_dict
@@ -76,7 +77,7 @@ def arm_specs(labels: list[str]) -> list[ArmSpec]:
 def result_config(cfg: DictConfig) -> dict:
     """The keys that define a job's numbers (and so its hash); operational keys are left out."""
     return {
-        "model": {"name": cfg.model.name, "dtype": cfg.model.dtype},
+        "model": {"name": cfg.model.name, "dtype": cfg.model.dtype, "weights": weights_fingerprint(cfg.model.name)},
         "bench": {
             "name": cfg.bench.name,
             "subset": cfg.bench.subset,

@@ -236,3 +236,12 @@ def test_an_arm_that_refuses_the_family_is_skipped_with_its_reason(tmp_path):
     assert set(pd.read_parquet(path)["arm"]) == {"blind"}
     refusals = json.loads(path.with_suffix(".json").read_text())["complete"]["refusals"]
     assert refusals[0]["arm"] == "shadowkv_r16" and "MLA" in refusals[0]["reason"]
+
+
+def test_hash_follows_shipped_weights(tmp_path):
+    from kamera.models.registry import weights_fingerprint
+
+    image, text = weights_fingerprint("toy_binding"), weights_fingerprint("toy_binding_text")
+    assert len(image) == 12 and image != text and weights_fingerprint("tiny_kimi") is None
+    rc = runner.result_config(job_config(tmp_path, "testbed=toy_binding"))
+    assert rc["model"]["weights"] == image

@@ -9,6 +9,7 @@ command that fetches it.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 from collections.abc import Callable
@@ -83,6 +84,7 @@ class ModelEntry:
     chat: tuple[str, str] | None = None
     notes: str = ""
     loader: str | None = None  # "module:function" building the adapter itself (shipped weights)
+    weights: str | None = None  # shipped weights, relative to the kamera package (fingerprinted into job hashes)
 
     @property
     def kind(self) -> str:
@@ -191,9 +193,10 @@ MODELS: dict[str, ModelEntry] = {
                    _deepseek_vl_config, _siglip_pixels),
         # ----- the embedded toy binding model (trained in-repo, weights shipped in kamera/toy) -----
         ModelEntry("toy_binding", "qwen2_5_vl", "GQA", None, "Qwen2_5_VLForConditionalGeneration",
-                   loader="kamera.toy.model:load_image",
+                   loader="kamera.toy.model:load_image", weights="toy/weights/image",
                    notes="A and B drawn as images through a tiny Qwen2.5-VL tower, M-RoPE; trained in-repo (kamera/toy)"),
         ModelEntry("toy_binding_text", "text", "GQA", None, "Qwen2ForCausalLM", loader="kamera.toy.model:load_text",
+                   weights="toy/weights/text",
                    notes="2-layer Qwen2 trained on the binding task with A and B as words (kamera/toy)"),
         # ----- the paper's checkpoints (local copies only) -----
         ModelEntry("qwen2_5_vl_7b", "qwen2_5_vl", "GQA", QwenVLAdapter, "Qwen2_5_VLForConditionalGeneration",
@@ -217,6 +220,18 @@ MODELS: dict[str, ModelEntry] = {
                    hf_id="HuggingFaceTB/SmolVLM2-2.2B-Instruct"),
     ]
 }
+
+
+def weights_fingerprint(name: str) -> str | None:
+    """sha256 (12 hex) of a model's shipped weight files, so retrained weights never reuse old rows."""
+    e = entry(name)
+    if e.weights is None:
+        return None
+    digest = hashlib.sha256()
+    for f in sorted((Path(__file__).resolve().parent.parent / e.weights).glob("*")):
+        digest.update(f.name.encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def model_names(kind: str | None = None) -> list[str]:
