@@ -62,7 +62,7 @@ def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
         ax.set_xlabel("patch rank m")
         ax.set_ylabel("KL to re-prefill (mean over items)")
         ax.set_title(title + " (dashed: blind reuse)")
-        ax.legend(loc="lower left")
+        ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
 
 
