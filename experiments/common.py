@@ -7,6 +7,7 @@ nothing here loads a model or runs a forward.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import matplotlib
@@ -17,6 +18,7 @@ import pandas as pd
 
 from kamera.metrics import bootstrap_ci
 from kamera.store import atomic_write_text, load_rows
+from kamera.track import Tracker
 
 ROOT = Path(__file__).resolve().parent.parent
 STYLE = ROOT / "figures" / "paper.mplstyle"
@@ -34,9 +36,20 @@ PAPER_FIG5_MLA_BLIND_FLOOR = 0.44  # Kimi-VL blind-reuse KL in Fig. 5
 def cli(description: str, default_group: str) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--group", default=default_group, help="results/raw/<group> to read")
-    ap.add_argument("--results", default=str(ROOT / "results" / "raw"))
+    ap.add_argument("--results", default=os.environ.get("KAMERA_RESULTS", str(ROOT / "results" / "raw")))
     ap.add_argument("--out", default=None, help="output stem (default: results/tables/<group> or figures/<group>)")
+    ap.add_argument("--tracking", default=os.environ.get("KAMERA_TRACKING", "disabled"),
+                    choices=["disabled", "offline", "online"], help="also log the outputs to wandb (group = --group)")
     return ap.parse_args()
+
+
+def publish(args: argparse.Namespace, paths: list[Path]) -> None:
+    """Print where the outputs went and, with tracking on, attach them to a wandb run of the group."""
+    print("wrote " + ", ".join(str(p) for p in paths))
+    tracker = Tracker.start(args.tracking, "kamera", args.group, f"render-{args.group}", {"group": args.group},
+                            ROOT / "outputs" / "wandb")
+    tracker.log_files(paths)
+    tracker.finish()
 
 
 def read_rows(results: str | Path, group: str) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from experiments.common import (
     ROOT,
     STYLE,
     cli,
+    publish,
     read_rows,
     save_figure,
     write_text,
@@ -91,7 +92,7 @@ def main() -> None:
     stem = Path(args.out) if args.out else ROOT / "figures" / args.group
     md, paths = render(read_rows(args.results, args.group), args.group, stem)
     print(md)
-    print("wrote " + ", ".join(str(p) for p in paths))
+    publish(args, paths)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import PAPER_TABLE3, ROOT, ci_cell, cli, read_rows, write_text
+from experiments.common import PAPER_TABLE3, ROOT, ci_cell, cli, publish, read_rows, write_text
 
 ARM_ORDER = ["reprefill", "blind", "patch_r16", "patch_r64"]
 
@@ -83,7 +83,7 @@ def main() -> None:
     stem = Path(args.out) if args.out else ROOT / "results" / "tables" / args.group
     md, paths = render(read_rows(args.results, args.group), args.group, stem)
     print(md)
-    print("wrote " + ", ".join(str(p) for p in paths))
+    publish(args, paths)
 
 
 if __name__ == "__main__":
