@@ -261,6 +261,9 @@ def run(cfg: DictConfig) -> Path:
         try:
             for it in todo:
                 rows = evaluate_item(adapter, it, specs, cfg, keys, refusals)
+                if not rows:
+                    progress.step(f"no arm served item {it.item_id}")
+                    continue
                 n = shard.append(rows)
                 tracker.log({f"{r['arm']}/{m}": r[m] for r in rows for m in ("kl", "correct")}, step=progress.done)
                 progress.step(f"{n} rows in {shard.path}")
