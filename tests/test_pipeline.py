@@ -245,3 +245,24 @@ def test_hash_follows_shipped_weights(tmp_path):
     assert len(image) == 12 and image != text and weights_fingerprint("tiny_kimi") is None
     rc = runner.result_config(job_config(tmp_path, "testbed=toy_binding"))
     assert rc["model"]["weights"] == image
+
+
+def test_plain_sbatch_array_writes_the_same_shard_as_hydra(tmp_path):
+    """SLURM/array.sbatch runs one manifest line (srun faked) into the store a Hydra job would use."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/sh\nexec "$@"\n')
+    (bin_dir / "srun").chmod(0o755)
+    overrides = ["model=tiny_llava", "arms=[blind,patch_r8]", "n_items=1",
+                 f"paths.results={tmp_path}/raw", f"paths.outputs={tmp_path}/out"]
+    manifest = tmp_path / "jobs.txt"
+    manifest.write_text("model=tiny_kimi n_items=1\n" + " ".join(overrides) + "\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_ARRAY_TASK_ID": "1",
+           "SLURM_ARRAY_JOB_ID": "77", "KAMERA_VENV": sys.prefix, "KAMERA_DEVICE": "cpu", "WANDB_MODE": "disabled"}
+    proc = subprocess.run(["bash", "SLURM/array.sbatch", str(manifest)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = load_rows(tmp_path / "raw")
+    assert set(rows["model"]) == {"tiny_llava"} and len(rows) == 2  # line 2 ran, line 1 did not
+    expected = config_hash(runner.result_config(job_config(tmp_path, *overrides[:3])))
+    assert set(rows["config_hash"]) == {expected}
