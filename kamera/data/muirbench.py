@@ -112,20 +112,8 @@ def write_fixture(root: Path, n: int = 3, seed: int = 0) -> Path:
     image options (both excluded by the recipe); each eligible item has an unanswerable counterpart id."""
     import datasets
 
-    recs: dict[str, list] = {
-        k: []
-        for k in (
-            "idx",
-            "task",
-            "image_relation",
-            "image_type",
-            "question",
-            "options",
-            "answer",
-            "image_list",
-            "counterpart_idx",
-        )
-    }
+    text_fields = ("idx", "task", "image_relation", "image_type", "question", "answer", "counterpart_idx")
+    recs: dict[str, list] = {k: [] for k in (*text_fields, "options", "image_list")}
     for i in range(n + 2):
         n_img = 1 if i == n else 2 + (i + seed) % 3
         tagged = i % 2 == 0
@@ -154,18 +142,7 @@ def write_fixture(root: Path, n: int = 3, seed: int = 0) -> Path:
             recs[k].append(v)
     features = datasets.Features(
         {
-            **{
-                k: datasets.Value("string")
-                for k in (
-                    "idx",
-                    "task",
-                    "image_relation",
-                    "image_type",
-                    "question",
-                    "answer",
-                    "counterpart_idx",
-                )
-            },
+            **{k: datasets.Value("string") for k in text_fields},
             "options": datasets.List(datasets.Value("string")),
             "image_list": datasets.List(datasets.Image()),
         }
