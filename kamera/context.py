@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Literal
 
 import torch
+from transformers import DynamicCache
 
 from kamera.core import ChunkKV, Deficit, Patch, deficit, relocate
 from kamera.metrics import kl
@@ -144,7 +145,7 @@ class ReuseContext:
         return self._patches[granularity]
 
     # ----- splice and query --------------------------------------------------------------------
-    def splice(self, b_kv: ChunkKV, context: list[ChunkKV] | None = None) -> torch.nn.Module:
+    def splice(self, b_kv: ChunkKV, context: list[ChunkKV] | None = None) -> DynamicCache:
         """A fresh cache: prefix/A KV ∥ the arm's B KV (B must sit at its native positions)."""
         if not torch.equal(b_kv.positions, self.native_positions(self.b)):
             raise ValueError("B's KV is not at its native positions; relocate it by δ before splicing")
