@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from kamera.arms import Arm, ArmRefusal, UnknownArmError, make_arm
 from kamera.context import ReuseContext
 from kamera.items import EvalItem, from_chunked
-from kamera.metrics import choice_argmax, e90_over_nb, eta, flipped, kl, recovered
+from kamera.metrics import E90_COLUMNS, choice_argmax, e90_columns, eta, flipped, kl, recovered
 from kamera.models import (
     Adapter,
     CheckpointNotFoundError,
@@ -174,13 +174,10 @@ def evaluate_item(
     ctx = ReuseContext(adapter, item.spans(), canonical_context=cfg.canonical_context)
     ref, blind = ctx.reprefill_logits, ctx.blind.logits
     choice_ids = adapter.letter_ids(item.choices) if item.choices is not None else None
-    kl_blind = kl(ref, blind)
+    kl_blind = kl(ref, blind, what=f"re-prefill ‖ blind, item {item.item_id}")
     oracle = ctx.oracle.logits if any(s.arm.name == "oracle4d" for s in specs) else None
-    e90 = math.nan
-    if any(s.arm.name == "patch" for s in specs):
-        sv = {(l, spec.name): blocks[0].s for l, chans in enumerate(ctx.patch.factors)
-              for blocks, spec in zip(chans, ctx.patch.specs, strict=True)}
-        e90 = e90_over_nb(sv, ctx.n_b)
+    has_patch = any(s.arm.name == "patch" for s in specs)
+    e90 = e90_columns(ctx.patch, ctx.conditioned) if has_patch else dict.fromkeys(E90_COLUMNS, math.nan)
     shared = time.perf_counter() - t0
     page = ctx.page_bytes()
     did_flip = flipped(blind, ref, choice_ids)
@@ -195,7 +192,8 @@ def evaluate_item(
             refusals[(s.label, str(why))] += 1
             continue
         pred, correct = _prediction(adapter, item, res.out, choice_ids, cfg.max_new_tokens)
-        k = kl(ref, res.out.logits)
+        pair = f"{s.label}, item {item.item_id}"
+        k = kl(ref, res.out.logits, what=f"re-prefill ‖ {pair}")
         rank = res.params.get("rank", math.nan)  # patch, orbit and shadowkv arms carry a rank knob
         rows.append({
             **keys,
@@ -204,12 +202,12 @@ def evaluate_item(
             "rank": float("nan" if rank is None else rank),
             "effective_rank": float(res.params.get("effective_rank", math.nan)),
             "n_b": ctx.n_b, "delta": ctx.delta,
-            "kl": k, "kl_blind": kl_blind, "eta": eta(k, kl_blind, cfg.eta_floor),
-            "kl_oracle": kl(oracle, res.out.logits) if oracle is not None else math.nan,
+            "kl": k, "kl_blind": kl_blind, "eta": eta(k, kl_blind, cfg.eta_floor, what=f"η of {pair}"),
+            "kl_oracle": kl(oracle, res.out.logits, what=f"oracle ‖ {pair}") if oracle is not None else math.nan,
             "flip": did_flip, "recovered": recovered(res.out.logits, ref, choice_ids),
             "pred": pred, "gold": item.gold, "correct": correct, "n_choices": len(item.choices or []),
             "bytes": int(res.bytes), "bytes_frac": res.bytes / page,
-            "e90_nb": e90, "seconds": time.perf_counter() - t, "shared_seconds": shared,
+            **e90, "seconds": time.perf_counter() - t, "shared_seconds": shared,
         })
     return rows
 

@@ -7,7 +7,8 @@ same per-layer-channel SVD as the patch) and applied to R(δ)·KV(B|∅) in the 
 whose re-prefill is the reference.
 
 Knobs and choices:
-- ``rank`` m (default 16; None = full).
+- ``rank`` m (default 16; None = full) of the content channel, and ``rotary_rank`` of the rotary one
+  ("auto": m on GQA / MHA, ⌈m/4⌉ on MLA's k_pe), as for the patch arm (:mod:`kamera.arms.patch`).
 - ``hold_out`` (default True): the item's own ordering of A is left out of the orbit, so the patch is
   tested on an ordering it never saw. Items with a single A chunk have no other ordering and are
   refused at run time.
@@ -28,6 +29,7 @@ import random
 from dataclasses import dataclass
 
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
+from kamera.arms.patch import AUTO, check_rotary_rank, patch_columns, rotary_suffix, truncated
 from kamera.arms.tokens import check_count
 from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Patch, deficit, orbit_mean
@@ -58,6 +60,7 @@ def conditioned_in_order(ctx: ReuseContext, order: Ordering) -> ChunkKV:
 class OrbitPatch(Arm):
     name = "orbit"
     rank: int | None = 16
+    rotary_rank: int | str | None = AUTO
     hold_out: bool = True
     exhaustive_up_to: int = 4
     samples: int = 24
@@ -66,6 +69,7 @@ class OrbitPatch(Arm):
 
     def __post_init__(self) -> None:
         check_count(self.name, "rank", self.rank, allow_none=True)
+        check_rotary_rank(self.name, self.rotary_rank)
         check_count(self.name, "exhaustive_up_to", self.exhaustive_up_to)
         check_count(self.name, "samples", self.samples)
         check_count(self.name, "seed", self.seed)
@@ -74,7 +78,7 @@ class OrbitPatch(Arm):
 
     @property
     def label(self) -> str:
-        base = "orbit_full" if self.rank is None else f"orbit_r{self.rank}"
+        base = ("orbit_full" if self.rank is None else f"orbit_r{self.rank}") + rotary_suffix(self.rotary_rank)
         return base + ("" if self.hold_out else "_incl")
 
     def orbit(self, k: int) -> tuple[list[Ordering], bool]:
@@ -118,13 +122,14 @@ class OrbitPatch(Arm):
             deficits = [deficit(conditioned_in_order(ctx, o), ctx.relocated) for o in chosen]
             return Patch.form(orbit_mean(deficits), "layer", dtype=ctx.adapter.dtype)
 
-        patch = shared(ctx, f"orbit_patch:{sorted(chosen)}", make).truncate(self.rank)
+        patch = truncated(shared(ctx, f"orbit_patch:{sorted(chosen)}", make), self.rank, self.rotary_rank,
+                          ctx.adapter.attention)
         out = ctx.query(patch.apply(ctx.relocated), tag=self.name)
         params = {
             **self.params(),
             "n_a": k,
             "n_orderings": len(chosen),
             "exhaustive": exhaustive,
-            "effective_rank": patch.effective_rank,
+            **patch_columns(patch),
         }
         return ArmOutput(out, patch.nbytes(), params)

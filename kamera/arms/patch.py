@@ -1,8 +1,12 @@
 """The Kamera conditioning patch: R(δ)·KV(B|∅) + (UΣ)_m V_mᵀ (paper Eq. 1, §3, App. A).
 
-Knobs: ``rank`` m (None = full), ``layers`` ("all", "deep_half", or explicit indices), and
-``granularity`` ("layer": one SVD per layer-channel, the paper's default; "head": one per KV head).
-All ranks and layer sets of a sweep share one SVD per item (cached on the context).
+Knobs: ``rank`` m (None = full) of the content channel (V, MLA c_KV), the "m" of every table and
+figure; ``rotary_rank`` of the rotary channel (K, MLA k_pe): ``"auto"`` (default) is m on GQA / MHA
+(K and V "both carry binding", App. A) and ⌈m/4⌉ on MLA's 64-wide k_pe band (§3, "a small added
+k_pe-band patch"; see :func:`kamera.core.default_rotary_rank`), or an int / None to set it;
+``layers`` ("all", "deep_half", or explicit indices); ``granularity`` ("layer": one SVD per
+layer-channel, the paper's default; "head": one per KV head). All ranks and layer sets of a sweep
+share one SVD per item (cached on the context).
 """
 
 from __future__ import annotations
@@ -10,10 +14,41 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamera.arms.base import Arm, ArmOutput, register
+from kamera.arms.tokens import check_count
 from kamera.context import ReuseContext
-from kamera.core import deepest
+from kamera.core import Patch, deepest, default_rotary_rank
 
 LAYER_SETS = ("all", "deep_half")
+AUTO = "auto"
+
+
+def check_rotary_rank(arm: str, value) -> None:
+    """``rotary_rank`` is "auto", None (full) or a non-negative int."""
+    if value != AUTO:
+        check_count(arm, "rotary_rank", value, allow_none=True)
+
+
+def truncated(patch: Patch, rank: int | None, rotary_rank: int | str | None, attention: str) -> Patch:
+    """``patch`` viewed at content rank m and its rotary rank ("auto": the family's default)."""
+    rr = default_rotary_rank(rank, attention) if rotary_rank == AUTO else rotary_rank
+    return patch.truncate(rank, rotary_rank=rr)
+
+
+def rotary_suffix(rotary_rank: int | str | None) -> str:
+    """Label suffix of a rotary rank set by hand ("" for the default)."""
+    if rotary_rank == AUTO:
+        return ""
+    return "_rrfull" if rotary_rank is None else f"_rr{rotary_rank}"
+
+
+def patch_columns(patch: Patch) -> dict:
+    """What a row says about the patch it applied: ranks per channel role, storage dtype, bytes per channel."""
+    return {
+        "effective_rank": patch.effective_rank,
+        "effective_rotary_rank": patch.effective_rotary_rank,
+        "patch_dtype": str(patch.dtype).removeprefix("torch."),
+        "bytes_by_channel": patch.nbytes_by_channel(),
+    }
 
 
 @register
@@ -21,12 +56,13 @@ LAYER_SETS = ("all", "deep_half")
 class PatchArm(Arm):
     name = "patch"
     rank: int | None = 16
+    rotary_rank: int | str | None = AUTO
     layers: str | list[int] = "all"
     granularity: str = "layer"
 
     def __post_init__(self) -> None:
-        if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0):
-            raise ValueError(f"patch rank must be a non-negative int or None (full), got {self.rank!r}")
+        check_count(self.name, "rank", self.rank, allow_none=True)
+        check_rotary_rank(self.name, self.rotary_rank)
         if isinstance(self.layers, str) and self.layers not in LAYER_SETS:
             raise ValueError(f"patch layers must be one of {LAYER_SETS} or a list of indices, got {self.layers!r}")
         if self.granularity not in ("layer", "head"):
@@ -34,7 +70,7 @@ class PatchArm(Arm):
 
     @property
     def label(self) -> str:
-        base = "patch_full" if self.rank is None else f"patch_r{self.rank}"
+        base = ("patch_full" if self.rank is None else f"patch_r{self.rank}") + rotary_suffix(self.rotary_rank)
         if self.layers == "deep_half":
             base += "_deep"
         elif not isinstance(self.layers, str):
@@ -42,11 +78,11 @@ class PatchArm(Arm):
         return base + ("_head" if self.granularity == "head" else "")
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
-        patch = ctx.patch_for(self.granularity).truncate(self.rank)
+        patch = truncated(ctx.patch_for(self.granularity), self.rank, self.rotary_rank, ctx.adapter.attention)
         if self.layers == "deep_half":
             patch = patch.restrict(deepest(patch.n_layers))
         elif not isinstance(self.layers, str):
             patch = patch.restrict(self.layers)
         out = ctx.query(patch.apply(ctx.relocated), tag="patch")
-        params = {**self.params(), "effective_rank": patch.effective_rank, "patched_layers": list(patch.patched_layers)}
+        params = {**self.params(), **patch_columns(patch), "patched_layers": list(patch.patched_layers)}
         return ArmOutput(out, patch.nbytes(), params)

@@ -5,7 +5,16 @@ cache into a :class:`ChunkKV` and write one back.
 """
 
 from kamera.core.chunk import ChannelSpec, ChunkKV, concat, max_abs_diff, max_rel_diff, relocate
-from kamera.core.patch import Deficit, Factors, Patch, deepest, deficit, orbit_mean, singular_values
+from kamera.core.patch import (
+    Deficit,
+    Factors,
+    Patch,
+    deepest,
+    default_rotary_rank,
+    deficit,
+    orbit_mean,
+    singular_values,
+)
 from kamera.core.rope import RotarySpec, rotate
 
 __all__ = [
@@ -17,6 +26,7 @@ __all__ = [
     "RotarySpec",
     "concat",
     "deepest",
+    "default_rotary_rank",
     "deficit",
     "max_abs_diff",
     "max_rel_diff",

@@ -97,12 +97,21 @@ class Factors:
     def full_rank(self) -> int:
         return int(self.s.numel())
 
-    def product(self, m: int) -> torch.Tensor:
-        """(UΣ)_m V_mᵀ in float32, [n, heads·dim]."""
-        return self.us[:, :m].float() @ self.vt[:m].float()
-
     def nbytes(self, m: int) -> int:
         return min(m, self.full_rank) * (self.us.shape[0] + self.vt.shape[1]) * self.us.element_size()
+
+    def add(self, x: torch.Tensor, m: int, in_place: bool) -> torch.Tensor:
+        """x + (UΣ)_m V_mᵀ for x [n, heads·dim]: one matmul-accumulate, into x itself when ``in_place``.
+
+        Factors in x's dtype: the GEMM runs in that dtype (accumulating in float32 for bf16 / fp16)
+        and rounds once. Factors of another dtype: computed in the wider of the two, rounded once.
+        """
+        us, vt = self.us[:, :m], self.vt[:m]
+        if us.dtype == x.dtype and us.device == x.device:
+            return x.addmm_(us, vt) if in_place else torch.addmm(x, us, vt)
+        work = torch.promote_types(us.dtype, x.dtype)
+        out = torch.addmm(x.to(work), us.to(x.device, work), vt.to(x.device, work)).to(x.dtype)
+        return x.copy_(out) if in_place else out
 
 
 def _svd(matrix: torch.Tensor, heads: int, dtype: torch.dtype) -> Factors:
@@ -111,14 +120,39 @@ def _svd(matrix: torch.Tensor, heads: int, dtype: torch.dtype) -> Factors:
     return Factors((u * s).to(dtype), s.float(), vt.to(dtype), heads)
 
 
+def default_rotary_rank(m: int | None, attention: str) -> int | None:
+    """The rank of the rotary channel that goes with content rank m (None = full stays full).
+
+    MLA: ⌈m/4⌉ on the 64-wide k_pe band. The paper (§3): the latent c_KV alone leaves a residual
+    (≈ 8× the floor) that "a small added k_pe-band patch" closes, and the patch costs ≈ 6% / 25% of
+    the page at rank 16 / 64 "on either layout"; with c_KV 512 and k_pe 64 at n_B = 576, k_pe at
+    ⌈m/4⌉ gives 6.0% / 24.1%, k_pe at m gives 8.3% / 33.3%. GQA / MHA: m, since K and V "both
+    carry binding" (App. A patches K and V with the same rank) and then 6% / 25% hold as well.
+    """
+    if m is None or attention != "MLA":
+        return m
+    return math.ceil(m / 4)
+
+
+def _check_rank(m: int | None, what: str) -> None:
+    if m is None:
+        return
+    if isinstance(m, bool) or not isinstance(m, int):
+        raise TypeError(f"{what} must be an int or None, got {type(m).__name__}")
+    if m < 0:
+        raise ValueError(f"{what} must be ≥ 0, got {m}")
+
+
 @dataclass(eq=False)
 class Patch:
     """A conditioning patch: full SVD factors per layer and channel, viewed at a rank and on a layer subset.
 
     ``factors[l][c]`` is a tuple of blocks (one per layer-channel, or one per KV head). ``rank`` is the
-    requested rank (None = full) and ``layers`` the layers that carry the patch; both are views, so a
-    rank or depth sweep never re-decomposes. Factors are stored in ``dtype`` (the model's), so the
-    byte count is what a deployment stores.
+    requested rank of the content channels (V, MLA c_KV: the paper's m) and ``rotary_rank`` that of
+    the rotary channels (K, MLA k_pe), None = full; ``layers`` the layers that carry the patch. All
+    three are views, so a rank or depth sweep never re-decomposes. Factors are stored in ``dtype``
+    (the model's), so the byte count is what a deployment stores; a full-rank patch is exact only
+    to that dtype's rounding (bf16 factors: about 3 significant digits).
     """
 
     specs: tuple[ChannelSpec, ...]
@@ -126,6 +160,7 @@ class Patch:
     positions: torch.Tensor
     granularity: Granularity = "layer"
     rank: int | None = None
+    rotary_rank: int | None = None
     layers: tuple[int, ...] | None = None
 
     @classmethod
@@ -155,6 +190,11 @@ class Patch:
         return len(self.factors)
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The storage dtype of the factors (the model's, unless ``form`` was told otherwise)."""
+        return self.factors[0][0][0].us.dtype
+
+    @property
     def patched_layers(self) -> tuple[int, ...]:
         return tuple(range(self.n_layers)) if self.layers is None else self.layers
 
@@ -163,23 +203,42 @@ class Patch:
         """The largest rank any block supports: min(n_B, width) of the widest channel."""
         return max(b.full_rank for chans in self.factors for blocks in chans for b in blocks)
 
+    def channel_rank(self, channel: int) -> int:
+        """The rank applied to channel ``channel``: its requested rank clamped to its blocks' full rank."""
+        spec = self.specs[channel]
+        m = self.rank if spec.rotary is None else self.rotary_rank
+        full = max(blocks[channel][0].full_rank for blocks in self.factors)
+        return full if m is None else min(m, full)
+
+    def _role_rank(self, rotary: bool) -> int:
+        ranks = [self.channel_rank(c) for c, s in enumerate(self.specs) if (s.rotary is not None) == rotary]
+        return max(ranks, default=0)
+
     @property
     def effective_rank(self) -> int:
-        """The rank actually applied (the requested rank clamped to ``full_rank``)."""
-        return self.full_rank if self.rank is None else min(self.rank, self.full_rank)
+        """The rank applied to the content channels (V, MLA c_KV): the "m" of the tables and figures."""
+        return self._role_rank(rotary=False)
 
-    def truncate(self, m: int | None) -> Patch:
-        """The top-m patch (None = full rank); a rank above full rank is clamped with a one-time warning."""
-        if m is not None:
-            if isinstance(m, bool) or not isinstance(m, int):
-                raise TypeError(f"patch rank must be an int or None, got {type(m).__name__}")
-            if m < 0:
-                raise ValueError(f"patch rank must be ≥ 0, got {m}")
-            full = self.full_rank
-            if m > full and (m, full) not in _warned_clamps:
-                _warned_clamps.add((m, full))
-                log.warning("patch rank %d exceeds min(n_B, width) = %d; clamped to full rank %d", m, full, full)
-        return replace(self, rank=m)
+    @property
+    def effective_rotary_rank(self) -> int:
+        """The rank applied to the rotary channels (K, MLA k_pe)."""
+        return self._role_rank(rotary=True)
+
+    def truncate(self, m: int | None, rotary_rank: int | Literal["same"] | None = "same") -> Patch:
+        """The top-m patch (None = full rank), views only; a rank above full rank is clamped with a one-time warning.
+
+        ``rotary_rank`` is the rank of the rotary channels: ``"same"`` (default) gives them m as well,
+        the GQA / MHA rule; MLA callers pass :func:`default_rotary_rank` (⌈m/4⌉ on k_pe).
+        """
+        rotary_rank = m if rotary_rank == "same" else rotary_rank
+        _check_rank(m, "patch rank")
+        _check_rank(rotary_rank, "rotary patch rank")
+        full = self.full_rank
+        for r in (m, rotary_rank):
+            if r is not None and r > full and (r, full) not in _warned_clamps:
+                _warned_clamps.add((r, full))
+                log.warning("patch rank %d exceeds min(n_B, width) = %d; clamped to full rank %d", r, full, full)
+        return replace(self, rank=m, rotary_rank=rotary_rank)
 
     def restrict(self, layers: Iterable[int]) -> Patch:
         """The patch on a layer subset only (e.g. ``deepest(n_layers)``); other layers reuse R(δ)·KV(B|∅)."""
@@ -207,29 +266,60 @@ class Patch:
         return replace(self, factors=factors, positions=self.positions + int(delta))
 
     # ----- use ---------------------------------------------------------------------------------
-    def apply(self, base: ChunkKV) -> ChunkKV:
-        """R(δ)·KV(B|∅) + (UΣ)_m V_mᵀ; ``base`` must be the relocated canonical at the patch's positions."""
-        if base.n_tokens != self.n_tokens or not torch.equal(base.positions, self.positions):
+    def apply(self, base: ChunkKV, delta: int = 0) -> ChunkKV:
+        """R(δ)·base + (UΣ)_m V_mᵀ per patched layer-channel: Eq. 1 with zero forwards.
+
+        ``delta`` = 0 (default): ``base`` is the relocated canonical R(δ)·KV(B|∅), already at the
+        patch's positions. ``delta`` ≠ 0: ``base`` is the canonical δ positions before them, and the
+        relocation is fused in: each rotary channel is rotated into a fresh tensor and the patch is
+        added into it in place; equal to ``apply(relocate(base, delta))`` to float rounding.
+        Each patched layer-channel costs one matmul-accumulate in the storage dtype (per KV head
+        at ``"head"`` granularity); ``base`` is never written, and channels neither rotated nor
+        patched are shared with it, not copied.
+        """
+        delta = int(delta)
+        if base.n_tokens != self.n_tokens or not torch.equal(base.positions + delta, self.positions):
             raise ValueError("patch and canonical KV are at different positions: relocate one onto the other first")
         if [s.name for s in base.specs] != [s.name for s in self.specs]:
             raise ValueError("patch and chunk have different channel layouts")
-        m = self.effective_rank
-        layers = list(base.layers)
-        if m == 0:
-            return base.with_layers(layers)
-        for l in self.patched_layers:
+        ranks = [self.channel_rank(c) for c in range(len(self.specs))]
+        patched = set(self.patched_layers)
+        layers = []
+        for l, chans in enumerate(base.layers):
             new = []
-            for t, blocks in zip(base.layers[l], self.factors[l], strict=True):
-                # one block [n, heads·dim] per layer-channel, or one [n, dim] block per head
-                corr = torch.stack([b.product(m) for b in blocks], dim=1)
-                new.append((t.float() + corr.reshape(t.shape).to(t.device)).to(t.dtype))
-            layers[l] = tuple(new)
-        return base.with_layers(layers)
+            for c, (t, spec) in enumerate(zip(chans, self.specs, strict=True)):
+                m = ranks[c] if l in patched else 0
+                if delta and spec.rotary is not None:
+                    new.append(self._add(rotate(t, delta, spec.rotary), l, c, m, in_place=True))
+                else:
+                    new.append(self._add(t, l, c, m, in_place=False))
+            layers.append(tuple(new))
+        return ChunkKV(base.specs, layers, self.positions)
+
+    def _add(self, t: torch.Tensor, layer: int, channel: int, m: int, in_place: bool) -> torch.Tensor:
+        """t [n, heads, dim] plus the rank-m patch of one layer-channel (``t`` itself when m = 0)."""
+        if m == 0:
+            return t
+        blocks = self.factors[layer][channel]
+        if not t.is_contiguous():  # a fresh contiguous copy, ours to write into
+            t, in_place = t.contiguous(), True
+        if len(blocks) == 1:  # one block per layer-channel: [n, heads·dim]
+            return blocks[0].add(t.view(t.shape[0], -1), m, in_place).view(t.shape)
+        out = t if in_place else t.clone()
+        for h, b in enumerate(blocks):  # "head" granularity: one [n, dim] block per KV head
+            b.add(out[:, h], m, in_place=True)
+        return out
+
+    def nbytes_by_channel(self) -> dict[str, int]:
+        """Stored bytes per channel: Σ over patched layers and blocks of r_c·(n_B + block width), r_c its rank."""
+        return {
+            spec.name: sum(b.nbytes(self.channel_rank(c)) for l in self.patched_layers for b in self.factors[l][c])
+            for c, spec in enumerate(self.specs)
+        }
 
     def nbytes(self) -> int:
-        """Stored bytes: Σ over patched layer-channel blocks of m·(n_B + block width) in the storage dtype."""
-        m = self.effective_rank
-        return sum(b.nbytes(m) for l in self.patched_layers for blocks in self.factors[l] for b in blocks)
+        """Stored bytes of the whole patch in the storage dtype (both channels)."""
+        return sum(self.nbytes_by_channel().values())
 
     def bytes_fraction(self, page: ChunkKV) -> float:
         """Patch bytes as a fraction of B's full KV page in the model's own layout."""
@@ -237,10 +327,10 @@ class Patch:
 
     def energy_captured(self) -> dict[tuple[int, str], float]:
         """Per patched (layer, channel): fraction of ‖Δ‖² the kept rank captures (1.0 where Δ = 0)."""
-        m = self.effective_rank
         out = {}
         for l in self.patched_layers:
-            for blocks, spec in zip(self.factors[l], self.specs, strict=True):
+            for c, (blocks, spec) in enumerate(zip(self.factors[l], self.specs, strict=True)):
+                m = self.channel_rank(c)
                 total = sum(float((b.s**2).sum()) for b in blocks)
                 kept = sum(float((b.s[:m] ** 2).sum()) for b in blocks)
                 out[(l, spec.name)] = 1.0 if total == 0 else kept / total

@@ -2,6 +2,7 @@
 
 from kamera.metrics.divergence import (
     ETA_FLOOR,
+    NonFiniteError,
     accuracy,
     choice_argmax,
     eta,
@@ -11,21 +12,25 @@ from kamera.metrics.divergence import (
     predicted_letter,
     recovered,
 )
-from kamera.metrics.rank import e90_over_nb, energy_rank
-from kamera.metrics.stats import bootstrap_ci, paired_bootstrap_ci
+from kamera.metrics.rank import E90_COLUMNS, e90_columns, energy_rank, rounding_floor
+from kamera.metrics.stats import bootstrap_ci, median_ci, paired_bootstrap_ci
 
 __all__ = [
+    "E90_COLUMNS",
     "ETA_FLOOR",
+    "NonFiniteError",
     "accuracy",
     "bootstrap_ci",
     "choice_argmax",
-    "e90_over_nb",
+    "e90_columns",
     "energy_rank",
     "eta",
     "flip_recover",
     "flipped",
     "kl",
+    "median_ci",
     "paired_bootstrap_ci",
     "predicted_letter",
     "recovered",
+    "rounding_floor",
 ]

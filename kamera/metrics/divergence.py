@@ -3,6 +3,8 @@
 KL is computed from float32 logits over the full vocabulary at the first answer position. η is the share of
 the blind → re-prefill gap an arm closes, counted only where blind reuse measurably loses (KL_blind
 above a floor). Flip / recover compare argmaxes, over the choice letters for multiple choice.
+Non-finite inputs (NaN or ±inf logits, a NaN KL) raise :class:`NonFiniteError`, an
+:class:`~kamera.errors.ItemError`: the item is recorded as failed, never scored.
 """
 
 from __future__ import annotations
@@ -12,27 +14,55 @@ from collections.abc import Sequence
 
 import torch
 
+from kamera.errors import ItemError
+
 ETA_FLOOR = 1e-4
 
 
-def kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
+class NonFiniteError(ItemError):
+    """A metric was handed NaN or ±inf (logits, or a KL); the message names what was compared."""
+
+
+def _check_logits(name: str, logits: torch.Tensor, what: str) -> None:
+    bad = ~torch.isfinite(logits)
+    if bool(bad.any()):
+        n_nan, n_pos = int(torch.isnan(logits).sum()), int((logits == math.inf).sum())
+        n_neg = int(bad.sum()) - n_nan - n_pos
+        raise NonFiniteError(
+            f"KL({what}): the {name} logits hold {n_nan} NaN, {n_pos} +inf and {n_neg} -inf "
+            f"of {logits.numel()} entries; a forward produced non-finite values"
+        )
+
+
+def kl(p_logits: torch.Tensor, q_logits: torch.Tensor, *, what: str = "p ‖ q") -> float:
     """KL(p ‖ q) over the full vocabulary (p = reference, usually re-prefill).
 
     Logits are read in float32 (never bf16); the sum itself runs in float64, which removes the
-    ~1e-8 rounding floor a float32 sum leaves, so exact identities show as KL ≈ 0.
+    ~1e-8 rounding floor a float32 sum leaves, so exact identities show as KL ≈ 0. ``what`` names
+    the comparison and the item for the error raised on NaN or ±inf logits (e.g.
+    ``"re-prefill ‖ patch_r16, item mmniah-0042"``); a −inf logit is refused too, since a
+    forward's raw logits are finite and a masked vocabulary would make the KL undefined.
     """
     if p_logits.shape != q_logits.shape:
         raise ValueError(f"logit shapes differ: {tuple(p_logits.shape)} vs {tuple(q_logits.shape)}")
-    lp = torch.log_softmax(p_logits.float().double(), dim=-1)
-    lq = torch.log_softmax(q_logits.float().double(), dim=-1)
+    p, q = p_logits.float(), q_logits.float()
+    _check_logits("first (p)", p, what)
+    _check_logits("second (q)", q, what)
+    lp = torch.log_softmax(p.double(), dim=-1)
+    lq = torch.log_softmax(q.double(), dim=-1)
     return max(0.0, float((lp.exp() * (lp - lq)).sum()))
 
 
-def eta(kl_arm: float, kl_blind: float, floor: float = ETA_FLOOR) -> float:
+def eta(kl_arm: float, kl_blind: float, floor: float = ETA_FLOOR, *, what: str = "η") -> float:
     """η = 1 − KL_arm / KL_blind, or NaN where the deficit is not measurable (KL_blind ≤ floor).
 
-    The same ratio against loss-KL (re-prefill vs the 4D-mask oracle) gives gap@m.
+    The same ratio against loss-KL (re-prefill vs the 4D-mask oracle) gives gap@m. A non-finite
+    KL raises :class:`NonFiniteError` naming ``what`` (NaN would otherwise read as "not measurable",
+    and +inf as η = −inf or 1).
     """
+    for name, value in (("KL_arm", kl_arm), ("KL_blind", kl_blind)):
+        if not math.isfinite(value):
+            raise NonFiniteError(f"{what}: {name} is {value}; η needs finite KLs")
     if not kl_blind > floor:
         return math.nan
     return 1.0 - kl_arm / kl_blind

@@ -1,10 +1,41 @@
-"""Rank structure of the deficit: e90 (directions for 90% of Δ's energy) and e90/n_B."""
+"""Rank structure of the deficit: e90 (directions for 90% of Δ's energy) and e90/n_B per channel.
+
+The paper reports "e90/n_B ≤ 0.30 on V, lower still on GQA's K" (Table 7; Fig. 9a plots the same
+quantity per model). So e90/n_B is a per-channel number, read on each family's two channels:
+
+- content: V on GQA / MHA, the latent c_KV on MLA → ``e90_nb_content`` (the paper's "on V"; Table 7
+  and Fig. 9 use this column);
+- rotary: K on GQA / MHA, the decoupled k_pe on MLA → ``e90_nb_rotary`` (the paper's "on GQA's K").
+
+Per layer l and channel c, e90 is the number of singular directions of the n_B × width matrix Δ_lc
+that hold 90% of ‖Δ_lc‖². A layer-channel counts only where its deficit is above rounding,
+‖Δ_lc‖_F > τ_c·‖KV(B|A)_lc‖_F with
+
+    τ_c = 4·eps(dtype)  (+ eps(float32)·max|position of B|  on a rotary channel)
+
+eps(dtype) being the machine epsilon of the cache's dtype. The first term is the storage rounding
+of two computations of one tensor (each differs from the truth by ≤ eps/2 per entry); the second
+bounds the model's own float32 RoPE angle rounding (p·θ formed in float32, θ_0 = 1), which moves a
+rotary channel by up to that much relative to an exact relocation. Below τ_c, Δ is rounding noise,
+whose e90 says nothing about conditioning and is high (noise is spread over every direction):
+layer 0 is the case, since its KV depends on each token and its position alone, so Δ_0 is only
+rounding (2e-7 relative on K in float32, 4e-3 in bf16; exactly 0 on V). The channel's value is the
+median of e90_lc / n_B over its layers above rounding (median, not mean: a few outlying layers do
+not move it), and 0.0 when no layer is above rounding (no direction is needed to hold a deficit
+that is not there, so Δ = 0 gives a defined value).
+"""
 
 from __future__ import annotations
 
 import math
+import statistics
 
 import torch
+
+from kamera.core import ChunkKV, Patch
+
+E90_COLUMNS = ("e90_nb_content", "e90_nb_rotary")
+ROUNDING_EPS = 4  # τ's storage term, in machine epsilons of the cache dtype
 
 
 def energy_rank(singular_values: torch.Tensor, fraction: float = 0.9) -> int:
@@ -19,7 +50,36 @@ def energy_rank(singular_values: torch.Tensor, fraction: float = 0.9) -> int:
     return int((cum < fraction - 1e-12).sum()) + 1
 
 
-def e90_over_nb(singular_values: dict, n_b: int, fraction: float = 0.9) -> float:
-    """Mean over layer-channels with a nonzero deficit of e90 / n_B (Table 7, Fig. 9a)."""
-    ranks = [energy_rank(s, fraction) for s in singular_values.values() if float(s.abs().sum()) > 0]
-    return math.nan if not ranks else sum(ranks) / len(ranks) / n_b
+def rounding_floor(conditioned: ChunkKV, channel: int) -> float:
+    """τ_c: the relative ‖Δ‖ below which channel ``channel``'s deficit is rounding (module docstring)."""
+    tau = ROUNDING_EPS * torch.finfo(conditioned.dtype).eps
+    if conditioned.specs[channel].rotary is not None:
+        tau += torch.finfo(torch.float32).eps * float(conditioned.positions.abs().max())
+    return tau
+
+
+def e90_columns(patch: Patch, conditioned: ChunkKV, fraction: float = 0.9) -> dict[str, float]:
+    """The row's ``e90_nb_content`` and ``e90_nb_rotary`` for one item (median over layers above rounding).
+
+    ``patch`` is the item's full layer-granularity patch (its singular values are reused, no new
+    SVD); ``conditioned`` is KV(B|A), whose per-layer norm and dtype set the rounding floor. A role
+    with no channel in this family's layout gets NaN.
+    """
+    if patch.granularity != "layer":
+        raise ValueError("e90 is defined on each layer-channel's n_B × width Δ: pass the 'layer' granularity patch")
+    if patch.n_tokens != conditioned.n_tokens or [s.name for s in patch.specs] != [s.name for s in conditioned.specs]:
+        raise ValueError("the patch and the conditioned KV are not of the same chunk")
+    per_role: dict[str, list[float] | None] = dict.fromkeys(E90_COLUMNS)
+    for c, spec in enumerate(patch.specs):
+        column = E90_COLUMNS[spec.rotary is not None]
+        values = per_role[column] = per_role[column] or []
+        tau = rounding_floor(conditioned, c)
+        for l, chans in enumerate(patch.factors):
+            s = chans[c][0].s
+            norm = float(conditioned.layers[l][c].double().norm())
+            if math.sqrt(float((s.double() ** 2).sum())) > tau * norm:
+                values.append(energy_rank(s, fraction) / patch.n_tokens)
+    return {
+        column: math.nan if values is None else (statistics.median(values) if values else 0.0)
+        for column, values in per_role.items()
+    }

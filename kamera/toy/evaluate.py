@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from kamera.context import ReuseContext
-from kamera.core import singular_values
-from kamera.metrics import bootstrap_ci, choice_argmax, e90_over_nb, eta, kl
+from kamera.metrics import bootstrap_ci, choice_argmax, e90_columns, eta, kl
 from kamera.models import Adapter
 from kamera.toy.model import DEFAULT_VARIANT, load
 from kamera.toy.task import KINDS, VARIANTS, ToyItem, items
@@ -84,7 +83,7 @@ def evaluate_kind(adapter: Adapter, kind: str, n: int, seed: int = 0, ranks: Seq
             [float(d.norm() / c.norm()) for d, c in zip(dl, cl, strict=True)]
             for dl, cl in zip(ctx.deficit.layers, ctx.conditioned.layers, strict=True)
         ])
-        e90.append(e90_over_nb(singular_values(ctx.deficit), ctx.n_b))
+        e90.append(e90_columns(ctx.patch, ctx.conditioned)["e90_nb_content"])
     rows = []
     for arm in correct:
         etas = [eta(k, b) for k, b in zip(kls[arm], kls["blind"], strict=True)]
@@ -105,7 +104,7 @@ def evaluate_kind(adapter: Adapter, kind: str, n: int, seed: int = 0, ranks: Seq
 
 def format_report(rep: KindReport) -> str:
     """A fixed-width table of one kind's arms, then its per-layer deficit."""
-    lines = [f"{rep.kind}: n={rep.n}, n_B={rep.n_b}, chance {rep.chance:.3f}, e90/n_B {rep.e90_over_nb:.3f}",
+    lines = [f"{rep.kind}: n={rep.n}, n_B={rep.n_b}, chance {rep.chance:.3f}, e90/n_B on V {rep.e90_over_nb:.3f}",
              f"  {'arm':<12}{'acc':>7}{'KL mean':>11}{'KL median':>11}{'η mean':>9}{'95% CI':>17}{'η median':>10}"]
     for r in rep.rows:
         ci = f"[{r.eta_ci[0]:.3f}, {r.eta_ci[1]:.3f}]" if r.n_eta else "—"
