@@ -52,5 +52,5 @@ manifest: ## one override line per job of EXP (for SLURM/array.sbatch): make man
 sync: ## upload offline wandb runs (run on a node with internet)
 	wandb sync --skip-synced $$(find $${KAMERA_OUTPUTS:-outputs} -type d -name 'offline-run-*')
 
-bench: ## time B's prefill vs relocate + patch on a mid-size random model (prints a table)
-	$(PYTHON) scripts/bench_reuse.py
+bench: ## operator vs minimal rotate + GEMM, vs prefill, and bytes (BENCH_ARGS="--device cuda --dtype bf16")
+	$(PYTHON) scripts/bench_reuse.py $(BENCH_ARGS)
