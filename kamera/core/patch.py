@@ -277,6 +277,8 @@ class Patch:
         at ``"head"`` granularity); ``base`` is never written, and channels neither rotated nor
         patched are shared with it, not copied.
         """
+        if isinstance(delta, bool) or int(delta) != delta:
+            raise TypeError(f"delta must be a whole number of positions, got {delta!r}")
         delta = int(delta)
         if base.n_tokens != self.n_tokens or not torch.equal(base.positions + delta, self.positions):
             raise ValueError("patch and canonical KV are at different positions: relocate one onto the other first")

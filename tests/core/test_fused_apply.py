@@ -116,6 +116,8 @@ def test_apply_shares_what_it_does_not_touch_and_checks_positions():
         patch.apply(canonical)
     with pytest.raises(ValueError, match="different positions"):
         patch.apply(moved, 300)
+    with pytest.raises(TypeError, match="whole number"):
+        patch.apply(canonical, 299.5)
 
 
 def test_apply_takes_non_contiguous_and_mismatched_dtype_inputs():
