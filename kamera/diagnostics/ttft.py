@@ -32,10 +32,12 @@ with CUDA events.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -51,6 +53,7 @@ from kamera.models.base import Adapter, place
 from kamera.models.qwen_vl import QwenVLAdapter
 from kamera.models.registry import DTYPES, SPECIAL_IDS, TEXT
 from kamera.models.tokenizer import ByteTokenizer
+from kamera.progress import Progress
 from kamera.spans import Span
 
 SIZES = (256, 512, 1024, 2048)
@@ -148,19 +151,21 @@ def time_item(ctx: ReuseContext, ranks: Sequence[int], clock: Clock, repeats: in
 
 def ttft(adapter: Adapter, sizes: Sequence[int] = SIZES, ranks: Sequence[int] = RANKS, repeats: int = 3,
          frame_px: int = 448, progress: Callable[[str], None] | None = None) -> list[dict]:
-    """Fig. 11(b) timings per segment length.
+    """Fig. 11(b) timings per segment length (``progress``, if given, receives a done / total line per segment).
 
     Records: ``{device, dtype, timer, n_b, n_visual, n_frames, rank, quantity, value}``; ``rank`` is set
     for apply_ms, reuse_ms and the speedups, None otherwise; times in ms."""
     sizes, ranks = check_counts("sizes", sizes), check_counts("ranks", ranks)
     (repeats,) = check_counts("repeats", [repeats])
     clock = Clock(adapter.device)
+    meter = Progress(len(sizes), what="segments")
     out = []
-    for i, n in enumerate(sizes):
+    for n in sizes:
         ctx = ReuseContext(adapter, segment_spans(adapter, n, frame_px))
         out += time_item(ctx, ranks, clock, repeats)
+        line = meter.step(f"n_B = {ctx.n_b} timed")  # the ETA assumes equal segments; later ones are longer
         if progress:
-            progress(f"segment {i + 1}/{len(sizes)}: n_B = {ctx.n_b} timed")
+            progress(line)
     return out
 
 
@@ -258,6 +263,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    ap.add_argument("--out", type=Path, default=None, help="also write the ttft and cumulative records here (JSON)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -273,6 +279,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print("×prefill = prefill / reuse TTFT; ×recomp = (vision + prefill) / reuse; N*pre / N*rec = break-even reuses "
           f"against a prefill (recompute) per reuse. Paper (H100): ×prefill {PAPER['speedup_prefill'][256]}× at 256 → "
           f"{PAPER['speedup_prefill'][2048]}× at 2048, break-even ≈ {PAPER['break_even_prefill']}.")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"ttft": records, "cumulative": cumulative(records)}, indent=1))
+        print(f"records → {args.out}")
     return records
 
 

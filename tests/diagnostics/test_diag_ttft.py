@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -14,11 +15,15 @@ TIMES = ("vision_ms", "prefill_ms", "canonical_ms", "conditioned_ms", "svd_ms", 
 PER_RANK = ("apply_ms", "reuse_ms", "speedup_prefill", "speedup_recompute")
 
 
-def test_the_script_times_every_part_and_prints_the_table(capsys):
+def test_the_script_times_every_part_and_prints_the_table(capsys, tmp_path):
+    out = tmp_path / "ttft.json"
     records = main(["--model", "tiny_qwen2_5_vl", "--sizes", "16", "32", "--ranks", "4", "--frame-px", "112",
-                    "--repeats", "1"])
+                    "--repeats", "1", "--out", str(out)])
     text = capsys.readouterr().out
     assert "CPU (perf_counter)" in text and "not the paper H100 comparison" in text and "N*pre" in text
+    assert "2/2 segments" in text and str(out) in text
+    saved = json.loads(out.read_text())
+    assert saved["ttft"] == records and saved["cumulative"] == json.loads(json.dumps(cumulative(records)))
     assert {tuple(sorted(r)) for r in records} == {
         ("device", "dtype", "n_b", "n_frames", "n_visual", "quantity", "rank", "timer", "value")}
     assert sorted({r["n_visual"] for r in records}) == [16, 32]  # 16 visual tokens per 112-px frame
