@@ -414,17 +414,20 @@ def solo_hidden(ctx: ReuseContext) -> list[torch.Tensor]:
 
 @torch.no_grad()
 def attention_to(driver: LayerDriver, rows: torch.Tensor, hidden: Sequence[torch.Tensor] | torch.Tensor,
-                 carry: bool) -> list[torch.Tensor]:
+                 carry: bool, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[torch.Tensor]:
     """Attention probabilities of ``rows`` at every layer, [heads, q, S] per layer (float32).
 
     ``carry=True``: ``hidden`` [q, H] enters layer 0 and is carried up the stack. ``carry=False``:
     ``hidden[ℓ]`` is the input of layer ℓ (each layer probed on its own). The rows' K/V are
-    written into the driver's own cache copy as they are computed."""
+    written into the driver's own cache copy as they are computed. ``reduce``, if given, maps each
+    layer's [heads, q, S] probabilities to what is kept, as soon as the layer has run (so a probe
+    over many rows holds one layer's probabilities at a time, not every layer's)."""
     adapter = driver.adapter
     captured: list[torch.Tensor] = []
 
     def hook(_module, _inputs, output):
-        captured.append(output[1][0].float())
+        probs = output[1][0].float()
+        captured.append(probs if reduce is None else reduce(probs))
 
     with eager_attention(adapter):
         h = hidden if carry else None
