@@ -46,7 +46,7 @@ from PIL import Image
 
 from kamera.arms.tokens import takes_images
 from kamera.context import ReuseContext
-from kamera.core import Patch, deficit, relocate
+from kamera.core import Patch, default_rotary_rank, deficit, relocate
 from kamera.diagnostics.common import check_counts
 from kamera.models import load_model
 from kamera.models.base import Adapter, place
@@ -140,9 +140,9 @@ def time_item(ctx: ReuseContext, ranks: Sequence[int], clock: Clock, repeats: in
             "n_b": ctx.n_b, "n_visual": int(b.visual.sum()), "n_frames": n_frames}
     out = [{**keys, "rank": None, "quantity": k, "value": v} for k, v in t.items()]
     for m in ranks:
-        patch = ctx.patch.truncate(m)
-        apply_ms = clock(lambda p=patch: p.apply(relocate(ctx.canonical, ctx.delta)), repeats)
-        reuse_ms = clock(lambda p=patch: ctx.query(p.apply(relocate(ctx.canonical, ctx.delta)), tag="ttft"), repeats)
+        patch = ctx.patch.truncate(m, default_rotary_rank(m, a.attention))  # the patch arm's ranks
+        apply_ms = clock(lambda p=patch: p.apply(ctx.canonical, ctx.delta), repeats)  # relocation fused in
+        reuse_ms = clock(lambda p=patch: ctx.query(p.apply(ctx.canonical, ctx.delta), tag="ttft"), repeats)
         for k, v in {"apply_ms": apply_ms, "reuse_ms": reuse_ms, "speedup_prefill": t["prefill_ms"] / reuse_ms,
                      "speedup_recompute": t["recompute_ms"] / reuse_ms}.items():
             out.append({**keys, "rank": m, "quantity": k, "value": v})
