@@ -7,7 +7,8 @@ embeddings) and one task (:mod:`kamera.toy.task`):
   (:mod:`kamera.toy.render`) through a one-block vision tower, with M-RoPE positions.
 With two layers the only route to a two-hop answer runs through B's states (layer 0 at B's object
 fetches the colour from A; layer 1 at the query reads it there), so blind reuse of B removes it and
-the patch restores it. Shipped weights live in ``kamera/toy/weights/<variant>/``.
+the patch restores it. A third variant, ``window`` (``toy_window``), is the text decoder trained on the toy
+window task (:mod:`kamera.toy.window_task`). Shipped weights live in ``kamera/toy/weights/<variant>/``.
 """
 
 from __future__ import annotations

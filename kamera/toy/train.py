@@ -10,6 +10,11 @@ Loss: cross-entropy on every answer packed after B, plus training scaffolding th
 Worlds bind a random number of entries, capped low at first and growing over training, and a few
 B-only sequences per step keep a B read valid without A (so the control_b query survives blind reuse).
 Progress shows steps, rate, ETA, the entry cap, the losses and held-out accuracy per query kind.
+
+``--variant window`` trains the text decoder on the toy window task (:mod:`kamera.toy.window_task`) with the
+same losses: :class:`WindowSampler` draws windows of 1 … n_entries/per_state states in front of a scene (the
+entry cap ramps as above), 0 … ``--max-after`` states after it, and a full or partial scene; the B-only
+sequences are a scene alone. Held-out accuracy is on recall-sized windows.
 """
 
 from __future__ import annotations

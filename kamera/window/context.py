@@ -58,13 +58,8 @@ def gap_span(adapter: Adapter, extent: int) -> EncodedSpan:
 
 
 def first_token_ids(adapter: Adapter, choices: Sequence[str]) -> list[int]:
-    """The first token id of each choice (its first answer token); they must be distinct."""
-    ids = []
-    for c in choices:
-        toks = adapter.tokenize(c)
-        if not toks:
-            raise ValueError(f"the tokenizer maps choice {c!r} to no token")
-        ids.append(toks[0])
+    """The first token id of each choice (its first answer token: a letter, or an answer word); distinct."""
+    ids = adapter.letter_ids(list(choices))  # one id per element: a whole choice string, not its characters
     if len(set(ids)) != len(ids):
         raise ValueError(f"choices {list(choices)} share a first token; they cannot be told apart from one logit")
     return ids

@@ -144,3 +144,32 @@ def format_curve(model: str, curve: Sequence[dict]) -> str:
             f"{c['stale_correct']:>10.2f}"
         )
     return "\n".join(out)
+
+
+def means(rows: Sequence[dict]) -> list[dict]:
+    """Per (model, probe, setting, variant), in first-seen order: items, mean / median η, mean KL, flip-recover,
+    mean bytes fraction and forwards paid / stored."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r.get("model", ""), r["probe"], r["setting"], r["variant"]), []).append(r)
+    return [
+        {"model": m, "probe": p, "setting": s, "variant": v, "n": len(g),
+         "eta": mean(r["eta"] for r in g), "eta_median": median(r["eta"] for r in g), "kl": mean(r["kl"] for r in g),
+         "flip_recover": flip_recover([r["flip"] for r in g], [r["recovered"] for r in g]),
+         "bytes_frac": mean(r["bytes_frac"] for r in g), "forwards": mean(r["forwards"] for r in g),
+         "stored_forwards": mean(r["stored_forwards"] for r in g)}
+        for (m, p, s, v), g in groups.items()
+    ]
+
+
+def format_means(stats: Sequence[dict]) -> str:
+    """:func:`means` as fixed-width text."""
+    out = [f"{'model':<16}{'probe':<14}{'setting':<16}{'variant':<16}{'n':>4}{'η':>8}{'median':>8}{'KL':>10}"
+           f"{'flip→':>7}{'bytes':>7}{'fw':>5}{'stored':>7}"]
+    for s in stats:
+        out.append(
+            f"{s['model']:<16}{s['probe']:<14}{s['setting']:<16}{s['variant']:<16}{s['n']:>4}{s['eta']:>8.2f}"
+            f"{s['eta_median']:>8.2f}{s['kl']:>10.3g}{s['flip_recover']:>7.2f}{s['bytes_frac']:>7.2f}"
+            f"{s['forwards']:>5.1f}{s['stored_forwards']:>7.1f}"
+        )
+    return "\n".join(out)

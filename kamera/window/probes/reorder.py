@@ -18,7 +18,8 @@ query]):
   orderings, nothing paid at the reorder.
 
 Permuting the set keeps its total extent, so the target's positions, and every Δ_π's frame, are the
-same. Extra column ``delta_rel`` = ‖Δ_π − Δ_id‖_F / ‖Δ_id‖_F over all layers and channels.
+same. Extra columns: ``order`` (π as digits), ``delta_rel`` = ‖Δ_π − Δ_id‖_F / ‖Δ_id‖_F over all layers and
+channels, ``n_orderings`` and ``exhaustive``.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class ReorderProbe(Probe):
             others = [views[o] for o in orbit if o != p]
             held_out = orbit_patch(others).truncate(self.rank)
             exact = view.patch.truncate(self.rank)
-            tag = {"setting": f"K={k} order={''.join(map(str, p))}", "n_chunks": k, "n_orderings": len(orbit),
+            tag = {"setting": f"K={k}", "order": "".join(map(str, p)), "n_chunks": k, "n_orderings": len(orbit),
                    "exhaustive": len(orbit) == math.factorial(k), "delta_rel": deficit_distance(view, identity)}
             rows += self.reference_rows(view, **tag)
             for variant, patch, paid, stored in (
