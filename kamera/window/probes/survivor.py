@@ -21,8 +21,8 @@ re-prefill of the slid window):
 Extra columns: ``kl_keep`` and ``eta_keep`` = 1 − KL/KL_keep (the share of the keep-as-is gap a variant
 closes; the paper's removal-patch η is read as this one: "a rank-64 removal patch recovers it"), and,
 per layer and channel, ``removal_rel_norm`` = ‖Δ_remove‖_F / ‖KV(S | slid window)‖_F and
-``removal_e90`` (directions holding ``energy`` of ‖Δ_remove‖², :func:`kamera.metrics.energy_rank`),
-as JSON lists [layer][channel].
+``removal_e90`` (directions holding ``energy`` of ‖Δ_remove‖², :func:`kamera.metrics.energy_rank`; 0
+where the relative norm is below 1e-5, i.e. float rounding), as JSON lists [layer][channel].
 
 ``mask_evicted``: the window before the slide is prefilled under a 4D mask that keeps every later token
 from attending the evicted chunk (a constructed window whose leading chunk left no influence); with no
@@ -39,6 +39,8 @@ from kamera.metrics import energy_rank, eta, kl
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, slide
 from kamera.window.probes.base import Probe, ProbeRefusal, check_int, check_rank, register
+
+NOISE = 1e-5  # ‖Δ_remove‖ / ‖KV‖ below this is float rounding (relocation), not a removal deficit
 
 
 @register
@@ -79,18 +81,16 @@ class SurvivorProbe(Probe):
         keep_logits = view.query(kept, tag="keep_as_is").logits
         removal_logits = view.query(removal_m.apply(kept), tag="removal_patch").logits
         kl_keep = kl(view.reprefill_logits, keep_logits)
-        sv = {(l, spec.name): blocks[0].s for l, chans in enumerate(patch.factors)
-              for blocks, spec in zip(chans, patch.specs, strict=True)}
-        measures = {
-            "setting": f"survivor={s}", "survivor_slot": s, "kl_keep": kl_keep,
-            "removal_rel_norm": json.dumps([
-                [float(d.norm() / c.float().norm().clamp_min(1e-30)) for d, c in zip(dl, cl, strict=True)]
-                for dl, cl in zip(removal.layers, view.conditioned.layers, strict=True)
-            ]),
-            "removal_e90": json.dumps([
-                [energy_rank(sv[(l, spec.name)], self.energy) for spec in patch.specs] for l in range(patch.n_layers)
-            ]),
-        }
+        rel = [
+            [float(d.norm() / c.float().norm().clamp_min(1e-30)) for d, c in zip(dl, cl, strict=True)]
+            for dl, cl in zip(removal.layers, view.conditioned.layers, strict=True)
+        ]
+        e90 = [  # the rank of rounding noise (a layer the context cannot reach, e.g. layer 0) is reported as 0
+            [energy_rank(blocks[0].s, self.energy) if rel[l][c] > NOISE else 0 for c, blocks in enumerate(chans)]
+            for l, chans in enumerate(patch.factors)
+        ]
+        measures = {"setting": f"survivor={s}", "survivor_slot": s, "kl_keep": kl_keep,
+                    "removal_rel_norm": json.dumps(rel), "removal_e90": json.dumps(e90)}
         rows = [
             *self.reference_rows(view, **measures),
             self.row(view, "keep_as_is", keep_logits, bytes=0, stored=[before.full_key], **measures),
