@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.all:
         print("\nEvery probe: mean over items per (probe, setting, variant); bytes = fraction of the chunk's page; "
               "fw / stored = forwards paid at the operation / behind the stored state it reads")
-        print(format_means([s for s in means(rows) if s["probe"] not in ("recall", "survivor")]))
+        by_k = means(rows, by=lambda r: f"K={r['n_chunks']}" if r["probe"] == "reorder" else r["setting"])
+        print(format_means([s for s in by_k if s["probe"] not in ("recall", "survivor")]))
     print(f"\n{len(rows)} rows in {time.time() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as f:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kamera.metrics import bootstrap_ci, flip_recover
@@ -146,12 +146,12 @@ def format_curve(model: str, curve: Sequence[dict]) -> str:
     return "\n".join(out)
 
 
-def means(rows: Sequence[dict]) -> list[dict]:
-    """Per (model, probe, setting, variant), in first-seen order: items, mean / median η, mean KL, flip-recover,
-    mean bytes fraction and forwards paid / stored."""
+def means(rows: Sequence[dict], by: Callable[[dict], str] = lambda r: r["setting"]) -> list[dict]:
+    """Per (model, probe, ``by(row)`` (default the setting), variant), in first-seen order: items, mean / median
+    η, mean KL, flip-recover, mean bytes fraction and forwards paid / stored."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r.get("model", ""), r["probe"], r["setting"], r["variant"]), []).append(r)
+        groups.setdefault((r.get("model", ""), r["probe"], by(r), r["variant"]), []).append(r)
     return [
         {"model": m, "probe": p, "setting": s, "variant": v, "n": len(g),
          "eta": mean(r["eta"] for r in g), "eta_median": median(r["eta"] for r in g), "kl": mean(r["kl"] for r in g),

@@ -189,6 +189,8 @@ def test_every_row_has_the_arm_row_columns(probed, name):
             assert r["kl"] >= 0 and r["bytes"] >= 0
         ref = pick(got, "reprefill")
         assert all(r["kl"] == 0.0 for r in ref), probe
+        keys = [(r["setting"], r["variant"]) for r in got]
+        assert len(set(keys)) == len(keys), probe  # (probe, setting, variant) is the row's key within an item
 
 
 def test_refusals_and_bad_layouts(tiny, items):

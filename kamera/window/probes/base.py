@@ -5,7 +5,8 @@ returns one row per (setting, variant): a turnover τ, an ordering or a perturba
 target's KV was built (``reprefill``, ``blind``, ``stale_patch`` …). Rows carry the columns of arm
 rows (kl, kl_blind, eta, flip, recovered, pred, gold, correct, bytes, bytes_frac) plus ``forwards``
 (the forwards the variant pays at the operation, measured), ``stored_forwards`` (those behind the
-stored state it reads: canonicals, patches formed earlier) and probe-specific measures.
+stored state it reads: canonicals, patches formed earlier) and probe-specific measures. Within one
+item, (probe, setting, variant) names a row uniquely: it is the row's key beside the item's.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ class ReorderProbe(Probe):
             others = [views[o] for o in orbit if o != p]
             held_out = orbit_patch(others).truncate(self.rank)
             exact = view.patch.truncate(self.rank)
-            tag = {"setting": f"K={k}", "order": "".join(map(str, p)), "n_chunks": k, "n_orderings": len(orbit),
+            order = "".join(map(str, p))
+            tag = {"setting": f"K={k} order={order}", "order": order, "n_chunks": k, "n_orderings": len(orbit),
                    "exhaustive": len(orbit) == math.factorial(k), "delta_rel": deficit_distance(view, identity)}
             rows += self.reference_rows(view, **tag)
             for variant, patch, paid, stored in (
