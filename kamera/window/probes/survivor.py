@@ -38,7 +38,7 @@ from kamera.core import Patch, deficit
 from kamera.metrics import energy_rank, eta, kl
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, slide
-from kamera.window.probes.base import Probe, ProbeRefusal, check_int, check_rank, register
+from kamera.window.probes.base import Probe, ProbeRefusal, check_rank, register
 
 NOISE = 1e-5  # ‖Δ_remove‖ / ‖KV‖ below this is float rounding (relocation), not a removal deficit
 
@@ -54,7 +54,8 @@ class SurvivorProbe(Probe):
 
     def __post_init__(self) -> None:
         check_rank(self.name, self.rank)
-        check_int(self.name, "survivor", self.survivor, -(1 << 30))
+        if isinstance(self.survivor, bool) or not isinstance(self.survivor, int):
+            raise ValueError(f"{self.name}: survivor must be a window slot (an int; negative counts from the end)")
         if not 0 < self.energy <= 1:
             raise ValueError(f"{self.name}: energy must be in (0, 1], got {self.energy}")
         if not isinstance(self.mask_evicted, bool):
