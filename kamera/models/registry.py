@@ -198,6 +198,8 @@ MODELS: dict[str, ModelEntry] = {
         ModelEntry("toy_binding_text", "text", "GQA", None, "Qwen2ForCausalLM", loader="kamera.toy.model:load_text",
                    weights="toy/weights/text",
                    notes="2-layer Qwen2 trained on the binding task with A and B as words (kamera/toy)"),
+        ModelEntry("toy_window", "text", "GQA", None, "Qwen2ForCausalLM", loader="kamera.toy.model:load_window",
+                   weights="toy/weights/window", notes="2-layer Qwen2 trained on the toy window task (kamera/toy/window_task.py)"),
         # ----- the paper's checkpoints (local copies only) -----
         ModelEntry("qwen2_5_vl_7b", "qwen2_5_vl", "GQA", QwenVLAdapter, "Qwen2_5_VLForConditionalGeneration",
                    hf_id="Qwen/Qwen2.5-VL-7B-Instruct", chat=QWEN_CHAT),

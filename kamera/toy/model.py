@@ -7,7 +7,8 @@ embeddings) and one task (:mod:`kamera.toy.task`):
   (:mod:`kamera.toy.render`) through a one-block vision tower, with M-RoPE positions.
 With two layers the only route to a two-hop answer runs through B's states (layer 0 at B's object
 fetches the colour from A; layer 1 at the query reads it there), so blind reuse of B removes it and
-the patch restores it. Shipped weights live in ``kamera/toy/weights/<variant>/``.
+the patch restores it. A third variant, ``window`` (``toy_window``), is the text decoder trained on the toy
+window task (:mod:`kamera.toy.window_task`). Shipped weights live in ``kamera/toy/weights/<variant>/``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from kamera.models.qwen_vl import QwenVLAdapter
 from kamera.models.text import TextAdapter
 from kamera.toy.render import CELL
 from kamera.toy.task import DEFAULT_VARIANT, VARIANTS, TaskSpec
+from kamera.toy.window_task import WindowSpec
 
 WEIGHTS = Path(__file__).parent / "weights"
+MODEL_VARIANTS: tuple[str, ...] = (*VARIANTS, "window")  # window: the text decoder on the toy window task
+NAMES = {"text": "toy_binding", "image": "toy_binding", "window": "toy_window"}  # the adapter's name
 TOY_FILE = "toy.json"  # the task spec and vocabulary the weights were trained with
 
 # 2 layers, hidden 128, 4 heads of 32, GQA with 2 KV heads (K/V width 64), MLP 256, RoPE, tied embeddings.
@@ -86,8 +90,8 @@ def image_processor() -> tf.Qwen2VLImageProcessorPil:
 
 
 def check_variant(variant: str) -> None:
-    if variant not in VARIANTS:
-        raise ValueError(f"toy variant must be one of {VARIANTS}, got {variant!r}")
+    if variant not in MODEL_VARIANTS:
+        raise ValueError(f"toy variant must be one of {MODEL_VARIANTS}, got {variant!r}")
 
 
 def build(spec: TaskSpec, variant: str) -> tuple[torch.nn.Module, WordTokenizer]:
@@ -96,7 +100,7 @@ def build(spec: TaskSpec, variant: str) -> tuple[torch.nn.Module, WordTokenizer]
     tok = WordTokenizer(spec.vocab())
     ids = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
     text = dict(vocab_size=len(tok), **ids, **DECODER)
-    if variant == "text":
+    if variant in ("text", "window"):
         return tf.Qwen2ForCausalLM(tf.Qwen2Config(**text)), tok
     text["rope_parameters"] = dict(DECODER["rope_parameters"], mrope_section=MROPE_SECTION)
     config = tf.Qwen2_5_VLConfig(
@@ -120,7 +124,8 @@ def read_spec(path: Path) -> tuple[str, TaskSpec, WordTokenizer]:
     if not meta_file.is_file():
         raise FileNotFoundError(f"no toy model at {path} ({TOY_FILE} missing); train one with python -m kamera.toy.train")
     meta = json.loads(meta_file.read_text())
-    return meta["variant"], TaskSpec(**meta["task"]), WordTokenizer(meta["vocab"])
+    spec = (WindowSpec if meta["variant"] == "window" else TaskSpec)(**meta["task"])
+    return meta["variant"], spec, WordTokenizer(meta["vocab"])
 
 
 def load(
@@ -138,14 +143,14 @@ def load(
     check_variant(variant)
     path = Path(path) if path is not None else WEIGHTS / variant
     variant, spec, tok = read_spec(path)
-    if variant == "text":
+    if variant in ("text", "window"):
         model = tf.Qwen2ForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
-        adapter = TextAdapter(model.to(device), tok, name="toy_binding")
+        adapter = TextAdapter(model.to(device), tok, name=NAMES[variant])
     else:
         model = tf.Qwen2_5_VLForConditionalGeneration.from_pretrained(
             path, dtype=dtype, attn_implementation=attn_implementation
         )
-        adapter = QwenVLAdapter(model.to(device), tok, image_processor(), name="toy_binding")
+        adapter = QwenVLAdapter(model.to(device), tok, image_processor(), name=NAMES[variant])
     adapter.task, adapter.variant = spec, variant
     return adapter
 
@@ -153,6 +158,11 @@ def load(
 def load_text(**kwargs) -> Adapter:
     """The text variant (A and B as words; a plain Qwen2 decoder)."""
     return load(**kwargs, variant="text")
+
+
+def load_window(**kwargs) -> Adapter:
+    """The window variant: the text decoder trained on the toy window task (:mod:`kamera.toy.window_task`)."""
+    return load(**kwargs, variant="window")
 
 
 def load_image(**kwargs) -> Adapter:

@@ -10,6 +10,11 @@ Loss: cross-entropy on every answer packed after B, plus training scaffolding th
 Worlds bind a random number of entries, capped low at first and growing over training, and a few
 B-only sequences per step keep a B read valid without A (so the control_b query survives blind reuse).
 Progress shows steps, rate, ETA, the entry cap, the losses and held-out accuracy per query kind.
+
+``--variant window`` trains the text decoder on the toy window task (:mod:`kamera.toy.window_task`) with the
+same losses: :class:`WindowSampler` draws windows of 1 … n_entries/per_state states in front of a scene (the
+entry cap ramps as above), 0 … ``--max-after`` states after it, and a full or partial scene; the B-only
+sequences are a scene alone. Held-out accuracy is on recall-sized windows.
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ import transformers as tf
 from PIL import Image
 from torch.nn import functional as F
 
-from kamera.toy import render
-from kamera.toy.model import WordTokenizer, build, image_processor, save
-from kamera.toy.task import KINDS, PREFIX, QUERY_WORD, VARIANTS, TaskSpec, World, compound, items
+from kamera.toy import render, window_task
+from kamera.toy.model import MODEL_VARIANTS, WordTokenizer, build, image_processor, save
+from kamera.toy.task import HELDOUT, KINDS, PREFIX, QUERY_WORD, TaskSpec, World, compound, items
+from kamera.toy.window_task import WindowSpec
 
 MIX = {"two_hop": 0.5, "control": 0.25, "control_b": 0.25}  # query kinds packed after B during training
 Query = tuple[str, str, str]  # (kind, argument word, answer word)
@@ -136,15 +142,116 @@ class Sampler:
     def sample(self, rng: np.random.Generator, size: int, n_queries: int, k: int, with_a: bool = True) -> Batch:
         """``size`` fresh worlds of ``k`` entries, each with ``n_queries`` queries drawn from MIX (control_b only
         without A)."""
-        kinds = list(MIX) if with_a else ["control_b"]
-        p = np.array([MIX[q] for q in kinds]) / sum(MIX[q] for q in kinds)
         worlds, queries = [], []
         for _ in range(size):
             world = World.sample(self.spec, rng, k)
-            drawn = [kinds[i] for i in rng.choice(len(kinds), n_queries, p=p)]
             worlds.append(world)
-            queries.append([(kind, *world.question(kind, rng)) for kind in drawn])
+            queries.append([(kind, *world.question(kind, rng)) for kind in draw_kinds(rng, n_queries, with_a)])
         return self.encode(worlds, queries, with_a)
+
+    def heldout(self, kind: str, n: int, seed: int) -> tuple[Batch, torch.Tensor, torch.Tensor]:
+        """(batch, choice ids, gold choice index) of ``n`` held-out items of one query kind."""
+        its = items(self.spec, kind, n, seed, self.variant)
+        batch = self.encode([it.world for it in its], [[(kind, it.argument, it.answer)] for it in its])
+        choice_ids = torch.tensor([self.tok.ids[c] for c in its[0].choices])
+        return batch, choice_ids, torch.tensor([it.gold for it in its])
+
+
+def draw_kinds(rng: np.random.Generator, n: int, with_a: bool = True) -> list[str]:
+    """``n`` query kinds drawn from MIX (control_b only when the sequence has no A)."""
+    kinds = list(MIX) if with_a else ["control_b"]
+    p = np.array([MIX[q] for q in kinds]) / sum(MIX[q] for q in kinds)
+    return [kinds[i] for i in rng.choice(len(kinds), n, p=p)]
+
+
+class WindowSampler:
+    """Training windows of the toy window task (:mod:`kamera.toy.window_task`): ``[prefix, states…, scene,
+    states…, queries]``, one layout per batch so every row shares its positions.
+
+    A layout: 1 … (``k`` entries ÷ ``per_state``) states before the scene, 0 … ``max_after`` after it (other
+    objects), and a scene over all objects bound before it (half the batches) or a random subset. Within a
+    sequence every object is bound once, so a two-hop answer is the colour the states in front of the scene give.
+    """
+
+    def __init__(self, spec: WindowSpec, tok: WordTokenizer) -> None:
+        self.spec, self.tok, self.variant = spec, tok, "window"
+        self.colour_index = {c: i for i, c in enumerate(spec.colours)}
+        self.query_ids = torch.tensor([tok.ids[w] for w in QUERY_WORD.values()])
+
+    def layout(self, rng: np.random.Generator, k: int) -> tuple[int, int, int]:
+        """(states before the scene, states after it, scene pairs) for an entries cap of ``k``."""
+        spec = self.spec
+        n_before = int(rng.integers(1, max(1, min(spec.max_states, k // spec.per_state)) + 1))
+        n_after = int(rng.integers(0, min(spec.max_after, spec.max_states - n_before) + 1))
+        bound = n_before * spec.per_state
+        return n_before, n_after, bound if rng.random() < 0.5 else int(rng.integers(1, bound + 1))
+
+    def sample(self, rng: np.random.Generator, size: int, n_queries: int, k: int, with_a: bool = True,
+               layout: tuple[int, int, int] | None = None, kind: str | None = None) -> Batch:
+        """``size`` fresh windows (one layout, drawn for an entries cap of ``k`` unless given), ``n_queries``
+        queries each (drawn from MIX, or all of ``kind``); without A a window is the scene alone with control_b
+        queries."""
+        n_before, n_after, m = layout or self.layout(rng, k)
+        if not with_a:
+            n_before, n_after = 0, 0
+            m = int(rng.integers(1, max(1, k) + 1))
+        rows = []
+        for _ in range(size):
+            s = window_task.Stream(self.spec, rng)
+            before, after = s.states(n_before), s.states(n_after)
+            objs = [o for g in before for o, _ in g] if with_a else s.take_objects(m)
+            objs = [objs[i] for i in rng.choice(len(objs), m, replace=False)]
+            pairs = s.scene([[(o, "")] for o in objs])
+            colour_of = {o: c for g in (*before, *after) for o, c in g}
+            queries = []
+            for kd in draw_kinds(rng, n_queries, with_a) if kind is None else [kind] * n_queries:
+                if kd == "control":
+                    obj = list(colour_of)[int(rng.integers(len(colour_of)))]
+                    queries.append((kd, obj, colour_of[obj]))
+                else:
+                    loc, obj = pairs[int(rng.integers(m))]
+                    queries.append((kd, loc, colour_of[obj] if kd == "two_hop" else obj))
+            rows.append((before, pairs, after, queries))
+        return self.encode(rows, with_a)
+
+    def encode(self, rows: Sequence[tuple], with_a: bool = True) -> Batch:
+        """One batch from (states before, scene pairs, states after, queries) rows sharing one layout."""
+        words = []
+        for before, pairs, after, queries in rows:
+            chunks = [window_task.state(g) for g in before], [window_task.state(g) for g in after]
+            parts = [PREFIX, *(c.parts[0] for c in chunks[0]), window_task.scene(pairs).parts[0],
+                     *(c.parts[0] for c in chunks[1]), *(f"{QUERY_WORD[kd]} {arg} {ans}" for kd, arg, ans in queries)]
+            words.append(" ".join(parts))
+        ids = torch.tensor([self.tok.encode(w) for w in words])
+        b0 = int((ids[0] == self.tok.ids["B:"]).nonzero()[0, 0])
+        m = len(rows[0][1])
+        object_pos = (b0 + 2 + 2 * torch.arange(m)).expand(len(rows), -1)
+        answer_pos = torch.isin(ids[0], self.query_ids).nonzero()[:, 0] + 1
+        index = torch.arange(len(rows))[:, None]
+        prev = torch.tensor([[self.tok.ids[loc] for loc, _ in pairs] for _, pairs, _, _ in rows])
+        colour = None
+        if with_a:
+            colour = torch.tensor([
+                [self.colour_index[{o: c for g in before for o, c in g}[o]] for _, o in pairs]
+                for before, pairs, _, _ in rows
+            ])
+        target = torch.tensor([
+            [b0 + 2 + 2 * [loc for loc, _ in pairs].index(arg) if kd != "control" else -1 for kd, arg, _ in queries]
+            for _, pairs, _, queries in rows
+        ])
+        return Batch(ids, answer_pos.expand(len(rows), -1), ids[index, answer_pos + 1], object_pos, prev, colour, target)
+
+    def heldout(self, kind: str, n: int, seed: int) -> tuple[Batch, torch.Tensor, torch.Tensor]:
+        """``n`` held-out windows of the recall size (``window`` states before a full scene, one after) with one
+        query of ``kind``; their own seed stream, never the training one."""
+        spec = self.spec
+        rng = np.random.default_rng([HELDOUT, seed, 200 + KINDS.index(kind)])
+        layout = (spec.window, min(spec.max_after, spec.max_states - spec.window), spec.window * spec.per_state)
+        batch = self.sample(rng, n, 1, spec.n_entries, layout=layout, kind=kind)
+        choices = spec.objects if kind == "control_b" else spec.colours
+        choice_ids = torch.tensor([self.tok.ids[c] for c in choices])
+        gold = torch.tensor([choices.index(self.tok.vocab[int(i)]) for i in batch.ids[:, -1]])
+        return batch, choice_ids, gold
 
 
 def hidden(model: torch.nn.Module, batch: Batch, attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -215,13 +322,8 @@ def factorize_compounds(model: torch.nn.Module, tok: WordTokenizer, spec: TaskSp
 class HeldOut:
     """Fixed held-out items per kind, scored in one batched full forward (the re-prefill arm's computation)."""
 
-    def __init__(self, sampler: Sampler, n: int, seed: int) -> None:
-        self.sets = {}
-        for kind in KINDS:
-            its = items(sampler.spec, kind, n, seed, sampler.variant)
-            batch = sampler.encode([it.world for it in its], [[(kind, it.argument, it.answer)] for it in its])
-            choice_ids = torch.tensor([sampler.tok.ids[c] for c in its[0].choices])
-            self.sets[kind] = (batch, choice_ids, torch.tensor([it.gold for it in its]))
+    def __init__(self, sampler: Sampler | WindowSampler, n: int, seed: int) -> None:
+        self.sets = {kind: sampler.heldout(kind, n, seed) for kind in KINDS}
 
     @torch.no_grad()
     def accuracy(self, model: torch.nn.Module) -> dict[str, float]:
@@ -253,12 +355,22 @@ def fmt_time(seconds: float) -> str:
     return f"{m}m{s:02d}s"
 
 
+def make_spec(args: argparse.Namespace) -> TaskSpec:
+    """The task spec the arguments describe (a WindowSpec for ``--variant window``; unset sizes take the spec's
+    defaults)."""
+    sizes = {k: getattr(args, k) for k in ("n_objects", "n_colours", "n_locations", "n_entries")}
+    if args.variant == "window":
+        sizes.update(per_state=args.per_state, window=args.window, max_after=args.max_after)
+        return WindowSpec(**{k: v for k, v in sizes.items() if v is not None})
+    return TaskSpec(**{k: v for k, v in sizes.items() if v is not None})
+
+
 def train(args: argparse.Namespace, command: str = "") -> dict:
     """Train, print progress, save weights + toy.json + train.json to ``args.out``; returns the training record."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    spec = TaskSpec(args.n_objects, args.n_colours, args.n_locations, args.n_entries)
+    spec = make_spec(args)
     if not 1 <= args.min_entries <= spec.n_entries:
         raise ValueError(f"--min-entries must be in 1..{spec.n_entries}, got {args.min_entries}")
     model, tok = build(spec, args.variant)
@@ -271,7 +383,7 @@ def train(args: argparse.Namespace, command: str = "") -> dict:
     probes = Probes(model.config.get_text_config().hidden_size, spec.n_colours, len(tok))
     params = [p for p in [*model.parameters(), *probes.parameters()] if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.98))
-    sampler = Sampler(spec, tok, args.variant)
+    sampler = WindowSampler(spec, tok) if args.variant == "window" else Sampler(spec, tok, args.variant)
     held = HeldOut(sampler, args.eval_items, seed=1)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"toy {args.variant}: {n_params / 1e6:.2f} M parameters, vocab {len(tok)}, task {spec.to_dict()}", flush=True)
@@ -331,7 +443,8 @@ def train(args: argparse.Namespace, command: str = "") -> dict:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--out", required=True, help="directory for the weights, toy.json and train.json")
-    p.add_argument("--variant", default="text", choices=VARIANTS)
+    p.add_argument("--variant", default="text", choices=MODEL_VARIANTS,
+                   help="text / image: the binding task; window: the toy window task (kamera.toy.window_task)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--max-minutes", type=float, default=0.0, help="stop early after this many minutes (0 = no cap)")
@@ -355,10 +468,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-objects", type=int, default=defaults.n_objects)
     p.add_argument("--n-colours", type=int, default=defaults.n_colours)
     p.add_argument("--n-locations", type=int, default=defaults.n_locations)
-    p.add_argument("--n-entries", type=int, default=defaults.n_entries)
+    p.add_argument("--n-entries", type=int, default=None,
+                   help=f"entries a world binds (default {defaults.n_entries}; window: bindings in front of a scene, "
+                   f"default {WindowSpec().n_entries})")
     p.add_argument("--min-entries", type=int, default=2, help="training worlds bind min..cap entries (drawn per step)")
     p.add_argument("--ramp", type=float, default=0.4,
                    help="fraction of training over which the cap grows from --min-entries to --n-entries")
+    window = WindowSpec()
+    p.add_argument("--per-state", type=int, default=window.per_state, help="window: bindings per state chunk")
+    p.add_argument("--window", type=int, default=window.window, help="window: state chunks of a recall window (k)")
+    p.add_argument("--max-after", type=int, default=window.max_after, help="window: most state chunks after a scene")
     return p
 
 

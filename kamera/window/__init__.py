@@ -1,0 +1,16 @@
+"""Window operations (paper §5, App. B, D, E): a window item, its layouts, the shared forwards, the probes.
+
+A :class:`WindowItem` is a stream of chunks and a query; an operation (:mod:`kamera.window.ops`: slide,
+recall, reorder, drift) turns one window :class:`Layout` into another; a :class:`WindowContext` runs each
+layout's re-prefill (the operation's reference) and each chunk's canonical once; the probes
+(:mod:`kamera.window.probes`) build the target chunk's KV in the ways the paper compares and return one
+row per (item, setting, variant). ``python -m kamera.window.demo`` prints Table 1 and the turnover curve
+at tiny scale.
+"""
+
+from kamera.window.context import WindowContext, WindowView
+from kamera.window.item import WindowItem, from_spans
+from kamera.window.ops import Layout
+from kamera.window.probes import PROBES, Probe, ProbeRefusal, make_probe
+
+__all__ = ["PROBES", "Layout", "Probe", "ProbeRefusal", "WindowContext", "WindowItem", "WindowView", "from_spans", "make_probe"]

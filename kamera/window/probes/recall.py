@@ -1,0 +1,71 @@
+"""Recall: re-admit an evicted chunk behind a window that has turned over (§5 "Recall", Table 1, App. B).
+
+Source: App. B "The recall sweep (Table 1) serves a bounded window of k chunks over a growing history
+at turnover fractions τ ∈ {0, 0.2, …, 1.0}; 'stale' replays the patch frozen at eviction, 'fresh'
+re-forms a rank-32 patch on the chunk's earlier (now fixed) context."
+
+The stream (history ids, k = the item's window): ``old`` = 0 … k−1, the recalled chunk x = k, ``new`` =
+k+1 … 2k. x was cached behind ``old``; its stale patch is the top-m SVD of KV(x|old) − R(δ)·KV(x|∅)
+formed then. After n = τ·k slides the window in front of x is ``old[n:] + new[:n]``
+(:func:`~kamera.window.ops.recall_window`), and x is re-admitted behind it. Variants, per τ:
+
+- ``reprefill``: one forward over [prefix · window · x · query] (the reference).
+- ``blind``: R(δ)·KV(x|∅), no patch.
+- ``stale_patch``: the eviction-time patch, relocated to x's new position, replayed.
+- ``fresh_patch``: a rank-m patch formed on the window now in front of x. Choice: "the chunk's earlier
+  (now fixed) context" is read as the window the chunk is recalled behind (its context at recall,
+  fixed from then on), so the fresh patch costs one conditioned forward over [prefix · window · x],
+  the forward the re-prefill reference also runs (shared, counted once).
+
+Choices: τ must be a multiple of 1/k (the paper's 0.2 steps are k = 5). The chunks other than x keep
+the re-prefill's KV, so every variant differs from the reference in x's KV alone. At τ = 0 the
+window is the eviction-time one and the stale patch is the fresh one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kamera.window.context import WindowContext
+from kamera.window.ops import Layout, recall_window, turnover_count
+from kamera.window.probes.base import Probe, check_rank, register
+
+TAUS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def recall_stream(k: int) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
+    """(old window, recalled chunk, later chunks) of the recall stream in history ids, for a window of k."""
+    return tuple(range(k)), k, tuple(range(k + 1, 2 * k + 1))
+
+
+@register
+@dataclass
+class RecallProbe(Probe):
+    name = "recall"
+    taus: tuple[float, ...] = TAUS
+    rank: int | None = 32
+
+    def __post_init__(self) -> None:
+        check_rank(self.name, self.rank)
+        self.taus = tuple(float(t) for t in self.taus)
+        if not self.taus or any(not 0 <= t <= 1 for t in self.taus):
+            raise ValueError(f"{self.name}: taus must be turnover fractions in [0, 1], got {self.taus}")
+
+    def run(self, wctx: WindowContext) -> list[dict]:
+        k = wctx.item.window
+        self.need(wctx, 2 * k + 1)
+        old, x, new = recall_stream(k)
+        evicted = wctx.view(Layout(old, x))
+        stale = evicted.patch.truncate(self.rank)  # frozen at eviction
+        rows = []
+        for tau in self.taus:
+            view = wctx.view(Layout(recall_window(old, new, turnover_count(tau, k)), x))
+            tag = {"setting": f"tau={tau:g}", "tau": tau}
+            rows += self.reference_rows(view, **tag)
+            replayed = view.carry_patch(stale)
+            rows.append(self.row(view, "stale_patch", view.query_patch(replayed, "stale_patch").logits,
+                                 patch=replayed, stored=[view.canonical_key, evicted.full_key], **tag))
+            fresh = view.patch.truncate(self.rank)
+            rows.append(self.row(view, "fresh_patch", view.query_patch(fresh, "fresh_patch").logits,
+                                 patch=fresh, paid=[view.full_key], stored=[view.canonical_key], **tag))
+        return rows

@@ -1,0 +1,103 @@
+"""Survivor: evict the leading chunk; what does a chunk that stays need? (§5 "Sliding-window survival", Table 1, App. B)
+
+Source: §5 "We evict the leading chunk and ask what the survivors need ... Keeping a survivor's
+conditioned KV as-is and applying R(δ) is near-lossless on GQA and MLA ... the removal deficit is the
+low-rank deep dual of the addition deficit (deep rel-norm ≈ 3× shallow; 90%-energy rank 36–44), so a
+rank-64 removal patch recovers it"; App. B "measures the surviving interior chunk under keep-as-is
+(R(δ) only) versus a rank-r removal patch; Δ_remove relative norm is reported by depth, with the
+90%-energy rank".
+
+The window is history chunks 0 … k−1 (k = the item's window); the survivor S sits at window slot
+``survivor`` (default −2: the last-but-one chunk, interior for k ≥ 3). The slide evicts chunk 0 and
+admits chunk k behind the window: before ``[0 … k−1]``, after ``[1 … k]``. Variants (reference: the
+re-prefill of the slid window):
+
+- ``keep_as_is``: S's KV from the window before the slide, relocated by R(δ) only (δ = −extent of the
+  evicted chunk): nothing paid.
+- ``removal_patch``: keep-as-is + the top-r SVD of Δ_remove = KV(S | slid window) − R(δ)·KV(S | window
+  with the evicted chunk). Forming it needs one forward over the slid window (counted as paid).
+- ``reprefill`` and ``blind`` (R(δ)·KV(S|∅)) as everywhere.
+
+Extra columns: ``kl_keep`` and ``eta_keep`` = 1 − KL/KL_keep (the share of the keep-as-is gap a variant
+closes; the paper's removal-patch η is read as this one: "a rank-64 removal patch recovers it"), and,
+per layer and channel, ``removal_rel_norm`` = ‖Δ_remove‖_F / ‖KV(S | slid window)‖_F and
+``removal_e90`` (directions holding ``energy`` of ‖Δ_remove‖², :func:`kamera.metrics.energy_rank`; 0
+where the relative norm is below 1e-5, i.e. float rounding), as JSON lists [layer][channel].
+
+``mask_evicted``: the window before the slide is prefilled under a 4D mask that keeps every later token
+from attending the evicted chunk (a constructed window whose leading chunk left no influence); with no
+prefix, keep-as-is then equals the re-prefill of the slid window up to float rounding.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from kamera.core import Patch, deficit
+from kamera.metrics import energy_rank, eta, kl
+from kamera.window.context import WindowContext
+from kamera.window.ops import Layout, slide
+from kamera.window.probes.base import Probe, ProbeRefusal, check_rank, register
+
+NOISE = 1e-5  # ‖Δ_remove‖ / ‖KV‖ below this is float rounding (relocation), not a removal deficit
+
+
+@register
+@dataclass
+class SurvivorProbe(Probe):
+    name = "survivor"
+    survivor: int = -2
+    rank: int | None = 64
+    energy: float = 0.9
+    mask_evicted: bool = False
+
+    def __post_init__(self) -> None:
+        check_rank(self.name, self.rank)
+        if isinstance(self.survivor, bool) or not isinstance(self.survivor, int):
+            raise ValueError(f"{self.name}: survivor must be a window slot (an int; negative counts from the end)")
+        if not 0 < self.energy <= 1:
+            raise ValueError(f"{self.name}: energy must be in (0, 1], got {self.energy}")
+        if not isinstance(self.mask_evicted, bool):
+            raise ValueError(f"{self.name}: mask_evicted must be a bool, got {self.mask_evicted!r}")
+
+    def slot(self, k: int) -> int:
+        """The survivor's window slot (0-based) in a window of k; the evicted slot 0 is refused."""
+        s = self.survivor % k if -k <= self.survivor < k else None
+        if s is None or s == 0:
+            raise ProbeRefusal(f"{self.name}: survivor slot {self.survivor} is not a surviving chunk of a {k}-chunk window")
+        return s
+
+    def run(self, wctx: WindowContext) -> list[dict]:
+        k = wctx.item.window
+        self.need(wctx, k + 1)
+        s = self.slot(k)
+        window = Layout(tuple(range(s)), s, tuple(range(s + 1, k)))
+        before = wctx.view(Layout(window.before, s, window.after, masked=(0,) if self.mask_evicted else ()))
+        view = wctx.view(slide(window, admit=k))
+        kept = view.carry(before.conditioned)
+        removal = deficit(view.conditioned, kept)
+        patch = Patch.form(removal, dtype=wctx.adapter.dtype)
+        removal_m = patch.truncate(self.rank)
+        keep_logits = view.query(kept, tag="keep_as_is").logits
+        removal_logits = view.query(removal_m.apply(kept), tag="removal_patch").logits
+        kl_keep = kl(view.reprefill_logits, keep_logits)
+        rel = [
+            [float(d.norm() / c.float().norm().clamp_min(1e-30)) for d, c in zip(dl, cl, strict=True)]
+            for dl, cl in zip(removal.layers, view.conditioned.layers, strict=True)
+        ]
+        e90 = [  # the rank of rounding noise (a layer the context cannot reach, e.g. layer 0) is reported as 0
+            [energy_rank(blocks[0].s, self.energy) if rel[l][c] > NOISE else 0 for c, blocks in enumerate(chans)]
+            for l, chans in enumerate(patch.factors)
+        ]
+        measures = {"setting": f"survivor={s}", "survivor_slot": s, "kl_keep": kl_keep,
+                    "removal_rel_norm": json.dumps(rel), "removal_e90": json.dumps(e90)}
+        rows = [
+            *self.reference_rows(view, **measures),
+            self.row(view, "keep_as_is", keep_logits, bytes=0, stored=[before.full_key], **measures),
+            self.row(view, "removal_patch", removal_logits, patch=removal_m,
+                     paid=[view.full_key], stored=[before.full_key], **measures),
+        ]
+        for r in rows:
+            r["eta_keep"] = eta(r["kl"], kl_keep, wctx.eta_floor)
+        return rows
