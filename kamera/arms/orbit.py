@@ -27,7 +27,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
+from kamera.arms.base import Arm, ArmOutput, ArmRefusal, patch_dtype, register
 from kamera.arms.tokens import check_count
 from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Patch, deficit, orbit_mean
@@ -55,8 +55,9 @@ def conditioned_in_order(ctx: ReuseContext, order: Ordering) -> ChunkKV:
 
 @register
 @dataclass
-class OrbitPatch(Arm):
+class OrbitArm(Arm):
     name = "orbit"
+    needs = frozenset({"relocated", "conditioned"})
     rank: int | None = 16
     hold_out: bool = True
     exhaustive_up_to: int = 4
@@ -71,11 +72,6 @@ class OrbitPatch(Arm):
         check_count(self.name, "seed", self.seed)
         if not isinstance(self.hold_out, bool):
             raise ValueError(f"orbit: hold_out must be a bool, got {self.hold_out!r}")
-
-    @property
-    def label(self) -> str:
-        base = "orbit_full" if self.rank is None else f"orbit_r{self.rank}"
-        return base + ("" if self.hold_out else "_incl")
 
     def orbit(self, k: int) -> tuple[list[Ordering], bool]:
         """The orderings averaged over for K = k chunks of A, and whether they are the whole orbit."""
@@ -127,4 +123,4 @@ class OrbitPatch(Arm):
             "exhaustive": exhaustive,
             "effective_rank": patch.effective_rank,
         }
-        return ArmOutput(out, patch.nbytes(), params)
+        return ArmOutput(out, patch.nbytes(), params, patch_dtype=patch_dtype(patch))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kamera.arms.base import Arm, ArmOutput, register
+from kamera.arms.base import Arm, ArmOutput, patch_dtype, register
 from kamera.context import ReuseContext
 from kamera.core import deepest
 
@@ -20,6 +20,7 @@ LAYER_SETS = ("all", "deep_half")
 @dataclass
 class PatchArm(Arm):
     name = "patch"
+    needs = frozenset({"relocated", "patch"})
     rank: int | None = 16
     layers: str | list[int] = "all"
     granularity: str = "layer"
@@ -32,15 +33,6 @@ class PatchArm(Arm):
         if self.granularity not in ("layer", "head"):
             raise ValueError(f"patch granularity must be 'layer' or 'head', got {self.granularity!r}")
 
-    @property
-    def label(self) -> str:
-        base = "patch_full" if self.rank is None else f"patch_r{self.rank}"
-        if self.layers == "deep_half":
-            base += "_deep"
-        elif not isinstance(self.layers, str):
-            base += "_L" + "-".join(map(str, self.layers))
-        return base + ("_head" if self.granularity == "head" else "")
-
     def run(self, ctx: ReuseContext) -> ArmOutput:
         patch = ctx.patch_for(self.granularity).truncate(self.rank)
         if self.layers == "deep_half":
@@ -49,4 +41,4 @@ class PatchArm(Arm):
             patch = patch.restrict(self.layers)
         out = ctx.query(patch.apply(ctx.relocated), tag="patch")
         params = {**self.params(), "effective_rank": patch.effective_rank, "patched_layers": list(patch.patched_layers)}
-        return ArmOutput(out, patch.nbytes(), params)
+        return ArmOutput(out, patch.nbytes(), params, patch_dtype=patch_dtype(patch))
