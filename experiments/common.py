@@ -20,6 +20,7 @@ import argparse
 import importlib
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,9 +162,12 @@ def write_text(path: Path, text: str) -> Path:
 
 
 def save_figure(fig: plt.Figure, stem: Path, footer: str = "") -> list[Path]:
-    """PDF (no creation date: reruns are byte-identical) and PNG, with the footer in small type below."""
+    """PDF (no creation date: reruns are byte-identical) and PNG, with the footer in small type below the
+    first axes' x label."""
     if footer:
-        fig.text(0.0, -0.02, footer, fontsize=3.5, ha="left", va="top", wrap=True)
+        ax = fig.axes[0]
+        ax.annotate("\n".join(textwrap.wrap(footer, 110)), xy=(0.5, 0), xycoords=ax.xaxis.label, xytext=(0, -4),
+                    textcoords="offset points", ha="center", va="top", fontsize=3.5)
     stem.parent.mkdir(parents=True, exist_ok=True)
     pdf, png = stem.with_suffix(".pdf"), stem.with_suffix(".png")
     opts = {"bbox_inches": "tight", "pad_inches": 0.02}

@@ -55,7 +55,7 @@ def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(ranks, list(map(str, ranks)))
-        ax.set_xlabel("patch rank m (effective: clamped at min(n_B, width))")
+        ax.set_xlabel("patch rank m (as applied: at most min(n_B, width))")
         ax.set_ylabel("KL to re-prefill (mean over items)")
         ax.set_title(title + " (dashed: blind reuse)")
         ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))

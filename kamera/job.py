@@ -114,9 +114,8 @@ def _spec(kind: str, entry: object) -> Spec:
             raise ValueError(f"{path} must map `name:` (the registered {kind} it configures) and its knobs")
     knobs = {**knobs, **overrides}
     plugin = make(knobs.pop("name") if "name" in knobs else "", **knobs)
-    label = base or plugin.name
-    if overrides:
-        label += "[" + ",".join(f"{k}={_knob_text(v)}" for k, v in sorted(overrides.items()) if k != "name") + "]"
+    changed = sorted((k, v) for k, v in overrides.items() if k != "name")
+    label = (base or plugin.name) + ("[" + ",".join(f"{k}={_knob_text(v)}" for k, v in changed) + "]" if changed else "")
     return Spec(label, {"name": plugin.name, **plugin.params()}, plugin)
 
 
@@ -229,6 +228,8 @@ def _bench_problems(cfg: DictConfig) -> list[str]:
         spec.resolve_split(cfg.bench.split)
     except ValueError as err:
         return [str(err)]
+    if not isinstance(cfg.bench.kwargs, DictConfig):
+        return []  # validate() reports it
     takes = [n for n, prm in inspect.signature(spec.rows).parameters.items() if prm.kind is prm.KEYWORD_ONLY]
     bad = sorted(set(cfg.bench.kwargs) - set(takes))
     return [f"bench.kwargs {bad} are not options of {spec.name}; it takes {takes}"] if bad else []

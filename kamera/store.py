@@ -191,7 +191,8 @@ class Shard:
         old = self.table(name)
         if len(old):
             cols = ["item_id", TABLES[name], "knobs"]
-            clash = set(new[cols].astype(str).itertuples(index=False, name=None)) & self.done(name)
+            keys = [set(f[cols].astype(str).itertuples(index=False, name=None)) for f in (new, old)]
+            clash = keys[0] & keys[1]
             if clash:
                 raise ValueError(f"{sorted(clash)[:3]} already in {self.dir / self.key}: refusing to duplicate")
         frame = pd.concat([old, new], ignore_index=True) if len(old) else new

@@ -41,13 +41,16 @@ def test_smoke_then_full_run_in_one_group_renders_the_full_runs_n(tmp_path, caps
 
 
 def test_adding_an_arm_computes_only_that_arm(tmp_path, monkeypatch):
-    """The second run computes the new arms' rows only; each item's shared forwards run once; a third run
-    with the same arms loads no model."""
-    loaded = []
+    """The second run computes the new arms' rows only; each item is encoded once (the vision tower runs
+    once per item) and its shared forwards run once; a third run with the same arms loads no model."""
+    loaded, encoded = [], Counter()
 
     def load(*args, **kwargs):
-        loaded.append(load_model(*args, **kwargs))
-        return loaded[-1]
+        adapter = load_model(*args, **kwargs)
+        encode = adapter.encode
+        adapter.encode = lambda spans: encoded.update([len(loaded)]) or encode(spans)
+        loaded.append(adapter)
+        return adapter
 
     monkeypatch.setattr(runner, "load_model", load)
     base = ("model=tiny_qwen2_5_vl", "n_items=2")
@@ -56,6 +59,7 @@ def test_adding_an_arm_computes_only_that_arm(tmp_path, monkeypatch):
     assert loaded[0].forwards == Counter(full=2, solo=2, blind=2, patch=2)
     runner.run(job_config(tmp_path, *base, "arms=[blind,patch_r8,patch_r2,oracle4d]"))
     assert loaded[1].forwards == Counter(full=2, solo=2, blind=2, oracle=2, patch=2)  # patch_r2's query only
+    assert encoded == Counter({1: 2, 2: 2})  # one encode per item and run
     rows = pd.read_parquet(path)
     assert len(rows) == 8 and rows.groupby(["item_id", "arm"]).size().eq(1).all()
     pd.testing.assert_frame_equal(rows.iloc[:4].reset_index(drop=True), first)  # the stored rows are untouched
