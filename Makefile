@@ -51,7 +51,7 @@ status: ## every job of every experiment (or EXP): done / k of n / missing / fai
 
 demo: ## Table 3 and Figure 5 at tiny scale on this machine (CPU), end to end
 	$(MAKE) table3 fig5 SCALE=tiny LAUNCHER=local
-	@echo "demo outputs: results/tables/table3_tiny.md results/tables/table3_tiny.tex figures/fig5_tiny.pdf figures/fig5_tiny.png"
+	@echo "demo outputs: results/tables/table3_tiny.md results/tables/table3_tiny.tex figures/fig5_tiny.pdf figures/fig5_tiny.png figures/fig5_tiny.md"
 
 manifest: ## one override line per job of EXP (for SLURM/array.sbatch): make manifest EXP=table3
 	$(if $(EXP),,$(error EXP is not set: make manifest EXP=<conf/experiment name>))

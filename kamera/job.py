@@ -114,7 +114,7 @@ def _spec(kind: str, entry: object) -> Spec:
             raise ValueError(f"{path} must map `name:` (the registered {kind} it configures) and its knobs")
     knobs = {**knobs, **overrides}
     plugin = make(knobs.pop("name") if "name" in knobs else "", **knobs)
-    changed = sorted((k, v) for k, v in overrides.items() if k != "name")
+    changed = sorted(((k, v) for k, v in overrides.items() if k != "name"), key=lambda kv: kv[0])
     label = (base or plugin.name) + ("[" + ",".join(f"{k}={_knob_text(v)}" for k, v in changed) + "]" if changed else "")
     return Spec(label, {"name": plugin.name, **plugin.params()}, plugin)
 

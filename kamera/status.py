@@ -91,8 +91,11 @@ def estimate_hours(cfg: DictConfig) -> float | None:
     lengths and the arms' forwards); None when the experiment declares no estimate."""
     if cfg.get("estimate") is None:
         return None
-    from kamera.models import cost  # type: ignore[attr-defined]
-
+    try:
+        from kamera.models import cost  # type: ignore[attr-defined]
+    except ImportError:
+        raise ValueError(f"experiment {cfg.group} has an `estimate:` block but kamera.models.cost is not "
+                         "available to compute it") from None
     return float(cost.h100_hours(cfg))
 
 
