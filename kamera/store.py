@@ -281,6 +281,7 @@ def latest(found: Iterable[Shard], **match: str) -> list[Shard]:
 
 
 # ----- provenance ----------------------------------------------------------------------------------
+CODE_PATHS = (":/kamera", ":/conf", ":/experiments", ":/pyproject.toml")  # what the dirty flag covers
 def _git(*args: str) -> str | None:
     try:
         out = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
@@ -291,7 +292,8 @@ def _git(*args: str) -> str | None:
 
 
 def code_version() -> dict:
-    """The git commit of the kamera checkout (with a dirty flag: tracked files changed) and package versions."""
+    """The git commit of the kamera checkout, a dirty flag (tracked code or config changed since it; the
+    committed demo outputs do not count) and the package versions."""
     from importlib.metadata import PackageNotFoundError, version
 
     import torch
@@ -302,7 +304,7 @@ def code_version() -> dict:
     except PackageNotFoundError:
         kamera_version = "not installed"
     commit = _git("rev-parse", "HEAD")
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
     return {
         "commit": commit or "unknown (not a git checkout)",
         "dirty": bool(dirty) if dirty is not None else None,
