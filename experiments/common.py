@@ -33,7 +33,7 @@ import pandas as pd
 
 from kamera.metrics import bootstrap_ci
 from kamera.status import JobView, sweep_jobs
-from kamera.store import ShardCorruptError, atomic_write_text, code_version
+from kamera.store import ShardCorruptError, atomic_write_text
 from kamera.sweep import SweepError, compose_config
 from kamera.track import Tracker
 
@@ -119,19 +119,18 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def footer(jobs: list[JobView], partial: list[str]) -> str:
-    """One line: the code, packages, devices and dtypes the rows came from (and PARTIAL if so)."""
+    """One line: the code, packages, devices and dtypes the rows came from (and PARTIAL if so); it does
+    not change when only the rendering commit does, so re-rendering unchanged rows is byte-stable."""
     runs = [r for j in jobs if j.shard is not None for r in j.shard.meta().get("runs", [])]
 
     def values(key: str, fmt: Callable[[dict], str] | None = None) -> str:
         seen = dict.fromkeys((fmt or (lambda r: str(r.get(key))))(r) for r in runs)
         return "/".join(seen) or "?"
 
-    now = code_version()
     line = (
         f"rows: {len(jobs)} job(s), commit {values('commit', lambda r: _commit(r['commit'], r['dirty']))}, "
         f"kamera {values('kamera')}, torch {values('torch')}, transformers {values('transformers')}, "
-        f"device {values('device_name')}, dtype {values('dtype')}; "
-        f"rendered at commit {_commit(now['commit'], now['dirty'])}"
+        f"device {values('device_name')}, dtype {values('dtype')}"
     )
     return (f"PARTIAL ({len(partial)} incomplete job(s)). " if partial else "") + line
 
