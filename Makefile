@@ -10,14 +10,17 @@ LAUNCHER ?= local
 suffix := $(if $(filter paper,$(SCALE)),,_tiny)
 launch := launcher=$(if $(filter slurm,$(LAUNCHER)),slurm_h100,$(LAUNCHER))
 
-# sweep(experiment): preflight every job (fails fast, naming missing checkpoints / data), then run the
-# multirun; each job skips items already in its results shard, so reruns only do missing work.
+# sweep(experiment): preflight every job (fails fast, naming missing checkpoints / data / bad values), then
+# run the multirun; each job skips the (item, arm) pairs already in its results shard, so reruns only do
+# missing work. render(experiment): draw the experiment from exactly its jobs' rows (ARGS = the same
+# overrides the sweep ran with; PARTIAL=1 renders incomplete jobs too, marked partial).
 define sweep
 	$(PYTHON) -m kamera.sweep --check experiment=$(1) $(ARGS)
 	$(PYTHON) -m kamera.run -m experiment=$(1) $(launch) $(ARGS)
 endef
+render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(if $(PARTIAL),--allow-partial)
 
-.PHONY: help test test-slow lint bench table3 fig5 demo manifest sync
+.PHONY: help test test-slow lint bench table3 fig5 demo render status manifest sync
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -33,21 +36,30 @@ lint: ## ruff over the package, experiments, scripts and tests
 
 table3: ## Table 3: sweep (SCALE, LAUNCHER, ARGS=extra overrides), then results/tables/table3*.{md,tex}
 	$(call sweep,table3$(suffix))
-	$(PYTHON) experiments/table3.py --group table3$(suffix)
+	$(call render,table3$(suffix))
 
 fig5: ## Figure 5: rank sweep, then figures/fig5*.{pdf,png}
 	$(call sweep,fig5$(suffix))
-	$(PYTHON) experiments/fig5.py --group fig5$(suffix)
+	$(call render,fig5$(suffix))
+
+render: ## render only, from stored rows: make render EXP=table3_tiny [ARGS=overrides] [PARTIAL=1]
+	$(if $(EXP),,$(error EXP is not set: make render EXP=<conf/experiment name>))
+	$(call render,$(EXP))
+
+status: ## every job of every experiment (or EXP): done / k of n / missing / failed, with reasons
+	$(PYTHON) -m kamera.status $(if $(EXP),experiment=$(EXP)) $(ARGS)
 
 demo: ## Table 3 and Figure 5 at tiny scale on this machine (CPU), end to end
 	$(MAKE) table3 fig5 SCALE=tiny LAUNCHER=local
-	@echo "demo outputs: results/tables/table3_tiny.md results/tables/table3_tiny.tex figures/fig5_tiny.pdf figures/fig5_tiny.png"
+	@echo "demo outputs: results/tables/table3_tiny.md results/tables/table3_tiny.tex figures/fig5_tiny.pdf figures/fig5_tiny.png figures/fig5_tiny.md"
 
 manifest: ## one override line per job of EXP (for SLURM/array.sbatch): make manifest EXP=table3
-	@mkdir -p SLURM/manifests
-	$(PYTHON) -m kamera.sweep --manifest experiment=$(EXP) $(ARGS) > SLURM/manifests/$(EXP).txt
+	$(if $(EXP),,$(error EXP is not set: make manifest EXP=<conf/experiment name>))
+	@mkdir -p SLURM/manifests logs/slurm
+	$(PYTHON) -m kamera.sweep --manifest experiment=$(EXP) $(ARGS) > SLURM/manifests/$(EXP).txt.tmp
+	@mv SLURM/manifests/$(EXP).txt.tmp SLURM/manifests/$(EXP).txt
 	@echo "SLURM/manifests/$(EXP).txt: $$(wc -l < SLURM/manifests/$(EXP).txt) jobs; submit with:"
-	@echo "  sbatch --array=0-$$(( $$(wc -l < SLURM/manifests/$(EXP).txt) - 1 ))%8 SLURM/array.sbatch SLURM/manifests/$(EXP).txt"
+	@echo "  SLURM/array.sbatch SLURM/manifests/$(EXP).txt     # = sbatch --array=0-$$(( $$(wc -l < SLURM/manifests/$(EXP).txt) - 1 ))%8 SLURM/array.sbatch SLURM/manifests/$(EXP).txt"
 
 sync: ## upload offline wandb runs (run on a node with internet)
 	wandb sync --skip-synced $$(find $${KAMERA_OUTPUTS:-outputs} -type d -name 'offline-run-*')

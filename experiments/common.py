@@ -1,13 +1,28 @@
-"""What every table and figure shares: reading rows, CI cells, the paper's numbers, byte-stable output.
+"""What every table and figure shares: exactly the experiment's rows, CI cells, the paper's numbers,
+a provenance footer and byte-stable output.
 
-Tables and figures are pure functions of the rows in ``results/raw/<group>/`` (see ``kamera.store``);
-nothing here loads a model or runs a forward.
+A renderer reads the jobs of its experiment as Hydra expands them with the same overrides the sweep
+ran with (:func:`kamera.status.sweep_jobs`), from the results root the runner resolves
+(``paths.results``: KAMERA_RESULTS, else ``results/raw`` under the working directory), and counts
+each (item, arm) of each job once. An incomplete job fails the render, naming it and its k / n,
+unless ``--allow-partial`` (the output then says "partial"). Every output carries a footer: the
+commit (and whether it was dirty), package versions, device and dtype its rows came from.
+
+    python -m experiments.common experiment=table3_tiny [overrides…] [--allow-partial]   # make render EXP=…
+    python experiments/table3.py experiment=table3_tiny [overrides…] [--allow-partial] [--out STEM]
+
+Tables and figures are pure functions of the rows; nothing here loads a model or runs a forward.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -17,11 +32,12 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from kamera.metrics import bootstrap_ci
-from kamera.store import atomic_write_text, load_rows
+from kamera.status import JobView, sweep_jobs
+from kamera.store import ShardCorruptError, atomic_write_text
+from kamera.sweep import SweepError, compose_config
 from kamera.track import Tracker
 
-ROOT = Path(__file__).resolve().parent.parent
-STYLE = ROOT / "figures" / "paper.mplstyle"
+STYLE = Path(__file__).resolve().parent / "paper.mplstyle"
 
 # The paper's numbers (EXPERIMENTS.md), keyed by our model / subset / arm names.
 PAPER_TABLE3 = {
@@ -33,30 +49,103 @@ PAPER_TABLE3 = {
 PAPER_FIG5_MLA_BLIND_FLOOR = 0.44  # Kimi-VL blind-reuse KL in Fig. 5
 
 
-def cli(description: str, default_group: str) -> argparse.Namespace:
+@dataclass
+class Experiment:
+    """An experiment's stored results, ready to render."""
+
+    name: str  # the experiment's group
+    jobs: list[JobView]
+    rows: pd.DataFrame
+    probes: pd.DataFrame
+    partial: list[str]  # the incomplete jobs, one line each (empty unless --allow-partial)
+    footer: str
+    tables: Path  # paths.tables and paths.figures, as the config resolves them
+    figures: Path
+    out: Path | None
+    tracking: str
+
+    def stem(self, kind: str) -> Path:
+        """Where an output goes: ``--out`` if given, else <paths.tables | paths.figures>/<experiment>."""
+        return self.out or (self.tables if kind == "table" else self.figures) / self.name
+
+
+def parse(description: str, default_experiment: str, argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--group", default=default_group, help="results/raw/<group> to read")
-    ap.add_argument("--results", default=os.environ.get("KAMERA_RESULTS", str(ROOT / "results" / "raw")))
-    ap.add_argument("--out", default=None, help="output stem (default: results/tables/<group> or figures/<group>)")
+    ap.add_argument("overrides", nargs="*", help=f"Hydra overrides of the sweep (default experiment={default_experiment})")
+    ap.add_argument("--allow-partial", action="store_true", help="render incomplete jobs too; the output says partial")
+    ap.add_argument("--out", default=None, help="output stem (default: <paths.tables or paths.figures>/<experiment>)")
     ap.add_argument("--tracking", default=os.environ.get("KAMERA_TRACKING", "disabled"),
-                    choices=["disabled", "offline", "online"], help="also log the outputs to wandb (group = --group)")
-    return ap.parse_args()
+                    choices=["disabled", "offline", "online"], help="also log the outputs to wandb")
+    args = ap.parse_intermixed_args(argv)
+    if not any(o.split("=", 1)[0].lstrip("+~") == "experiment" for o in args.overrides):
+        args.overrides.insert(0, f"experiment={default_experiment}")
+    return args
 
 
-def publish(args: argparse.Namespace, paths: list[Path]) -> None:
-    """Print where the outputs went and, with tracking on, attach them to a wandb run of the group."""
+def load(description: str, default_experiment: str, argv: list[str] | None = None) -> Experiment:
+    """The experiment's jobs and rows; SystemExit naming every incomplete job unless --allow-partial."""
+    args = parse(description, default_experiment, argv)
+    try:
+        jobs = sweep_jobs(args.overrides)
+    except (SweepError, ValueError) as err:
+        raise SystemExit(f"cannot expand {' '.join(args.overrides)}: {err}") from None
+    if not jobs:
+        raise SystemExit(f"{' '.join(args.overrides)} expands to no job")
+    cfg = jobs[0].cfg
+    unique = list({j.key: j for j in jobs}.values())  # a sweep listing one job twice counts it once
+    incomplete = [f"{' '.join(j.overrides)}: {'corrupt: ' + j.error if j.error else j.state.summary()}"
+                  for j in unique if j.error or not j.state.complete]
+    if incomplete and not args.allow_partial:
+        raise SystemExit(
+            f"{cfg.group}: {len(incomplete)} of {len(unique)} job(s) incomplete (run the sweep, see python -m "
+            "kamera.status, or render with --allow-partial):\n- " + "\n- ".join(incomplete)
+        )
+    try:
+        readable = [j for j in unique if not j.error]
+        rows = _concat([j.rows() for j in readable])
+        probes = _concat([j.probe_records() for j in readable])
+    except ShardCorruptError as err:
+        raise SystemExit(str(err)) from None
+    if rows.empty and probes.empty:
+        raise SystemExit(f"{cfg.group}: no stored rows for its {len(unique)} job(s) under {cfg.paths.results}")
+    return Experiment(cfg.group, unique, rows, probes, incomplete, footer(readable, incomplete),
+                      Path(cfg.paths.tables), Path(cfg.paths.figures), Path(args.out) if args.out else None,
+                      args.tracking)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def footer(jobs: list[JobView], partial: list[str]) -> str:
+    """One line: the code, packages, devices and dtypes the rows came from (and PARTIAL if so); it does
+    not change when only the rendering commit does, so re-rendering unchanged rows is byte-stable."""
+    runs = [r for j in jobs if j.shard is not None for r in j.shard.meta().get("runs", [])]
+
+    def values(key: str, fmt: Callable[[dict], str] | None = None) -> str:
+        seen = dict.fromkeys((fmt or (lambda r: str(r.get(key))))(r) for r in runs)
+        return "/".join(seen) or "?"
+
+    line = (
+        f"rows: {len(jobs)} job(s), commit {values('commit', lambda r: _commit(r['commit'], r['dirty']))}, "
+        f"kamera {values('kamera')}, torch {values('torch')}, transformers {values('transformers')}, "
+        f"device {values('device_name')}, dtype {values('dtype')}"
+    )
+    return (f"PARTIAL ({len(partial)} incomplete job(s)). " if partial else "") + line
+
+
+def _commit(commit: str, dirty: bool | None) -> str:
+    return commit[:10] + ("+dirty" if dirty else "")
+
+
+def publish(exp: Experiment, paths: list[Path]) -> None:
+    """Print where the outputs went and, with tracking on, attach them to a wandb run of the experiment."""
     print("wrote " + ", ".join(str(p) for p in paths))
-    tracker = Tracker.start(args.tracking, "kamera", args.group, f"render-{args.group}", {"group": args.group},
-                            ROOT / "outputs" / "wandb")
+    tracker = Tracker.start(exp.tracking, "kamera", exp.name, f"render-{exp.name}", {"experiment": exp.name},
+                            Path("outputs") / "wandb")
     tracker.log_files(paths)
     tracker.finish()
-
-
-def read_rows(results: str | Path, group: str) -> pd.DataFrame:
-    rows = load_rows(results, group)
-    if rows.empty:
-        raise SystemExit(f"no rows under {Path(results) / group}: run the sweep first (make {group.split('_')[0]})")
-    return rows
 
 
 def ci_cell(values, seed: int = 0) -> str:
@@ -71,8 +160,13 @@ def write_text(path: Path, text: str) -> Path:
     return path
 
 
-def save_figure(fig: plt.Figure, stem: Path) -> list[Path]:
-    """PDF (no creation date: reruns are byte-identical) and PNG."""
+def save_figure(fig: plt.Figure, stem: Path, footer: str = "") -> list[Path]:
+    """PDF (no creation date: reruns are byte-identical) and PNG, with the footer in small type below the
+    first axes' x label."""
+    if footer:
+        ax = fig.axes[0]
+        ax.annotate("\n".join(textwrap.wrap(footer, 110)), xy=(0.5, 0), xycoords=ax.xaxis.label, xytext=(0, -4),
+                    textcoords="offset points", ha="center", va="top", fontsize=3.5)
     stem.parent.mkdir(parents=True, exist_ok=True)
     pdf, png = stem.with_suffix(".pdf"), stem.with_suffix(".png")
     opts = {"bbox_inches": "tight", "pad_inches": 0.02}
@@ -80,3 +174,20 @@ def save_figure(fig: plt.Figure, stem: Path) -> list[Path]:
     fig.savefig(png, metadata={"Software": None}, dpi=300, **opts)
     plt.close(fig)
     return [pdf, png]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m experiments.common experiment=X …``: run the renderer the experiment names (``renderer:``)."""
+    args = parse(__doc__.split("\n\n")[0], "table3_tiny", sys.argv[1:] if argv is None else argv)
+    experiment = next(o for o in args.overrides if o.split("=", 1)[0].lstrip("+~") == "experiment")
+    try:
+        renderer = compose_config([experiment]).renderer
+    except SweepError as err:
+        raise SystemExit(str(err)) from None
+    if not renderer:
+        raise SystemExit(f"{experiment} names no renderer (add `renderer: <experiments module>` to its config)")
+    importlib.import_module(f"experiments.{renderer}").main(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,10 @@
 """Table 3: MM-NIAH accuracy per model × subset × arm, with bootstrap CIs, the chance row and n.
 
-    python experiments/table3.py --group table3        # paper scale (paper values printed beside ours)
-    python experiments/table3.py --group table3_tiny   # tiny scale (toy binding model + tiny families)
+    python -m experiments.table3 experiment=table3        # paper scale (paper values printed beside ours)
+    python -m experiments.table3 experiment=table3_tiny   # tiny scale (toy binding model + tiny families)
 
-Writes results/tables/<group>.md and .tex (booktabs) and prints the markdown.
+Reads exactly the experiment's jobs (``experiments.common.load``); writes <paths.tables>/<experiment>.md
+and .tex (booktabs), each with the provenance footer, and prints the markdown.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import PAPER_TABLE3, ROOT, ci_cell, cli, publish, read_rows, write_text
+from experiments.common import PAPER_TABLE3, ci_cell, load, publish, write_text
 
 ARM_ORDER = ["reprefill", "blind", "patch_r16", "patch_r64"]
 
@@ -56,34 +57,37 @@ def wide(agg: pd.DataFrame) -> pd.DataFrame:
     return frame.fillna("–")
 
 
-def to_markdown(frame: pd.DataFrame, title: str) -> str:
+def to_markdown(frame: pd.DataFrame, title: str, footer: str = "") -> str:
     head = "| arm | " + " | ".join(f"{m} · {s}" for m, s in frame.columns) + " |"
     sep = "|---" * (len(frame.columns) + 1) + "|"
     body = ["| " + " | ".join([str(arm), *map(str, row)]) + " |" for arm, row in frame.iterrows()]
-    return "\n".join([f"**{title}** — accuracy, mean [95% bootstrap CI]", "", head, sep, *body]) + "\n"
+    tail = ["", f"_{footer}_"] if footer else []
+    return "\n".join([f"**{title}** — accuracy, mean [95% bootstrap CI]", "", head, sep, *body, *tail]) + "\n"
 
 
-def to_latex(frame: pd.DataFrame, caption: str, label: str) -> str:
+def to_latex(frame: pd.DataFrame, caption: str, label: str, footer: str = "") -> str:
     styler = frame.style.format(escape="latex").format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
-    return styler.to_latex(
+    tex = styler.to_latex(
         hrules=True, caption=caption, label=label, column_format="l" + "c" * len(frame.columns),
         multicol_align="c", position_float="centering",
     )
+    return f"% {footer}\n{tex}" if footer else tex
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path) -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
     frame = wide(aggregate(rows))
-    md = to_markdown(frame, f"Table 3 ({group})")
-    tex = to_latex(frame, f"Accuracy per arm ({group}); mean and 95\\% bootstrap CI over items.", f"tab:{group}")
+    partial = ", partial" if footer.startswith("PARTIAL") else ""
+    md = to_markdown(frame, f"Table 3 ({group}{partial})", footer)
+    tex = to_latex(frame, f"Accuracy per arm ({group}{partial}); mean and 95\\% bootstrap CI over items.",
+                   f"tab:{group}", footer)
     return md, [write_text(stem.with_suffix(".md"), md), write_text(stem.with_suffix(".tex"), tex)]
 
 
-def main() -> None:
-    args = cli(__doc__.split("\n\n")[0], "table3")
-    stem = Path(args.out) if args.out else ROOT / "results" / "tables" / args.group
-    md, paths = render(read_rows(args.results, args.group), args.group, stem)
+def main(argv: list[str] | None = None) -> None:
+    exp = load(__doc__.split("\n\n")[0], "table3", argv)
+    md, paths = render(exp.rows, exp.name, exp.stem("table"), exp.footer)
     print(md)
-    publish(args, paths)
+    publish(exp, paths)
 
 
 if __name__ == "__main__":

@@ -1,102 +1,261 @@
-"""The results store: one parquet shard per result-defining config, rows keyed by (item, arm).
+"""The results store: one shard per job identity; rows keyed by (item, arm), probe records by (item, probe).
 
-    results/raw/<experiment>/<config hash>.parquet     rows of finished items (rewritten atomically)
-    results/raw/<experiment>/<config hash>.json        the resolved config that made them
-    results/raw/<experiment>/.<config hash>.lock       held while a job writes the shard
+    <root>/<group>/<job key>.parquet          rows, one per (item, arm label + knobs)
+    <root>/<group>/<job key>.probes.parquet   probe records (long format), keyed by (item, probe label + knobs)
+    <root>/<group>/<job key>.json             the job's identity, its selection (and what was skipped, why),
+                                              failed items, arm refusals and the provenance of every run
+    <root>/<group>/.<job key>.lock            held while a job writes the shard
 
-The hash covers only what changes the numbers (model, dtype, benchmark selection, arms and their
-knobs, seed, …), never operational keys (device, paths, logging, tracking), so the same sweep from
-a laptop, a Hydra multirun or a plain sbatch array lands in the same shard and is never run twice.
-A shard only ever holds whole items: it is rewritten to a dot-named temp file and ``os.replace``d
-after each item, so a kill at any moment loses at most the item in flight and never duplicates a row.
+A job key is the digest of the job's identity (:mod:`kamera.job`): the config keys that define its
+numbers, a fingerprint of the checkpoint loaded and one of the data read (annotation files and the
+selected item ids). Arms and probes are not part of it: a shard collects every arm ever run on the
+job's items, and a run computes only the (item, arm) pairs it does not hold yet.
+
+Each table is rewritten to a dot-named temp file and ``os.replace``d after each item, so a kill at
+any moment loses at most the item in flight and never leaves half a row. A file that does not read
+back (a truncated copy, a full disk) is reported with its path and what to do
+(:class:`ShardCorruptError`), never silently read as empty.
 """
 
 from __future__ import annotations
 
 import fcntl
+import getpass
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+import platform
+import socket
+import subprocess
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 
+TABLES = {"rows": "arm", "probes": "probe"}  # table → the column naming the plugin that made a record
 
-def config_hash(result_config: dict) -> str:
-    """sha256 (12 hex chars) of the canonical JSON of the result-defining config."""
-    blob = json.dumps(result_config, sort_keys=True, separators=(",", ":"), default=str)
+
+def digest(obj: object) -> str:
+    """sha256 (12 hex chars) of the canonical JSON of ``obj``."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def now() -> str:
+    """The current UTC time, ISO 8601 to the second (what shards record)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 class ShardLockedError(RuntimeError):
-    """Another job is writing the same shard (the same config launched twice)."""
+    """Another job is writing the same shard (the same job launched twice)."""
+
+
+class ShardCorruptError(RuntimeError):
+    """A shard file does not read back; the message names the file and what to do."""
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a job asks of each item: (label, knobs key) per arm and per probe."""
+
+    arms: tuple[tuple[str, str], ...]
+    probes: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class JobState:
+    """How far a job has got, from its shard alone (no data, no model).
+
+    ``status``: ``missing`` (no shard), ``done`` (complete), ``partial`` (a rerun continues it),
+    ``failed`` (nothing left to compute, yet not complete: the data had defects or no item was
+    usable; repairing the data makes it a new job). ``k`` of ``n`` selected items are finished
+    (rows for every arm and probe, or a recorded reason).
+    """
+
+    status: str
+    n: int = 0
+    k: int = 0
+    n_requested: int | None = None
+    failed: dict[str, str] = field(default_factory=dict)
+    defects: list[dict] = field(default_factory=list)
+    todo: dict[str, list[str]] = field(default_factory=dict)  # item → labels still to compute
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "done"
+
+    def summary(self) -> str:
+        """One line: status, k / n, failures and data defects (counts; ``reasons()`` lists them)."""
+        if self.status == "missing":
+            return "missing"
+        parts = [f"{self.status} {self.k}/{self.n}"]
+        if self.n_requested is not None and self.n < self.n_requested:
+            parts.append(f"({self.n} of the {self.n_requested} items requested could be selected)")
+        if self.failed:
+            parts.append(f"{len(self.failed)} item(s) failed")
+        if self.defects:
+            parts.append(f"{len(self.defects)} data defect(s)")
+        if self.status == "failed" and self.k == self.n and not self.defects:
+            parts.append("no usable item")
+        return ", ".join(parts)
+
+    def reasons(self) -> list[str]:
+        """Every failed item and data defect with its reason, one line each."""
+        return [f"item {i} failed: {r}" for i, r in sorted(self.failed.items())] + [
+            f"data defect, {d['item_id']} ({d['stage']}): {d['reason']}" for d in self.defects
+        ]
 
 
 class Shard:
-    """The rows of one config hash under ``root/<experiment>/``."""
+    """The stored results of one job under ``root/<group>/``."""
 
-    def __init__(self, root: str | Path, experiment: str, digest: str) -> None:
-        self.dir = Path(root) / experiment
-        self.digest = digest
-        self.path = self.dir / f"{digest}.parquet"
-        self.config_path = self.dir / f"{digest}.json"
-        self._tmp = self.dir / f".{digest}.parquet.tmp"
-        self._lock = self.dir / f".{digest}.lock"
+    def __init__(self, root: str | Path, group: str, key: str) -> None:
+        self.dir = Path(root) / group
+        self.key = key
+        self.path = self.dir / f"{key}.parquet"
+        self.probes_path = self.dir / f"{key}.probes.parquet"
+        self.meta_path = self.dir / f"{key}.json"
+        self._lock = self.dir / f".{key}.lock"
 
-    def read(self) -> pd.DataFrame:
-        """Rows written so far (empty frame if none)."""
-        return pd.read_parquet(self.path) if self.path.exists() else pd.DataFrame()
+    def __repr__(self) -> str:
+        return f"Shard({self.meta_path.with_suffix('')})"
 
-    def done_items(self) -> set[str]:
-        rows = self.read()
-        return set(rows["item_id"].astype(str)) if len(rows) else set()
+    # ----- reading -----------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.meta_path.exists()
 
-    def write_config(self, resolved: dict) -> None:
+    def meta(self) -> dict:
+        """The shard's json (identity, selection, failures, refusals, runs); {} if none yet."""
+        if not self.meta_path.exists():
+            return {}
+        try:
+            return json.loads(self.meta_path.read_text())
+        except (OSError, ValueError) as err:
+            raise ShardCorruptError(
+                f"{self.meta_path} does not read back ({type(err).__name__}: {err}); delete it and rerun the job: "
+                "the run rewrites it and keeps the rows already stored"
+            ) from None
+
+    def table(self, name: str) -> pd.DataFrame:
+        """The ``rows`` or ``probes`` table (empty frame if none yet)."""
+        path = self.path if name == "rows" else self.probes_path
+        if not path.exists():
+            return pd.DataFrame()
+        try:
+            return pd.read_parquet(path)
+        except Exception as err:  # pyarrow raises several types for a truncated or foreign file
+            raise ShardCorruptError(
+                f"{path} does not read back ({type(err).__name__}: {err}); move it aside "
+                f"(mv {path} {path}.bad) and rerun the job, which recomputes the items it held"
+            ) from None
+
+    def rows(self) -> pd.DataFrame:
+        return self.table("rows")
+
+    def probes(self) -> pd.DataFrame:
+        return self.table("probes")
+
+    def check(self) -> None:
+        """Read every file of the shard; ShardCorruptError naming the first that does not read back."""
+        self.meta()
+        for name in TABLES:
+            self.table(name)
+
+    def done(self, name: str) -> set[tuple[str, str, str]]:
+        """(item_id, label, knobs) pairs stored in a table."""
+        frame = self.table(name)
+        if frame.empty:
+            return set()
+        cols = ["item_id", TABLES[name], "knobs"]
+        return set(frame[cols].astype(str).itertuples(index=False, name=None))
+
+    # ----- writing (inside ``locked()``) --------------------------------------------------------
+    def write_meta(self, meta: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.config_path, json.dumps(resolved, indent=2, sort_keys=True, default=str))
+        atomic_write_text(self.meta_path, json.dumps(meta, indent=1, sort_keys=True, default=str))
 
-    def mark_complete(self, n_items: int, refusals: list[dict] | None = None) -> None:
-        """Record that every selected item is in the shard (a rerun then skips the job without loading),
-        with the arms that refused the family or some items, and why."""
-        meta = json.loads(self.config_path.read_text())
-        meta["complete"] = {"n_items": n_items, "n_rows": len(self.read()), "refusals": refusals or []}
-        atomic_write_text(self.config_path, json.dumps(meta, indent=2, sort_keys=True, default=str))
+    def update_meta(self, change: Callable[[dict], None]) -> dict:
+        meta = self.meta()
+        change(meta)
+        self.write_meta(meta)
+        return meta
 
-    def is_complete(self) -> bool:
-        if not (self.config_path.exists() and self.path.exists()):
-            return False
-        return "complete" in json.loads(self.config_path.read_text())
-
-    def append(self, rows: list[dict]) -> int:
-        """Add one item's rows (all arms) atomically; returns the shard's row count."""
-        new = pd.DataFrame(rows)
-        old = self.read()
-        if len(old) and set(new["item_id"].astype(str)) & set(old["item_id"].astype(str)):
-            raise ValueError(f"item already in shard {self.path}: refusing to duplicate rows")
+    def append(self, name: str, records: list[dict]) -> int:
+        """Add one item's records to a table atomically; refuses (item, label, knobs) already stored."""
+        if not records:
+            return len(self.table(name))
+        new = pd.DataFrame(records)
+        old = self.table(name)
+        if len(old):
+            cols = ["item_id", TABLES[name], "knobs"]
+            keys = [set(f[cols].astype(str).itertuples(index=False, name=None)) for f in (new, old)]
+            clash = keys[0] & keys[1]
+            if clash:
+                raise ValueError(f"{sorted(clash)[:3]} already in {self.dir / self.key}: refusing to duplicate")
         frame = pd.concat([old, new], ignore_index=True) if len(old) else new
+        path = self.path if name == "rows" else self.probes_path
+        tmp = path.with_name(f".{path.name}.tmp")
         self.dir.mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(self._tmp, index=False)
-        os.replace(self._tmp, self.path)
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
         return len(frame)
 
     @contextmanager
-    def locked(self) -> Iterator[None]:
-        """Exclusive ownership of the shard for one job (a second concurrent job fails fast)."""
+    def locked(self, required: bool = True) -> Iterator[bool]:
+        """Exclusive ownership of the shard for one job: a second concurrent job fails fast
+        (:class:`ShardLockedError`), or, with ``required=False``, is told so (yields False)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self._lock, "w") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                if not required:
+                    yield False
+                    return
                 raise ShardLockedError(
-                    f"{self.path} is being written by another job (same config hash {self.digest}); "
-                    "wait for it or kill it"
+                    f"{self.path} is being written by another job (same job key {self.key}); wait for it or kill it"
                 ) from None
             try:
-                yield
+                yield True
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+    # ----- state -------------------------------------------------------------------------------
+    def state(self, expected: Expected, retry_failed: bool = False) -> JobState:
+        """How far the job is for these arms and probes (see :class:`JobState`)."""
+        meta = self.meta()
+        if not meta:
+            return JobState("missing")
+        selection = meta.get("selection", {})
+        items = [str(i) for i in selection.get("item_ids", [])]
+        failed = {} if retry_failed else dict(meta.get("failed", {}))
+        refused = {(r.get("item_id"), r["arm"], r["knobs"]) for r in meta.get("refusals", [])}
+        family = {(a, k) for i, a, k in refused if i is None}
+        have = {
+            "rows": self.done("rows") | {(i, a, k) for i, a, k in refused if i is not None},
+            "probes": self.done("probes") | {tuple(p) for p in meta.get("empty_probes", [])},
+        }
+        todo: dict[str, list[str]] = {}
+        for item in items:
+            if item in failed:
+                continue
+            left = [a for a, k in expected.arms if (a, k) not in family and (item, a, k) not in have["rows"]]
+            left += [p for p, k in expected.probes if (item, p, k) not in have["probes"]]
+            if left:
+                todo[item] = left
+        defects = [s for s in selection.get("skipped", []) if s.get("stage") in ("row", "build")]
+        k = len(items) - len(todo)
+        usable = k - sum(1 for i in items if i in failed)
+        if todo:
+            status = "partial"
+        elif defects or usable == 0:
+            status = "failed"
+        else:
+            status = "done"
+        return JobState(status, len(items), k, selection.get("n_requested"), failed, defects, todo)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -106,9 +265,65 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def load_rows(root: str | Path, experiment: str | None = None) -> pd.DataFrame:
-    """All finished rows under ``root`` (or one experiment), concatenated (dot files ignored)."""
-    base = Path(root) if experiment is None else Path(root) / experiment
-    files = sorted(p for p in base.rglob("*.parquet") if not p.name.startswith("."))
-    frames = [pd.read_parquet(p) for p in files]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+def shards(root: str | Path, group: str) -> list[Shard]:
+    """Every shard under ``root/<group>`` (by its json)."""
+    base = Path(root) / group
+    if not base.is_dir():
+        return []
+    return [Shard(root, group, p.stem) for p in sorted(base.glob("*.json")) if not p.name.startswith(".")]
+
+
+def latest(found: Iterable[Shard], **match: str) -> list[Shard]:
+    """The shards whose json has every ``match`` key equal, most recently run first."""
+    hits = [(s.meta(), s) for s in found]
+    hits = [(m, s) for m, s in hits if all(m.get(k) == v for k, v in match.items())]
+    return [s for m, s in sorted(hits, key=lambda ms: ms[0].get("last_run", ""), reverse=True)]
+
+
+# ----- provenance ----------------------------------------------------------------------------------
+CODE_PATHS = (":/kamera", ":/conf", ":/experiments", ":/pyproject.toml")  # what the dirty flag covers
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def code_version() -> dict:
+    """The git commit of the kamera checkout, a dirty flag (tracked code or config changed since it; the
+    committed demo outputs do not count) and the package versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+    import transformers
+
+    try:
+        kamera_version = version("kamera")
+    except PackageNotFoundError:
+        kamera_version = "not installed"
+    commit = _git("rev-parse", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+    return {
+        "commit": commit or "unknown (not a git checkout)",
+        "dirty": bool(dirty) if dirty is not None else None,
+        "kamera": kamera_version,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def provenance(device: str, dtype: str, attention: str) -> dict:
+    """Where and with what a run computes: code version, device name, dtype, attention kernel, host, Slurm ids."""
+    import torch
+
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name(torch.device(device))
+    else:
+        name = f"cpu ({platform.machine()}, {torch.get_num_threads()} thread(s))"
+    slurm = {k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID") if k in os.environ}
+    return {
+        **code_version(), "device": device, "device_name": name, "dtype": dtype, "attention": attention,
+        "hostname": socket.gethostname(), "user": getpass.getuser(), "slurm": slurm, "start": now(),
+    }

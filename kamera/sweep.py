@@ -1,66 +1,102 @@
-"""Compose configs and expand an experiment's sweep without launching it.
+"""Compose configs and expand a sweep exactly as ``python -m kamera.run -m`` would, without launching it.
 
     python -m kamera.sweep --check experiment=table3          # preflight every job: fail fast, list all problems
-    python -m kamera.sweep --manifest experiment=table3       # one line of overrides per job (for SLURM/array.sbatch)
+    python -m kamera.sweep --manifest experiment=table3       # one shell-quoted line of overrides per job
 
-Both read ``hydra.sweeper.params`` of the composed config, exactly as ``python -m kamera.run -m`` would.
+The job list is Hydra's own: the config is composed in multirun mode, the configured sweeper
+(``hydra.sweeper.params`` of the experiment merged with the command line's sweeps) expands it and
+validates every job, and only the launcher is replaced by one that records the jobs instead of
+running them (the path of ``hydra/_internal/hydra.py:Hydra.multirun``). A manifest line is
+``shlex.join`` of one job's overrides, so values with spaces or quotes survive
+``SLURM/array.sbatch``. An unknown experiment, testbed or other config choice is an error that
+lists the valid names.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
+import shlex
 import sys
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import HydraException
+from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
-def compose_config(overrides: list[str] | None = None, hydra_config: bool = False) -> DictConfig:
+class SweepError(ValueError):
+    """A sweep that cannot be composed (an unknown config choice, a bad override); Hydra's message."""
+
+
+def compose_config(overrides: Sequence[str] | None = None, hydra_config: bool = False) -> DictConfig:
     """The job config ``python -m kamera.run <overrides>`` would see (no output dirs created)."""
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides or []), return_hydra_config=hydra_config)
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            return compose("config", overrides=list(overrides or []), return_hydra_config=hydra_config)
+    except HydraException as err:
+        raise SweepError(str(err)) from None
 
 
-def expand(overrides: list[str] | None = None) -> list[list[str]]:
-    """The per-job override lists of a multirun: the sweeper params' cartesian product, after ``overrides``.
+class _Recorder:
+    """Stands in for the launcher: keeps each job's overrides, runs nothing."""
 
-    Sweep values given on the command line (``model=a,b``) take precedence over the experiment's.
-    """
-    overrides = list(overrides or [])
-    parser = OverridesParser.create()
-    cli = parser.parse_overrides(overrides)
-    fixed = [o.input_line for o in cli if not o.is_sweep_override()]
-    axes: dict[str, list[str]] = {}
-    cfg = compose_config(fixed, hydra_config=True)
-    for key, value in (cfg.hydra.sweeper.params or {}).items():
-        o = parser.parse_override(f"{key}={value}")
-        axes[key] = list(o.sweep_string_iterator()) if o.is_sweep_override() else [str(value)]
-    for o in cli:
-        if o.is_sweep_override():
-            axes[o.get_key_element()] = list(o.sweep_string_iterator())
-    keys = list(axes)
-    fixed = [o for o in fixed if o.split("=", 1)[0].lstrip("+~") not in keys]
-    return [fixed + [f"{k}={v}" for k, v in zip(keys, combo, strict=True)] for combo in itertools.product(*axes.values())]
+    def __init__(self) -> None:
+        self.jobs: list[list[str]] = []
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
+        self.jobs += [list(j) for j in job_overrides]
+        return [JobReturn(overrides=list(j), status=JobStatus.COMPLETED, _return_value=None) for j in job_overrides]
+
+
+def expand(overrides: Sequence[str] | None = None) -> list[list[str]]:
+    """The per-job override lists a multirun with ``overrides`` launches, in launch order."""
+    recorder = _Recorder()
+    with tempfile.TemporaryDirectory(prefix="kamera-sweep-") as tmp:
+        try:
+            with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+                hydra = GlobalHydra.instance().hydra
+                cfg = hydra.compose_config("config", [*(overrides or []), f"hydra.sweep.dir={tmp}"],
+                                           run_mode=RunMode.MULTIRUN, with_log_configuration=False)
+                context = HydraContext(config_loader=hydra.config_loader, callbacks=None)  # type: ignore[arg-type]
+                sweeper = Plugins.instance().instantiate_sweeper(config=cfg, hydra_context=context,
+                                                                 task_function=lambda _: None)
+                sweeper.launcher = recorder  # type: ignore[attr-defined]
+                sweeper.sweep(arguments=OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False))
+        except HydraException as err:
+            raise SweepError(str(err)) from None
+    return recorder.jobs
+
+
+def manifest_line(job: Sequence[str]) -> str:
+    """One job's overrides as a shell-quoted line (``eval "set -- $LINE"`` gives the arguments back)."""
+    return shlex.join(job)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Expand or preflight a kamera sweep.")
     mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--check", action="store_true", help="preflight every job (models, data, arms)")
-    mode.add_argument("--manifest", action="store_true", help="print one override line per job")
+    mode.add_argument("--check", action="store_true", help="preflight every job (models, data, arms, values)")
+    mode.add_argument("--manifest", action="store_true", help="print one shell-quoted override line per job")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
-    jobs = expand(args.overrides)
+    try:
+        jobs = expand(args.overrides)
+    except SweepError as err:
+        print(f"cannot expand the sweep: {err}", file=sys.stderr)
+        return 1
     if args.manifest:
         for job in jobs:
-            print(" ".join(job))
+            print(manifest_line(job))
         return 0
-    from kamera.runner import preflight
+    from kamera.job import preflight
 
     problems: dict[str, list[str]] = {}
     for job in jobs:
@@ -73,11 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     for p, where in problems.items():
         print(f"- {p}\n    (jobs: {'; '.join(where[:3])}{' …' if len(where) > 3 else ''})", file=sys.stderr)
     return 1
-
-
-def to_dict(cfg: DictConfig) -> dict:
-    """The resolved config as plain containers."""
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
 if __name__ == "__main__":

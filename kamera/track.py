@@ -1,8 +1,11 @@
 """Experiment tracking through wandb, imported lazily: the harness works with wandb absent or disabled.
 
-One wandb run per job: group = experiment, id = ``cfg-<config hash>`` with ``resume="allow"`` (a
-requeued job continues its run instead of starting a duplicate), the resolved config logged. On
-compute nodes use ``mode: offline`` and ``make sync`` later.
+One wandb run per job *attempt*: a requeued or resumed job starts a new run, in the same wandb group
+(the job key, so every attempt of a job sits together) with job_type = the experiment. No run id is
+reused: wandb ignores ``resume`` in offline mode and offline runs sharing an id do not merge on sync,
+so resumable runs would be a promise wandb cannot keep. Each attempt logs the resolved config,
+per-item metrics of the items it ran and, at its end, the whole rows table of the shard. The
+results store, not wandb, is the record: on compute nodes use ``mode: offline`` and ``make sync`` later.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ class Tracker:
 
     @classmethod
     def start(
-        cls, mode: str, project: str, group: str, digest: str, config: dict, directory: Path, entity: str | None = None
+        cls, mode: str, project: str, experiment: str, job_key: str, config: dict, directory: Path,
+        entity: str | None = None,
     ) -> Tracker:
+        """A run of ``experiment`` grouped under ``job_key`` (a no-op when disabled or wandb is absent)."""
         if mode == "disabled":
             return cls()
         if mode not in ("offline", "online"):
@@ -35,8 +40,8 @@ class Tracker:
             return cls()
         directory.mkdir(parents=True, exist_ok=True)
         run = wandb.init(
-            project=project, entity=entity, group=group, job_type=config.get("model", {}).get("name"),
-            id=f"cfg-{digest}", resume="allow", mode=mode, dir=str(directory), config=config,
+            project=project, entity=entity, group=job_key, job_type=experiment, tags=[experiment],
+            name=f"{experiment}/{job_key}", mode=mode, dir=str(directory), config=config,
         )
         return cls(run)
 

@@ -1,7 +1,12 @@
-"""The experiment pipeline: config composition, hashing, the results store, resume, sweeps, renderers."""
+"""The experiment pipeline: config composition, job identity, the results store, resume, sweeps, renderers.
+
+The adversarial cases of issue 9 (double counting, identity, partial data, typos, preflight, corrupt
+shards, results roots, sweep expansion, operations) live in ``tests/pipeline/``.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -12,32 +17,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from pipeline.pipeline_support import ROOT, all_rows, cli, env, finish, job_config
 
 from experiments import fig5, table3
-from kamera import runner
-from kamera.store import Shard, config_hash, load_rows
-from kamera.sweep import CONF_DIR, compose_config, expand
+from kamera import job, runner
+from kamera.job import JobError, build_specs, config_key
+from kamera.store import Shard, ShardLockedError, digest
+from kamera.sweep import CONF_DIR, expand
 
-ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
-
-
-def job_config(tmp_path: Path, *overrides: str):
-    return compose_config([f"paths.results={tmp_path}/raw", f"paths.outputs={tmp_path}/out", *overrides])
-
-
-def cli(tmp_path: Path, *overrides: str, multirun: bool = False, **popen) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "kamera.run", *(["-m"] if multirun else []),
-           f"paths.results={tmp_path}/raw", f"paths.outputs={tmp_path}/out", *overrides]
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
-
-
-def finish(proc: subprocess.Popen, timeout: int = 300) -> str:
-    out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out[-3000:]
-    return out
 
 
 # ----- configs -------------------------------------------------------------------------------------
@@ -45,40 +34,42 @@ def finish(proc: subprocess.Popen, timeout: int = 300) -> str:
 def test_every_experiment_composes_and_its_arms_resolve(experiment, tmp_path):
     jobs = expand([f"experiment={experiment}"])
     assert len(jobs) >= 2
-    for job in jobs:
-        cfg = job_config(tmp_path, *job)
+    for overrides in jobs:
+        cfg = job_config(tmp_path, *overrides)
         assert cfg.group == experiment
-        rc = runner.result_config(cfg)  # builds every arm from its conf/arm file
-        assert [a["label"] for a in rc["arms"]] == list(cfg.arms)
+        assert [s.label for s in build_specs("arm", cfg.arms)] == list(cfg.arms)
+        assert job.validate(cfg) == []
         if experiment.endswith("_tiny"):
-            assert runner.preflight(cfg) == []
+            assert job.preflight(cfg) == []
 
 
-def test_every_arm_file_builds_its_arm():
-    specs = runner.arm_specs(runner.arm_names())
-    assert {"reprefill", "blind", "oracle4d", "patch_r16", "patch_full"} <= {s.label for s in specs}
+def test_every_arm_and_probe_file_builds():
+    arms = build_specs("arm", job.conf_labels("arm"))
+    assert {"reprefill", "blind", "oracle4d", "patch_r16", "patch_full"} <= {s.label for s in arms}
+    assert [s.label for s in build_specs("probe", job.conf_labels("probe"))] == ["deficit_norms"]
 
 
-def test_hash_ignores_operational_keys_and_follows_result_keys(tmp_path):
-    base = config_hash(runner.result_config(job_config(tmp_path)))
-    for op in ("device=cuda", "paths.results=/elsewhere", "tracking=offline", "model.attn_implementation=eager",
-               "progress_every_s=1", "group=other", "launcher=submitit_local", "threads=2"):
-        assert config_hash(runner.result_config(job_config(tmp_path, op))) == base, op
-    for res in ("model=tiny_kimi", "model.dtype=bfloat16", "n_items=9", "seed=1", "arms=[blind,patch_r8]",
-                "bench.kwargs.n_a_chunks=3", "canonical_context=none", "eta_floor=1e-3"):
-        assert config_hash(runner.result_config(job_config(tmp_path, res))) != base, res
+def test_config_key_ignores_operational_keys_and_arms_and_follows_result_keys(tmp_path):
+    base = config_key(job_config(tmp_path))
+    for op in ("device=cpu", "paths.results=/elsewhere", "tracking=offline", "model.attn_implementation=eager",
+               "progress_every_s=1", "group=other", "launcher=submitit_local", "threads=2", "model.path=/x",
+               "arms=[blind,patch_r8]", "probes=[deficit_norms]", "model.dtype=fp32", "bench.subset=bind"):
+        assert config_key(job_config(tmp_path, op)) == base, op
+    for res in ("model=tiny_kimi", "model.dtype=bfloat16", "n_items=9", "seed=1", "bench.kwargs.n_a_chunks=3",
+                "canonical_context=none", "eta_floor=1e-3", "max_new_tokens=3"):
+        assert config_key(job_config(tmp_path, res)) != base, res
 
 
-def test_hash_follows_an_arm_files_knobs(tmp_path, monkeypatch):
+def test_rows_follow_an_arm_files_knobs(tmp_path, monkeypatch):
     arm_dir = tmp_path / "conf" / "arm"
     arm_dir.mkdir(parents=True)
     for p in (CONF_DIR / "arm").glob("*.yaml"):
         (arm_dir / p.name).write_text(p.read_text())
-    monkeypatch.setattr(runner, "CONF_DIR", tmp_path / "conf")
-    cfg = job_config(tmp_path)
-    before = config_hash(runner.result_config(cfg))
+    monkeypatch.setattr(job, "CONF_DIR", tmp_path / "conf")
+    before = build_specs("arm", ["patch_r16"])[0]
     (arm_dir / "patch_r16.yaml").write_text("name: patch\nrank: 17\n")
-    assert config_hash(runner.result_config(cfg)) != before
+    after = build_specs("arm", ["patch_r16"])[0]
+    assert before.label == after.label and before.key != after.key  # the same label with new knobs is a new arm
 
 
 def test_bad_names_and_missing_paths_fail_before_any_forward(tmp_path, monkeypatch):
@@ -90,10 +81,11 @@ def test_bad_names_and_missing_paths_fail_before_any_forward(tmp_path, monkeypat
         "model.name=qwen9": "registered models: tiny_qwen2_5_vl",
         "bench.name=nope": "valid names: ['egoschema'",
         "bench=mm_niah_reasoning": "KAMERA_DATA is not set",
-        "model=qwen2_5_vl_7b": "huggingface-cli download Qwen/Qwen2.5-VL-7B-Instruct",
+        "model=qwen2_5_vl_7b": "download Qwen/Qwen2.5-VL-7B-Instruct",
+        "probes=[nope]": "conf/probe has: deficit_norms",
     }
     for override, message in cases.items():
-        with pytest.raises(SystemExit) as err:
+        with pytest.raises(JobError) as err:
             runner.run(job_config(tmp_path, override))
         assert message in str(err.value), (override, str(err.value))
 
@@ -112,9 +104,11 @@ def test_sweep_preflight_lists_every_missing_path(monkeypatch, capsys):
 # ----- the store -----------------------------------------------------------------------------------
 def test_shard_writes_whole_items_atomically(tmp_path, monkeypatch):
     shard = Shard(tmp_path, "g", "abc")
-    shard.append([{"item_id": "a", "arm": "x", "kl": 1.0}, {"item_id": "a", "arm": "y", "kl": 2.0}])
+    shard.append("rows", [{"item_id": "a", "arm": "x", "knobs": "{}", "kl": 1.0},
+                          {"item_id": "a", "arm": "y", "knobs": "{}", "kl": 2.0}])
     with pytest.raises(ValueError, match="duplicate"):
-        shard.append([{"item_id": "a", "arm": "z", "kl": 3.0}])
+        shard.append("rows", [{"item_id": "a", "arm": "x", "knobs": "{}", "kl": 3.0}])
+    shard.append("rows", [{"item_id": "a", "arm": "x", "knobs": '{"k":1}', "kl": 3.0}])  # other knobs: another arm
 
     def crash(self, path, **kw):  # a kill mid-write leaves a partial temp file, never a partial shard
         Path(path).write_bytes(b"PAR1 half a file")
@@ -122,25 +116,25 @@ def test_shard_writes_whole_items_atomically(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pd.DataFrame, "to_parquet", crash)
     with pytest.raises(KeyboardInterrupt):
-        shard.append([{"item_id": "b", "arm": "x", "kl": 0.5}])
+        shard.append("rows", [{"item_id": "b", "arm": "x", "knobs": "{}", "kl": 0.5}])
     monkeypatch.undo()
-    assert list(shard.read()["item_id"]) == ["a", "a"]
-    assert (tmp_path / "g" / ".abc.parquet.tmp").exists() and len(load_rows(tmp_path)) == 2
+    assert list(shard.rows()["item_id"]) == ["a", "a", "a"]
+    assert (tmp_path / "g" / ".abc.parquet.tmp").exists()
 
 
 def test_a_second_job_on_the_same_shard_fails_fast(tmp_path):
-    from kamera.store import ShardLockedError
-
     shard = Shard(tmp_path, "g", "abc")
     with shard.locked(), pytest.raises(ShardLockedError, match="another job"), Shard(tmp_path, "g", "abc").locked():
         pass
+    with shard.locked(), Shard(tmp_path, "g", "abc").locked(required=False) as mine:
+        assert mine is False
 
 
 # ----- jobs end to end -----------------------------------------------------------------------------
 ARMS3 = "arms=[reprefill,blind,patch_r8]"
 
 
-def test_job_rows_metrics_and_skip_on_rerun(tmp_path, caplog):
+def test_job_rows_metrics_provenance_and_skip_on_rerun(tmp_path, caplog):
     cfg = job_config(tmp_path, "model=tiny_llava", ARMS3, "n_items=2")
     path = runner.run(cfg)
     rows = pd.read_parquet(path)
@@ -149,9 +143,19 @@ def test_job_rows_metrics_and_skip_on_rerun(tmp_path, caplog):
     assert (ref["kl"] == 0).all() and (ref["eta"] == 1).all()
     blind = rows[rows["arm"] == "blind"]
     assert (blind["kl"] == blind["kl_blind"]).all() and (blind["bytes"] == 0).all()
+    assert (blind["forwards"] == 0).all() and (blind["patch_dtype"] == "").all()  # blind's forward is shared
     patch = rows[rows["arm"] == "patch_r8"]
-    assert (patch["rank"] == 8).all() and (patch["eta"] > 0.9).all() and (patch["bytes_frac"] > 0).all()
+    assert (patch["rank"] == 8).all() and (patch["effective_rank"] == 8).all()
+    assert (patch["eta"] > 0.9).all() and (patch["bytes_frac"] > 0).all()
+    assert (patch["forwards"] == 1).all() and (patch["patch_dtype"] == "float32").all()  # its own query forward
     assert set(rows["pred"]) <= set("ABCD") and rows["correct"].isin([0.0, 1.0]).all()
+    meta = json.loads(path.with_suffix(".json").read_text())
+    run = meta["runs"][0]
+    for key in ("commit", "dirty", "kamera", "torch", "transformers", "device_name", "dtype", "attention", "start",
+                "end", "hostname", "slurm"):
+        assert key in run, key
+    assert run["dtype"] == "float32" and run["attention"] == "sdpa" and run["device"] == "cpu"
+    assert meta["identity"]["checkpoint"].startswith("tiny:") and meta["config_key"] == config_key(cfg)
     with caplog.at_level("INFO", logger="kamera.run"):
         assert runner.run(cfg) == path
     assert "nothing to run" in caplog.text
@@ -167,6 +171,7 @@ def test_open_answer_items_are_greedy_decoded_and_scored(tmp_path):
         "max_new_tokens=3",
     )))
     assert len(rows) == 4 and rows["correct"].between(0, 1).all() and (rows["n_choices"] == 0).all()
+    assert (rows["forwards"] == 0).all()  # greedy decoding is scoring, not the arm: re-prefill and blind run none
 
 
 def test_resume_after_kill_loses_nothing_and_duplicates_nothing(tmp_path):
@@ -174,15 +179,16 @@ def test_resume_after_kill_loses_nothing_and_duplicates_nothing(tmp_path):
     proc = cli(tmp_path, *overrides, start_new_session=True)
     shard_dir = tmp_path / "raw" / "adhoc"
     deadline = time.time() + 240
-    while time.time() < deadline and not list(shard_dir.glob("*.parquet")):
+    while time.time() < deadline and not list(shard_dir.glob("*[0-9a-f].parquet")):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)  # kill -9 mid-sweep
     proc.communicate()
-    partial = load_rows(tmp_path / "raw")
-    assert 0 < partial["item_id"].nunique() < 6
+    partial = all_rows(tmp_path / "raw")
+    k = partial["item_id"].nunique()
+    assert 0 < k < 6
     out = finish(cli(tmp_path, *overrides))
-    assert f"{partial['item_id'].nunique()} already in the shard" in out
-    rows = load_rows(tmp_path / "raw")
+    assert f"6 items selected, {6 - k} with arms or probes to run" in out
+    rows = all_rows(tmp_path / "raw")
     assert len(rows) == 18 and rows["item_id"].nunique() == 6
     assert rows.groupby(["item_id", "arm"]).size().eq(1).all()
 
@@ -190,16 +196,34 @@ def test_resume_after_kill_loses_nothing_and_duplicates_nothing(tmp_path):
 def test_multirun_with_the_local_submitit_launcher(tmp_path):
     out = finish(cli(tmp_path, "testbed=tiny_qwen2_5_vl,tiny_kimi", ARMS3, "n_items=2", "launcher=submitit_local",
                      multirun=True))
-    rows = load_rows(tmp_path / "raw")
+    rows = all_rows(tmp_path / "raw")
     assert len(rows) == 2 * 2 * 3, out[-2000:]
-    assert set(rows["model"]) == {"tiny_qwen2_5_vl", "tiny_kimi"} and rows["config_hash"].nunique() == 2
+    assert set(rows["model"]) == {"tiny_qwen2_5_vl", "tiny_kimi"} and rows["job_key"].nunique() == 2
+
+
+def test_an_arm_that_refuses_the_family_is_skipped_with_its_reason(tmp_path):
+    path = runner.run(job_config(tmp_path, "model=tiny_kimi", "arms=[blind,shadowkv_r16]", "n_items=1"))
+    assert set(pd.read_parquet(path)["arm"]) == {"blind"}
+    refusals = json.loads(path.with_suffix(".json").read_text())["refusals"]
+    assert refusals[0]["arm"] == "shadowkv_r16" and refusals[0]["item_id"] is None and "MLA" in refusals[0]["reason"]
+
+
+def test_identity_follows_shipped_weights(tmp_path):
+    from kamera.models.registry import weights_fingerprint
+
+    image, text = weights_fingerprint("toy_binding"), weights_fingerprint("toy_binding_text")
+    assert len(image) == 12 and image != text and weights_fingerprint("tiny_kimi") is None
+    assert job.checkpoint_fingerprint(job_config(tmp_path, "testbed=toy_binding")) == f"toy:{image}"
 
 
 # ----- renderers on a fixed rows frame -------------------------------------------------------------
 def fixed_rows() -> pd.DataFrame:
-    """A deterministic rows frame: 2 models × 1 subset × 4 arms × 6 items, plus a rank sweep."""
+    """A deterministic rows frame: 2 models × 1 subset × 4 arms × 6 items, plus a rank sweep.
+
+    tiny_kimi's n_B is 24, so its rank-64 patch is clamped to rank 24, the full rank."""
     rows = []
     for mi, model in enumerate(["qwen2_5_vl_7b", "tiny_kimi"]):
+        full = 512 if mi == 0 else 24
         for i in range(6):
             for ai, arm in enumerate(["reprefill", "blind", "patch_r16", "patch_r64", "patch_r1", "patch_full"]):
                 rank = {"patch_r16": 16, "patch_r64": 64, "patch_r1": 1}.get(arm, math.nan)
@@ -207,6 +231,7 @@ def fixed_rows() -> pd.DataFrame:
                 rows.append({
                     "model": model, "subset": "reasoning-image", "arm": arm, "item_id": f"i{i}", "n_choices": 2,
                     "correct": float((i * (ai + 1) + mi) % 4 != 0), "kl": kl + 1e-6 * i, "rank": rank,
+                    "effective_rank": float(full if math.isnan(rank) else min(rank, full)),
                     "arm_name": "blind" if arm == "blind" else ("reprefill" if arm == "reprefill" else "patch"),
                     "params": '{"granularity": "layer", "layers": "all"}',
                 })
@@ -218,6 +243,9 @@ def test_table3_renders_the_golden_markdown_and_latex(tmp_path):
     assert md == (GOLDEN / "table3.md").read_text()
     assert paths[1].read_text() == (GOLDEN / "table3.tex").read_text()
     assert "(paper 0.59)" in md  # the paper's value sits beside ours at paper scale
+    md, paths = table3.render(fixed_rows(), "golden", tmp_path / "t", footer="PARTIAL (1 incomplete job(s)). rows: x")
+    assert "golden, partial" in md and md.rstrip().endswith("_PARTIAL (1 incomplete job(s)). rows: x_")
+    assert paths[1].read_text().startswith("% PARTIAL")
 
 
 def test_fig5_renders_byte_identical_files_and_the_golden_curve(tmp_path):
@@ -229,40 +257,60 @@ def test_fig5_renders_byte_identical_files_and_the_golden_curve(tmp_path):
     assert paths[0].read_bytes().startswith(b"%PDF") and b"CreationDate" not in paths[0].read_bytes()
 
 
-def test_an_arm_that_refuses_the_family_is_skipped_with_its_reason(tmp_path):
-    import json
-
-    path = runner.run(job_config(tmp_path, "model=tiny_kimi", "arms=[blind,shadowkv_r16]", "n_items=1"))
-    assert set(pd.read_parquet(path)["arm"]) == {"blind"}
-    refusals = json.loads(path.with_suffix(".json").read_text())["complete"]["refusals"]
-    assert refusals[0]["arm"] == "shadowkv_r16" and "MLA" in refusals[0]["reason"]
+def test_fig5_plots_the_effective_rank_not_a_requested_rank_above_full():
+    frame = fig5.curve(fixed_rows())
+    kimi = frame[frame["model"] == "tiny_kimi"].set_index("m")
+    assert kimi.at["64", "m_eff"] == 24 == kimi.at["full", "m_eff"] and kimi.at["16", "m_eff"] == 16
+    assert "(m_eff 24)" in fig5.to_markdown(frame, "g")
 
 
-def test_hash_follows_shipped_weights(tmp_path):
-    from kamera.models.registry import weights_fingerprint
-
-    image, text = weights_fingerprint("toy_binding"), weights_fingerprint("toy_binding_text")
-    assert len(image) == 12 and image != text and weights_fingerprint("tiny_kimi") is None
-    rc = runner.result_config(job_config(tmp_path, "testbed=toy_binding"))
-    assert rc["model"]["weights"] == image
+# ----- Slurm ---------------------------------------------------------------------------------------
+def fake_bin(tmp_path: Path, **scripts: str) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
 
 
 def test_plain_sbatch_array_writes_the_same_shard_as_hydra(tmp_path):
-    """SLURM/array.sbatch runs one manifest line (srun faked) into the store a Hydra job would use."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text('#!/bin/sh\nexec "$@"\n')
-    (bin_dir / "srun").chmod(0o755)
-    overrides = ["model=tiny_llava", "arms=[blind,patch_r8]", "n_items=1",
-                 f"paths.results={tmp_path}/raw", f"paths.outputs={tmp_path}/out"]
+    """SLURM/array.sbatch runs one manifest line (srun faked) into the store a Hydra job would use; the line
+    is the sweep's shell-quoted manifest line, with a space and a quote in a value."""
+    from kamera.sweep import expand, manifest_line
+
+    bin_dir = fake_bin(tmp_path, srun='exec "$@"')
+    results = tmp_path / "my results" / "it's"
+    overrides = ["model=tiny_llava", "arms=[blind, patch_r8]", "n_items=1", f'paths.results="{results}"',
+                 f"paths.outputs={tmp_path}/out"]
+    (line,) = expand(overrides)
     manifest = tmp_path / "jobs.txt"
-    manifest.write_text("model=tiny_kimi n_items=1\n" + " ".join(overrides) + "\n")
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_ARRAY_TASK_ID": "1",
-           "SLURM_ARRAY_JOB_ID": "77", "KAMERA_VENV": sys.prefix, "KAMERA_DEVICE": "cpu", "WANDB_MODE": "disabled"}
-    proc = subprocess.run(["bash", "SLURM/array.sbatch", str(manifest)], cwd=ROOT, env=env, capture_output=True,
+    manifest.write_text("model=tiny_kimi n_items=1\n" + manifest_line(line) + "\n")
+    run_env = env(PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_ARRAY_TASK_ID="1", SLURM_ARRAY_JOB_ID="77",
+                  KAMERA_VENV=sys.prefix)
+    proc = subprocess.run(["bash", "SLURM/array.sbatch", str(manifest)], cwd=ROOT, env=run_env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    rows = load_rows(tmp_path / "raw")
+    rows = all_rows(results)
     assert set(rows["model"]) == {"tiny_llava"} and len(rows) == 2  # line 2 ran, line 1 did not
-    expected = config_hash(runner.result_config(job_config(tmp_path, *overrides[:3])))
-    assert set(rows["config_hash"]) == {expected}
+    assert set(rows["config_key"]) == {config_key(job_config(tmp_path, *overrides[:3]))}
+    meta = json.loads(next((results / "adhoc").glob("*.json")).read_text())
+    assert digest(meta["identity"]) == rows["job_key"].iloc[0] and meta["runs"][0]["slurm"]["SLURM_ARRAY_JOB_ID"] == "77"
+
+
+def test_the_sbatch_scripts_submit_themselves_and_create_their_log_folder(tmp_path):
+    """Outside Slurm, SLURM/array.sbatch MANIFEST submits itself as an array of the manifest's length (and
+    driver.sbatch itself), after creating logs/slurm/ (Slurm opens --output before the script runs)."""
+    log = tmp_path / "sbatch.log"
+    bin_dir = fake_bin(tmp_path, sbatch=f'echo "$@" >> "{log}"')
+    manifest = tmp_path / "jobs.txt"
+    manifest.write_text("model=tiny_kimi\nmodel=tiny_llava\nmodel=tiny_qwen3_vl\n")
+    run_env = {k: v for k, v in env(PATH=f"{bin_dir}:{os.environ['PATH']}").items() if not k.startswith("SLURM_")}
+    for script, args in (("array.sbatch", [str(manifest), "2"]), ("driver.sbatch", ["table3", "n_items=3"])):
+        proc = subprocess.run(["bash", str(ROOT / "SLURM" / script), *args], cwd=tmp_path, env=run_env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "logs" / "slurm").is_dir()
+    calls = log.read_text().splitlines()
+    assert calls[0] == f"--array=0-2%2 {ROOT}/SLURM/array.sbatch {manifest}"
+    assert calls[1] == f"{ROOT}/SLURM/driver.sbatch table3 n_items=3"

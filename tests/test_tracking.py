@@ -1,4 +1,4 @@
-"""Tracking: wandb is optional, imported lazily, one resumable run per job keyed by its config hash."""
+"""Tracking: wandb is optional, imported lazily, one run per job attempt grouped by the job key."""
 
 from __future__ import annotations
 
@@ -55,18 +55,23 @@ def test_missing_wandb_warns_and_runs_untracked(monkeypatch, tmp_path, caplog):
     assert t.run is None and "not installed" in caplog.text
 
 
-def test_one_resumable_run_per_config_hash(fake_wandb, tmp_path):
-    t = Tracker.start("offline", "kamera", "table3", "0123abcd", {"model": {"name": "m"}}, tmp_path / "w")
-    t.log({"patch_r16/kl": 0.1}, step=3)
-    t.log_table("rows", pd.DataFrame({"a": [1, 2]}))
-    png = tmp_path / "fig.png"
-    png.write_bytes(b"png")
-    t.log_files([png])
-    t.finish()
-    run = fake_wandb.runs[0]
-    assert run.kwargs["id"] == "cfg-0123abcd" and run.kwargs["resume"] == "allow"
-    assert run.kwargs["group"] == "table3" and run.kwargs["mode"] == "offline" and run.kwargs["config"]["model"]["name"] == "m"
-    assert run.logged[0] == ({"patch_r16/kl": 0.1}, 3) and run.logged[1][0]["rows"] == ("table", 2)
-    assert run.logged[2][0]["fig"] == ("image", str(png)) and run.finished
+def test_one_run_per_job_attempt_grouped_by_the_job_key(fake_wandb, tmp_path):
+    """No run id is reused (offline wandb ignores resume and runs sharing an id do not merge on sync):
+    a second attempt of the same job is a second run in the same group."""
+    for _ in range(2):
+        t = Tracker.start("offline", "kamera", "table3", "0123abcd", {"model": {"name": "m"}}, tmp_path / "w")
+        t.log({"patch_r16/kl": 0.1}, step=3)
+        t.log_table("rows", pd.DataFrame({"a": [1, 2]}))
+        png = tmp_path / "fig.png"
+        png.write_bytes(b"png")
+        t.log_files([png])
+        t.finish()
+    first, second = fake_wandb.runs
+    assert first is not second and first.kwargs == second.kwargs
+    assert "id" not in first.kwargs and "resume" not in first.kwargs
+    assert first.kwargs["group"] == "0123abcd" and first.kwargs["job_type"] == "table3"
+    assert first.kwargs["mode"] == "offline" and first.kwargs["config"]["model"]["name"] == "m"
+    assert first.logged[0] == ({"patch_r16/kl": 0.1}, 3) and first.logged[1][0]["rows"] == ("table", 2)
+    assert first.logged[2][0]["fig"] == ("image", str(png)) and first.finished
     with pytest.raises(ValueError, match=r"tracking\.mode"):
         Tracker.start("sometimes", "kamera", "g", "abc", {}, tmp_path)

@@ -10,10 +10,11 @@ from kamera.context import ReuseContext
 
 @register
 @dataclass
-class Blind(Arm):
+class BlindArm(Arm):
     """Relocation only; stores nothing beyond the canonical page."""
 
     name = "blind"
+    needs = frozenset({"blind"})
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
         return ArmOutput(ctx.blind, 0, {})

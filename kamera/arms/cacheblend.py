@@ -51,8 +51,9 @@ DEVIATIONS = ("value", "key")
 
 @register
 @dataclass
-class CacheBlend(Arm):
+class CacheBlendArm(Arm):
     name = "cacheblend"
+    needs = frozenset({"full", "relocated"})
     ratio: float = 0.15
     filtering: str = "single"
     check_layer: int = 1
@@ -71,10 +72,6 @@ class CacheBlend(Arm):
             raise ValueError(f"cacheblend: deviation must be one of {DEVIATIONS}, got {self.deviation!r}")
         if self.checks == 0:
             raise ValueError("cacheblend: checks must be at least 1")
-
-    @property
-    def label(self) -> str:
-        return f"cacheblend{round(100 * self.ratio)}" + ("_gradual" if self.filtering == "gradual" else "")
 
     def schedule(self, n_layers: int) -> dict[int, float]:
         """Check layer → fraction of n_B kept there."""
@@ -118,4 +115,4 @@ class CacheBlend(Arm):
             "recompute_fraction": int(cand.numel()) / n_b,
             "computed_fraction": rec.cells / (n_b * n_layers),
         }
-        return ArmOutput(out, rec.n_written_cells * cell_bytes(ctx), params)
+        return ArmOutput(out, rec.n_written_cells * cell_bytes(ctx), params, recomputed_tokens=rec.cells)

@@ -47,16 +47,12 @@ def cross_mass_scores(ctx: ReuseContext) -> torch.Tensor:
 
 @register
 @dataclass
-class CrossMass(TokenArm):
+class CrossMassArm(TokenArm):
     name = "cross_mass"
     fraction: float = 0.25
 
     def __post_init__(self) -> None:
         check_fraction(self.name, "fraction", self.fraction)
-
-    @property
-    def label(self) -> str:
-        return f"cross_mass{self.fraction:g}"
 
     def select(self, ctx: ReuseContext) -> tuple[torch.Tensor, dict]:
         a0, a1 = a_columns(ctx)

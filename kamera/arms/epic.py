@@ -8,7 +8,7 @@ vllm/attention/backends/xformers.py). Default k = 16 (``long_context/main.py`` u
 Choices where the harness differs from EPIC's setting:
 - Only B is a reused chunk here (prefix and A carry their full-prefill KV), so "every reused
   chunk" is B alone and EPIC selects B's first k tokens: on this harness it is the first-k carve
-  (:class:`~kamera.arms.first_k.FirstK`) at EPIC's default k, kept as its own arm for its label,
+  (:class:`~kamera.arms.first_k.FirstKArm`) at EPIC's default k, kept as its own arm for its label,
   default and source.
 - EPIC's "whole final chunk" is the question, which every arm recomputes (the query forward).
 - EPIC prefills each chunk from position 0 with its own BOS; our canonical is prefilled behind the
@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamera.arms.base import register
-from kamera.arms.first_k import FirstK
+from kamera.arms.first_k import FirstKArm
 
 
 @register
 @dataclass
-class EPIC(FirstK):
+class EpicArm(FirstKArm):
     name = "epic"
     k: int = 16

@@ -22,17 +22,13 @@ from kamera.context import ReuseContext
 
 @register
 @dataclass
-class FirstK(MatchedTokenArm):
+class FirstKArm(MatchedTokenArm):
     name = "first_k"
     k: int = 8
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_count(self.name, "k", self.k)
-
-    @property
-    def label(self) -> str:
-        return f"{self.name}_m{self.match_rank}" if self.match_rank is not None else f"{self.name}{self.k}"
 
     def select(self, ctx: ReuseContext) -> tuple[torch.Tensor, dict]:
         k = self.token_budget(ctx, self.k)

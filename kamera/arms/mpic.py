@@ -25,17 +25,13 @@ from kamera.arms.tokens import ImageTokenArm, check_count
 
 @register
 @dataclass
-class MPIC(ImageTokenArm):
+class MpicArm(ImageTokenArm):
     name = "mpic"
     k: int = 32
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_count(self.name, "k", self.k)
-
-    @property
-    def label(self) -> str:
-        return f"mpic{self.k}" + ("" if self.text else "_notext")
 
     def per_image(self, n_image: int) -> int:
         return self.k

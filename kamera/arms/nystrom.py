@@ -40,16 +40,13 @@ def leverage_scores(ctx: ReuseContext, k: int) -> torch.Tensor:
 
 @register
 @dataclass
-class Nystrom(TokenArm):
+class NystromArm(TokenArm):
     name = "nystrom"
+    needs = frozenset({"full", "canonical", "relocated"})
     k: int = 64
 
     def __post_init__(self) -> None:
         check_count(self.name, "k", self.k)
-
-    @property
-    def label(self) -> str:
-        return f"nystrom{self.k}"
 
     def select(self, ctx: ReuseContext) -> tuple[torch.Tensor, dict]:
         k = min(self.k, ctx.n_b)

@@ -14,8 +14,9 @@ from kamera.context import ReuseContext
 
 @register
 @dataclass
-class Oracle4D(Arm):
+class Oracle4DArm(Arm):
     name = "oracle4d"
+    needs = frozenset({"oracle"})
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
         return ArmOutput(ctx.oracle, 0, {})

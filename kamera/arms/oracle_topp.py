@@ -34,16 +34,13 @@ def deficit_scores(ctx: ReuseContext) -> torch.Tensor:
 
 @register
 @dataclass
-class OracleTopP(TokenArm):
+class OracleTopPArm(TokenArm):
     name = "oracle_topp"
+    needs = frozenset({"full", "relocated", "deficit"})
     p: float = 0.5
 
     def __post_init__(self) -> None:
         check_fraction(self.name, "p", self.p)
-
-    @property
-    def label(self) -> str:
-        return f"oracle_top{self.p:g}"
 
     def select(self, ctx: ReuseContext) -> tuple[torch.Tensor, dict]:
         scores = deficit_scores(ctx)

@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass
 
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
-from kamera.arms.patch import AUTO, check_rotary_rank, patch_columns, rotary_suffix, truncated
+from kamera.arms.patch import AUTO, check_rotary_rank, patch_columns, truncated
 from kamera.arms.tokens import check_count
 from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Patch, deficit, orbit_mean
@@ -57,8 +57,9 @@ def conditioned_in_order(ctx: ReuseContext, order: Ordering) -> ChunkKV:
 
 @register
 @dataclass
-class OrbitPatch(Arm):
+class OrbitArm(Arm):
     name = "orbit"
+    needs = frozenset({"relocated", "conditioned"})
     rank: int | None = 16
     rotary_rank: int | str | None = AUTO
     hold_out: bool = True
@@ -75,11 +76,6 @@ class OrbitPatch(Arm):
         check_count(self.name, "seed", self.seed)
         if not isinstance(self.hold_out, bool):
             raise ValueError(f"orbit: hold_out must be a bool, got {self.hold_out!r}")
-
-    @property
-    def label(self) -> str:
-        base = ("orbit_full" if self.rank is None else f"orbit_r{self.rank}") + rotary_suffix(self.rotary_rank)
-        return base + ("" if self.hold_out else "_incl")
 
     def orbit(self, k: int) -> tuple[list[Ordering], bool]:
         """The orderings averaged over for K = k chunks of A, and whether they are the whole orbit."""
@@ -132,4 +128,4 @@ class OrbitPatch(Arm):
             "exhaustive": exhaustive,
             **patch_columns(patch),
         }
-        return ArmOutput(out, patch.nbytes(), params)
+        return ArmOutput(out, patch.nbytes(), params, patch_dtype=params["patch_dtype"])

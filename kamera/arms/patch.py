@@ -34,12 +34,6 @@ def truncated(patch: Patch, rank: int | None, rotary_rank: int | str | None, att
     return patch.truncate(rank, rotary_rank=rr)
 
 
-def rotary_suffix(rotary_rank: int | str | None) -> str:
-    """Label suffix of a rotary rank set by hand ("" for the default)."""
-    if rotary_rank == AUTO:
-        return ""
-    return "_rrfull" if rotary_rank is None else f"_rr{rotary_rank}"
-
 
 def patch_columns(patch: Patch) -> dict:
     """What a row says about the patch it applied: ranks per channel role, storage dtype, bytes per channel."""
@@ -55,6 +49,7 @@ def patch_columns(patch: Patch) -> dict:
 @dataclass
 class PatchArm(Arm):
     name = "patch"
+    needs = frozenset({"relocated", "patch"})
     rank: int | None = 16
     rotary_rank: int | str | None = AUTO
     layers: str | list[int] = "all"
@@ -68,15 +63,6 @@ class PatchArm(Arm):
         if self.granularity not in ("layer", "head"):
             raise ValueError(f"patch granularity must be 'layer' or 'head', got {self.granularity!r}")
 
-    @property
-    def label(self) -> str:
-        base = ("patch_full" if self.rank is None else f"patch_r{self.rank}") + rotary_suffix(self.rotary_rank)
-        if self.layers == "deep_half":
-            base += "_deep"
-        elif not isinstance(self.layers, str):
-            base += "_L" + "-".join(map(str, self.layers))
-        return base + ("_head" if self.granularity == "head" else "")
-
     def run(self, ctx: ReuseContext) -> ArmOutput:
         patch = truncated(ctx.patch_for(self.granularity), self.rank, self.rotary_rank, ctx.adapter.attention)
         if self.layers == "deep_half":
@@ -84,5 +70,6 @@ class PatchArm(Arm):
         elif not isinstance(self.layers, str):
             patch = patch.restrict(self.layers)
         out = ctx.query(patch.apply(ctx.relocated), tag="patch")
-        params = {**self.params(), **patch_columns(patch), "patched_layers": list(patch.patched_layers)}
-        return ArmOutput(out, patch.nbytes(), params)
+        cols = patch_columns(patch)
+        params = {**self.params(), **cols, "patched_layers": list(patch.patched_layers)}
+        return ArmOutput(out, patch.nbytes(), params, patch_dtype=cols["patch_dtype"])

@@ -48,7 +48,7 @@ def query_mass_on_b(ctx: ReuseContext) -> torch.Tensor:
 
 @register
 @dataclass
-class Quest(MatchedTokenArm):
+class QuestArm(MatchedTokenArm):
     name = "quest"
     budget: int = 32
     page_size: int = 16
@@ -59,10 +59,6 @@ class Quest(MatchedTokenArm):
         check_count(self.name, "page_size", self.page_size)
         if self.page_size == 0:
             raise ValueError("quest: page_size must be at least 1")
-
-    @property
-    def label(self) -> str:
-        return f"quest_m{self.match_rank}" if self.match_rank is not None else f"quest{self.budget}"
 
     def select(self, ctx: ReuseContext) -> tuple[torch.Tensor, dict]:
         budget = self.token_budget(ctx, self.budget)

@@ -10,10 +10,11 @@ from kamera.context import ReuseContext
 
 @register
 @dataclass
-class Reprefill(Arm):
+class ReprefillArm(Arm):
     """Recomputes all of B in context, so it 'recomputes' B's whole page."""
 
     name = "reprefill"
+    needs = frozenset({"full"})
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
         return ArmOutput(ctx.full, ctx.page_bytes(), {})

@@ -50,16 +50,13 @@ def rope_tables(adapter: Adapter, positions: torch.Tensor, rotary_dim: int) -> t
 @dataclass
 class ShadowKVArm(Arm):
     name = "shadowkv"
+    needs = frozenset({"relocated", "conditioned"})
     rank: int = 32
     match_rank: int | None = None
 
     def __post_init__(self) -> None:
         check_count(self.name, "rank", self.rank)
         check_count(self.name, "match_rank", self.match_rank, allow_none=True)
-
-    @property
-    def label(self) -> str:
-        return f"shadowkv_m{self.match_rank}" if self.match_rank is not None else f"shadowkv_r{self.rank}"
 
     def refuses(self, adapter: Adapter) -> str | None:
         if adapter.attention == "MLA":

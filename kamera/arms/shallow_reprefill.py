@@ -30,8 +30,9 @@ from kamera.recompute import reuse_bottom
 
 @register
 @dataclass
-class ShallowReprefill(Arm):
+class ShallowReprefillArm(Arm):
     name = "shallow_reprefill"
+    needs = frozenset({"full", "relocated"})
     reuse_layers: int = 3
     rerun_fraction: float | None = None
 
@@ -39,12 +40,6 @@ class ShallowReprefill(Arm):
         check_count(self.name, "reuse_layers", self.reuse_layers)
         if self.rerun_fraction is not None:
             check_fraction(self.name, "rerun_fraction", self.rerun_fraction)
-
-    @property
-    def label(self) -> str:
-        if self.rerun_fraction is not None:
-            return f"shallow_rerun{self.rerun_fraction:g}"
-        return f"shallow_reuse{self.reuse_layers}"
 
     def reused(self, n_layers: int) -> int:
         """ℓ for a model of n_layers (a ``reuse_layers`` above n_layers is refused, not clamped)."""
@@ -71,4 +66,4 @@ class ShallowReprefill(Arm):
             "computed_fraction": rec.cells / (n_b * n_layers),
             "residual_bytes": n_b * hidden.shape[-1] * hidden.element_size() if resumes_mid_stack else 0,
         }
-        return ArmOutput(out, rec.n_written_cells * cell_bytes(ctx), params)
+        return ArmOutput(out, rec.n_written_cells * cell_bytes(ctx), params, recomputed_tokens=rec.cells)

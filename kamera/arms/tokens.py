@@ -83,6 +83,8 @@ def visual_runs(ctx: ReuseContext) -> list[tuple[int, int]]:
 class TokenArm(Arm):
     """Base of the token arms: ``select(ctx)`` → (B-local rows [k], extra row columns)."""
 
+    needs = frozenset({"full", "relocated"})
+
     def select(self, ctx: ReuseContext) -> tuple[torch.Tensor, dict]:
         raise NotImplementedError
 
@@ -95,7 +97,7 @@ class TokenArm(Arm):
         out = ctx.query(rec.kv, tag=self.name)
         n = int(rows.numel())
         params = {**self.params(), **extra, "n_recomputed": n, "recompute_fraction": n / ctx.n_b}
-        return ArmOutput(out, rec.n_written_cells * cell_bytes(ctx), params)
+        return ArmOutput(out, rec.n_written_cells * cell_bytes(ctx), params, recomputed_tokens=rec.cells)
 
 
 @dataclass

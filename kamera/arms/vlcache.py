@@ -29,17 +29,13 @@ from kamera.arms.tokens import ImageTokenArm, check_fraction
 
 @register
 @dataclass
-class VLCache(ImageTokenArm):
+class VLCacheArm(ImageTokenArm):
     name = "vlcache"
     ratio: float = 0.10
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_fraction(self.name, "ratio", self.ratio)
-
-    @property
-    def label(self) -> str:
-        return f"vlcache{self.ratio:g}" + ("" if self.text else "_notext")
 
     def per_image(self, n_image: int) -> int:
         return math.ceil(self.ratio * n_image - 1e-9)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,6 +99,27 @@ class LoadContext:
         return f"{self.bench.name}/{self.subset}/{self.split}/{native}" + (f"/{suffix}" if suffix else "")
 
 
+_READS: ContextVar[list[Path] | None] = ContextVar("kamera_data_reads", default=None)
+
+
+@contextmanager
+def recording_reads() -> Iterator[list[Path]]:
+    """Collect the annotation files :func:`read_jsonl`, :func:`read_json` and :func:`read_parquet` read
+    inside the block (the runner fingerprints exactly the files a job's items came from)."""
+    files: list[Path] = []
+    token = _READS.set(files)
+    try:
+        yield files
+    finally:
+        _READS.reset(token)
+
+
+def _note_read(path: Path) -> None:
+    files = _READS.get()
+    if files is not None:
+        files.append(Path(path))
+
+
 def read_jsonl(path: Path, report: LoadReport, what: str) -> Iterator[tuple[int, dict]]:
     """(line number, record) for each JSON line; unparseable lines are skipped and recorded.
 
@@ -105,6 +128,7 @@ def read_jsonl(path: Path, report: LoadReport, what: str) -> Iterator[tuple[int,
     builder unifies into one column type), a bad line costs one row instead of the whole file, and
     no Arrow cache is written.
     """
+    _note_read(path)
     with path.open(encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
@@ -122,6 +146,7 @@ def read_jsonl(path: Path, report: LoadReport, what: str) -> Iterator[tuple[int,
 
 def read_json(path: Path, what: str) -> Any:
     """A whole JSON file; a corrupt annotation file fails the whole load with ValueError naming it."""
+    _note_read(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -135,11 +160,17 @@ def read_parquet(paths: list[Path], columns: list[str] | None = None) -> list[di
     next to the user's HF cache, nothing can reach the network, and embedded images stay as their
     encoded bytes (``{"bytes", "path"}`` structs) to be decoded lazily.
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows: list[dict] = []
     for p in paths:
-        rows += pq.read_table(p, columns=columns).to_pylist()
+        _note_read(p)
+        try:
+            table = pq.read_table(p, columns=columns)
+        except (pa.ArrowException, OSError) as e:  # truncated or not parquet at all
+            raise ValueError(f"{p} is not a readable parquet file ({type(e).__name__}: {e})") from e
+        rows += table.to_pylist()
     return rows
 
 

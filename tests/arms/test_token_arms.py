@@ -131,7 +131,7 @@ def test_first_k_match_rank_overrides_k(tiny):
     ctx = shared_ctx(tiny, "tiny_qwen3_vl")
     out = make_arm("first_k", k=3, match_rank=2).run(ctx)
     assert out.params["n_recomputed"] == tokens_for(ctx, 2) != 3
-    assert make_arm("first_k", match_rank=2).label == "first_k_m2"
+    assert out.recomputed_tokens >= out.params["n_recomputed"] * ctx.adapter.n_layers  # every layer, plus lead-ins
 
 
 def test_cross_mass_refuses_an_item_without_a(tiny):
