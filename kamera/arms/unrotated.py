@@ -24,8 +24,9 @@ def unrotated_kv(ctx: ReuseContext) -> ChunkKV:
 
 @register
 @dataclass
-class Unrotated(Arm):
+class UnrotatedArm(Arm):
     name = "unrotated"
+    needs = frozenset({"canonical"})
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
         return ArmOutput(ctx.query(unrotated_kv(ctx), tag="unrotated"), 0, {})

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from kamera.arms.cross_mass import CrossMass, a_columns
-from kamera.arms.first_k import FirstK
-from kamera.arms.oracle_topp import OracleTopP
+from kamera.arms.cross_mass import CrossMassArm, a_columns
+from kamera.arms.first_k import FirstKArm
+from kamera.arms.oracle_topp import OracleTopPArm
 from kamera.arms.tokens import count_of, top_rows
 from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_fraction
@@ -50,14 +50,14 @@ def _cross_mass(ctx: ReuseContext, fraction: float) -> torch.Tensor:
     a0, a1 = a_columns(ctx)
     if a1 <= a0:
         raise ValueError("the cross_mass selector needs an A span before B; this item has none")
-    return CrossMass(fraction=fraction).select(ctx)[0]
+    return CrossMassArm(fraction=fraction).select(ctx)[0]
 
 
 # name → (ctx, fraction) → the picked B-local rows (ceil(fraction · n_B) of them)
 SELECTORS: dict[str, Callable[[ReuseContext, float], torch.Tensor]] = {
-    "oracle": lambda ctx, f: OracleTopP(p=f).select(ctx)[0],
+    "oracle": lambda ctx, f: OracleTopPArm(p=f).select(ctx)[0],
     "cross_mass": _cross_mass,
-    "first_k": lambda ctx, f: FirstK(k=count_of(f, ctx.n_b)).select(ctx)[0],
+    "first_k": lambda ctx, f: FirstKArm(k=count_of(f, ctx.n_b)).select(ctx)[0],
     "k_norm": lambda ctx, f: top_rows(k_norm_scores(ctx), count_of(f, ctx.n_b)),
 }
 RANDOM = "random"

@@ -39,7 +39,7 @@ def test_k_pe_band_gets_a_quarter_of_the_rank_and_bytes_are_counted_per_channel(
     by_channel = {"c_kv": layers * 16 * (n + c_kv) * 4, "k_pe": layers * 4 * (n + k_pe) * 4}
     assert out.params["bytes_by_channel"] == by_channel and out.bytes == sum(by_channel.values())
     hand = make_arm("patch", rank=16, rotary_rank=None)  # k_pe at full rank, set by hand
-    assert hand.label == "patch_r16_rrfull"
+    assert hand.params()["rotary_rank"] is None  # the knob a row records
     assert hand.run(ctx).params["effective_rotary_rank"] == min(n, k_pe)
     orbit = make_arm("orbit", rank=16, hold_out=False, orderings=[[0, 1]]).run(ctx)  # the item's own ordering
     assert orbit.bytes == out.bytes and orbit.params["effective_rotary_rank"] == 4

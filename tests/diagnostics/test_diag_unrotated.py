@@ -8,10 +8,10 @@ import torch
 from diag_support import context
 from tinyfamilies import TINY
 
-from kamera import runner
 from kamera.arms import make_arm
 from kamera.arms.unrotated import unrotated_kv
 from kamera.core import rotate
+from kamera.job import build_specs
 from kamera.metrics import kl
 
 
@@ -41,7 +41,7 @@ def test_unrotated_equals_blind_when_delta_is_zero(tiny, name):
 
 
 def test_the_arm_file_builds_the_arm():
-    (spec,) = runner.arm_specs(["unrotated"])
-    assert spec.label == "unrotated" and spec.arm.name == "unrotated"
+    (spec,) = build_specs("arm", ["unrotated"])
+    assert spec.label == "unrotated" and spec.plugin.name == "unrotated"
     with pytest.raises(ValueError, match="no knob"):
         make_arm("unrotated", rank=8)

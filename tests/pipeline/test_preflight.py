@@ -53,7 +53,7 @@ BAD_VALUES = {
     "+bench.kwargs.bogus=1": "bench.kwargs ['bogus'] are not options of synthetic; it takes ['n_a_chunks'",
     "group=a/b": "group='a/b': must be a non-empty name without '/'",
     "model.attn_implementation=flash": "model.attn_implementation='flash': must be one of",
-    "arms=[blind,{patch_r16:{rank:-2}}]": "patch rank must be a non-negative int",
+    "arms=[blind,{patch_r16:{rank:-2}}]": "patch: rank must be a non-negative int",
     "arms=[blind,blind]": "arms lists ['blind'] twice",
     "arms=[blind,{name:nope}]": "unknown arm 'nope'; registered arms: blind",
 }
