@@ -20,7 +20,7 @@ define sweep
 endef
 render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(if $(PARTIAL),--allow-partial)
 
-.PHONY: help test test-slow lint bench table3 fig5 demo render status manifest sync
+.PHONY: help test test-slow lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -34,13 +34,23 @@ test-slow: ## retrain the toy binding models from their committed configs and ch
 lint: ## ruff over the package, experiments, scripts and tests
 	$(PYTHON) -m ruff check kamera experiments scripts tests
 
-table3: ## Table 3: sweep (SCALE, LAUNCHER, ARGS=extra overrides), then results/tables/table3*.{md,tex}
-	$(call sweep,table3$(suffix))
-	$(call render,table3$(suffix))
+# The paper's tables and figures: each is conf/experiment/<name>.yaml (paper scale) and <name>_tiny.yaml
+# (CPU), rendered by the renderer its config names; `make <name> [SCALE=paper] [LAUNCHER=slurm]` sweeps
+# then renders. docs/reproduction.md lists every one with its configs and the paper's values.
+ARTIFACTS := table3 fig5
 
-fig5: ## Figure 5: rank sweep, then figures/fig5*.{pdf,png}
-	$(call sweep,fig5$(suffix))
-	$(call render,fig5$(suffix))
+artifacts: ## list the table / figure targets (each: make <name> [SCALE=paper] [LAUNCHER=slurm] [ARGS=…])
+	@echo $(ARTIFACTS)
+
+$(ARTIFACTS):
+	$(call sweep,$@$(suffix))
+	$(call render,$@$(suffix))
+
+tiny-all: ## every table and figure at tiny scale on this machine (CPU), end to end
+	$(MAKE) $(ARTIFACTS) SCALE=tiny LAUNCHER=local
+
+paper-all: ## every paper sweep and its render (SCALE=paper; LAUNCHER=slurm on a cluster)
+	$(MAKE) $(ARTIFACTS) SCALE=paper
 
 render: ## render only, from stored rows: make render EXP=table3_tiny [ARGS=overrides] [PARTIAL=1]
 	$(if $(EXP),,$(error EXP is not set: make render EXP=<conf/experiment name>))
