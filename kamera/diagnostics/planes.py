@@ -32,14 +32,19 @@ def pooled(x: torch.Tensor, tokens: int, features: int) -> torch.Tensor:
     return F.adaptive_avg_pool2d(x.float()[None, None], size)[0, 0]
 
 
+def check_planes(tokens: int, features: int, basis: str) -> None:
+    """Bin counts ≥ 1 and a known basis."""
+    check_counts("tokens / features bins", [tokens, features])
+    if basis not in BASES:
+        raise ValueError(f"basis must be one of {BASES}, got {basis!r}")
+
+
 def depth_planes(ctx: ReuseContext, tokens: int = 16, features: int = 16, basis: str = "features") -> list[dict]:
     """Mean |Δ| per (layer, channel, token bin, feature bin).
 
     Records: ``{layer, channel, role, basis, token_bin, feature_bin, n_token_bins, n_feature_bins,
     quantity: "mean_abs", value}``."""
-    check_counts("tokens / features bins", [tokens, features])
-    if basis not in BASES:
-        raise ValueError(f"basis must be one of {BASES}, got {basis!r}")
+    check_planes(tokens, features, basis)
     out = []
     for l in range(len(ctx.deficit.layers)):
         for c, spec in enumerate(ctx.deficit.specs):

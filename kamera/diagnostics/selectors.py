@@ -64,18 +64,25 @@ RANDOM = "random"
 DEFAULT_SELECTORS = ("cross_mass", "first_k", "k_norm", RANDOM)
 
 
+def check_selectors(selectors: Sequence[str], fraction: float, draws: int) -> None:
+    """Known selector names (at least one), a fraction in (0, 1] and a positive number of random draws."""
+    check_fraction("fraction", fraction)
+    if isinstance(selectors, str):
+        raise ValueError(f"selectors must be a list of names, got the string {selectors!r}")
+    unknown = sorted(set(selectors) - {*SELECTORS, RANDOM})
+    if unknown or not selectors:
+        raise ValueError(f"unknown selector(s) {unknown or '(none given)'}; known: {sorted({*SELECTORS, RANDOM})}")
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise ValueError(f"draws must be a positive int, got {draws!r}")
+
+
 def selector_recall(ctx: ReuseContext, selectors: Sequence[str] = DEFAULT_SELECTORS, fraction: float = 0.5,
                     seed: int = 0, draws: int = 32) -> list[dict]:
     """Recall of the true top-``fraction`` ‖Δ‖ tokens by each selector.
 
     Records: ``{selector, fraction, k, n_b, quantity: "recall", value}``; for ``random`` the value is
     the mean over ``draws`` seeded subsets."""
-    check_fraction("fraction", fraction)
-    unknown = sorted(set(selectors) - {*SELECTORS, RANDOM})
-    if unknown or not selectors:
-        raise ValueError(f"unknown selector(s) {unknown or '(none given)'}; known: {sorted({*SELECTORS, RANDOM})}")
-    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
-        raise ValueError(f"draws must be a positive int, got {draws!r}")
+    check_selectors(selectors, fraction, draws)
     n = ctx.n_b
     k = count_of(fraction, n)
     truth = SELECTORS["oracle"](ctx, fraction)

@@ -44,6 +44,12 @@ DELTA = "delta_norm"
 FLOW = dict(pyr_scale=0.5, levels=3, winsize=15, iterations=3, poly_n=5, poly_sigma=1.2, flags=0)
 
 
+class NoFramePairs(ValueError):
+    """The item has no (frame, previous frame) pair the signals can be measured on: B has no image, no
+    frame of B has a predecessor, a frame and its predecessor differ in token grid, or frames are not
+    separated by text. A property of the item, not a bug: a probe skips such items."""
+
+
 @dataclass
 class Frame:
     """One image of a span: its picture, its visual tokens (span-local, [n]) and their cell (row, col)."""
@@ -77,7 +83,7 @@ def span_frames(adapter: Adapter, span: EncodedSpan) -> list[Frame]:
     vis = torch.nonzero(span.visual).flatten().cpu()
     runs = torch.tensor_split(vis, (torch.nonzero(vis.diff() > 1).flatten() + 1).tolist()) if vis.numel() else []
     if len(runs) != len(images):
-        raise ValueError(
+        raise NoFramePairs(
             f"span {span.role!r} has {len(images)} images but {len(runs)} runs of visual tokens; "
             "frames must be separated by at least one text token"
         )
@@ -123,27 +129,32 @@ def pixel_signals(frame: Image.Image, prev: Image.Image, gh: int, gw: int, cell_
     }
 
 
+def check_cell_px(cell_px: int) -> None:
+    """A cell side in pixels: an int ≥ 4 (Farneback needs a few pixels per cell)."""
+    if isinstance(cell_px, bool) or not isinstance(cell_px, int) or cell_px < 4:
+        raise ValueError(f"cell_px must be an int ≥ 4, got {cell_px!r}")
+
+
 def token_signals(ctx: ReuseContext, cell_px: int = 16) -> list[dict]:
     """Per visual token of B with a previous frame: ‖Δ_i‖ and the four signals.
 
     Records: ``{token, frame, row, col, quantity, value}``; ``token`` is B-local, ``frame`` the image's
     index in B, (row, col) its cell; quantity ``"delta_norm"`` or one of :data:`SIGNALS`."""
-    if isinstance(cell_px, bool) or not isinstance(cell_px, int) or cell_px < 4:
-        raise ValueError(f"cell_px must be an int ≥ 4, got {cell_px!r}")
+    check_cell_px(cell_px)
     b = ctx.enc.spans[ctx.b]
     frames = span_frames(ctx.adapter, b)
     if not frames:
-        raise ValueError("B has no images: the video signals need frames")
+        raise NoFramePairs("B has no images: the video signals need frames")
     before = span_frames(ctx.adapter, ctx.enc.spans[ctx.b - 1]) if ctx.b > 0 else []
     pairs = [(0, frames[0], before[-1], ctx.enc.spans[ctx.b - 1])] if before else []
     pairs += [(i, frames[i], frames[i - 1], b) for i in range(1, len(frames))]
     if not pairs:
-        raise ValueError("no frame of B has a previous frame (B has one image and the span before it none)")
+        raise NoFramePairs("no frame of B has a previous frame (B has one image and the span before it none)")
     delta = deficit_scores(ctx).sqrt().cpu()
     out = []
     for index, cur, prev, prev_span in pairs:
         if cur.grid != prev.grid:
-            raise ValueError(f"frame {index} of B has a {cur.grid} token grid but its previous frame {prev.grid}")
+            raise NoFramePairs(f"frame {index} of B has a {cur.grid} token grid but its previous frame {prev.grid}")
         gh, gw = cur.grid
         signals = pixel_signals(cur.image, prev.image, gh, gw, cell_px)
         tokens = cur.by_cell()

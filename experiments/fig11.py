@@ -1,0 +1,244 @@
+"""Figure 11: the cost is on memory, and the forming forward amortises.
+
+    python -m experiments.fig11 experiment=fig11_tiny     # make fig11 (SCALE=paper: needs the table4 / table6 rows)
+
+(a) multi-hop accuracy vs the KV bytes an arm stores or recomputes for B per reuse context, from
+rows (``bytes``, ``correct``): the figure's own rows plus those of the experiments its config lists
+under ``sources`` (at paper scale the Table 4 / Table 6 sweeps; a source that does not exist or has
+no stored rows stops the render, naming what to run). One point per (model, benchmark, arm) at its
+mean bytes and accuracy; re-prefill (B's whole page) is the ceiling line and blind reuse (no bytes
+beyond the canonical) the floor line. An (item, arm) read from two sources counts once.
+(b) time to first token vs the reused segment's visual tokens, from the ``ttft`` probe: recompute
+(vision encoder + B's prefill in context + the query), the prefill alone, the vision encoder alone,
+and reuse (relocate + rank-m patch, then the query) per rank m; (c) cumulative time over N reuse
+contexts at the longest segment and the first rank (forming once + N·reuse against N·prefill and
+N·recompute), break-even N marked. Timings are medians over the job's items (each item one
+measurement of every segment); the device they ran on is in the title: a CPU run is not the
+paper's H100 comparison. Writes <paths.figures>/<experiment>.{pdf,png,md}.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from experiments.common import STYLE, ci_cell, load, publish
+from experiments.panels import (
+    blank,
+    cell,
+    finish,
+    load_sources,
+    md_table,
+    of_probe,
+    one_label,
+    partial_suffix,
+)
+from kamera.diagnostics.ttft import cumulative
+
+ITEM_ARM = ["model", "dtype", "bench", "subset", "seed", "item_id", "arm", "knobs"]
+CEILING, FLOOR = "reprefill", "blind"
+N_MAX = 32
+# Fig. 11 of the paper (H100 bf16, MLA multi-hop, live SGLang FA3 / MoonViT) and §6 / App. C.6.
+PAPER_BYTES = {"patch_r64": "25 MB (8.6%) = ceiling", "patch_r16": "6.2 MB (2.1%)", "reprefill": "292 MB"}
+PAPER_SPEEDUP = {256: 1.8, 512: 3.1, 1024: 8.0, 2048: 29.3}  # ×prefill per segment length (visual tokens)
+PAPER = ("Paper (Fig. 11, §6, App. C.6; H100 bf16): (a) a rank-64 patch matches the multi-hop ceiling at 25 MB "
+         "(8.6% of the 292 MB page; the text says ≈ 25%), rank 16 at 6.2 MB (2.1%; text ≈ 6%); (b) patch-apply "
+         "instead of the per-reuse prefill improves TTFT 1.8× → 3.1× → 8× → 29.3× at 256 → 2048 vision tokens; "
+         "(c) recompute costs N × 430 ms, Kamera forms once + N × 2.6 ms: break-even after ≈ 9 reuses "
+         "(11.9× at N = 16, 27× at N = 64 with storage).")
+
+
+# ----- (a) bytes vs accuracy -------------------------------------------------------------------------
+def bytes_points(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Per (model, bench, arm): n, mean bytes, mean bytes_frac, accuracy and its CI cell; and how many
+    duplicate (item, arm) rows (the same item read from two sources) were dropped."""
+    if rows.empty or "bytes" not in rows.columns:
+        return pd.DataFrame(), 0
+    unique = rows.drop_duplicates(ITEM_ARM)
+    out = []
+    for (model, bench, arm), g in unique.groupby(["model", "bench", "arm"], sort=True):
+        out.append({"model": model, "bench": bench, "arm": arm, "n": len(g), "bytes": g["bytes"].mean(),
+                    "bytes_frac": g["bytes_frac"].mean(), "accuracy": g["correct"].mean(),
+                    "cell": ci_cell(g["correct"])})
+    return pd.DataFrame(out), len(rows) - len(unique)
+
+
+def unit(max_bytes: float) -> tuple[float, str]:
+    """The byte unit that keeps the axis readable (B, KB, MB, GB)."""
+    for scale, name in ((2**30, "GB"), (2**20, "MB"), (2**10, "KB")):
+        if max_bytes >= scale:
+            return scale, name
+    return 1.0, "B"
+
+
+# ----- (b, c) timings --------------------------------------------------------------------------------
+def timings(records: pd.DataFrame) -> pd.DataFrame:
+    """Median over items per (model, device, n_b, n_visual, rank, quantity); rank None for per-segment times."""
+    keys = ["model", "device", "n_b", "n_visual", "rank", "quantity"]
+    frame = records.copy()
+    if "rank" not in frame.columns:
+        frame["rank"] = np.nan
+    med = frame.groupby(keys, dropna=False)["value"].median().reset_index()
+    med["rank"] = pd.Series([None if pd.isna(r) else int(r) for r in med["rank"]], dtype=object)
+    med[["n_b", "n_visual"]] = med[["n_b", "n_visual"]].astype(int)
+    return med
+
+
+def amortisation(t: pd.DataFrame) -> pd.DataFrame:
+    """:func:`kamera.diagnostics.ttft.cumulative` per (model, device): cumulative times and break-even N."""
+    out = []
+    for (model, device), g in t.groupby(["model", "device"], sort=True):
+        for r in cumulative(g.to_dict("records"), n_max=N_MAX):
+            out.append({"model": model, "device": device, **r})
+    return pd.DataFrame(out)
+
+
+def device_note(t: pd.DataFrame) -> str:
+    """'CPU: not the paper's H100 comparison' when any timing ran on a CPU, else the devices."""
+    devices = sorted(set(t["device"]))
+    if any(not d.startswith("cuda") for d in devices):
+        return "timed on CPU: not the paper's H100 comparison"
+    return "timed on " + "/".join(devices)
+
+
+# ----- drawing -------------------------------------------------------------------------------------
+def plot(points: pd.DataFrame, t: pd.DataFrame, cum: pd.DataFrame, title: str) -> plt.Figure:
+    with plt.style.context(str(STYLE)):
+        fig, (a, b, c) = plt.subplots(1, 3, figsize=(7.0, 2.6))
+        if points.empty:
+            blank(a, "no rows with bytes")
+        else:
+            scale, name = unit(points["bytes"].max())
+            for i, ((model, bench), g) in enumerate(points.groupby(["model", "bench"], sort=True)):
+                colour = f"C{i}"
+                g = g.set_index("arm")
+                for arm, line in ((CEILING, "--"), (FLOOR, ":")):
+                    if arm in g.index:
+                        a.axhline(g.at[arm, "accuracy"], color=colour, linestyle=line, linewidth=0.7)
+                rest = g.drop(index=[FLOOR], errors="ignore")
+                a.scatter(rest["bytes"] / scale, rest["accuracy"], color=colour, s=8, label=f"{model} · {bench}")
+                for arm, r in rest.iterrows():
+                    a.annotate(arm, (r["bytes"] / scale, r["accuracy"]), fontsize=4, xytext=(2, 2),
+                               textcoords="offset points")
+            a.set_xlabel(f"KV bytes per reuse context ({name})")
+            a.set_ylabel("accuracy")
+            a.legend(fontsize=4.5, loc="center right")
+        a.set_title("(a) bytes vs accuracy (-- re-prefill, : blind)", fontsize=6.5)
+        if t.empty:
+            blank(b, "no ttft records")
+            blank(c, "no ttft records")
+        else:
+            for i, ((model, device), g) in enumerate(t.groupby(["model", "device"], sort=True)):
+                colour = f"C{i}"
+                per = g[g["rank"].isna()].pivot(index="n_visual", columns="quantity", values="value")
+                b.plot(per.index, per["recompute_ms"], color=colour, linestyle="--", marker="s", markersize=2,
+                       label=f"{model} ({device}): recompute")
+                b.plot(per.index, per["prefill_ms"], color=colour, linestyle=":", linewidth=0.8, label="prefill only")
+                b.plot(per.index, per["vision_ms"], color=colour, linestyle=(0, (1, 3)), linewidth=0.8,
+                       label="vision encoder")
+                ranks = sorted(r for r in g["rank"].dropna().unique())
+                for j, m in enumerate(ranks):
+                    ru = g[g["rank"] == m].pivot(index="n_visual", columns="quantity", values="value")
+                    b.plot(ru.index, ru["reuse_ms"], color=colour, marker="o", markersize=2, alpha=1 - 0.3 * j,
+                           label=f"reuse, rank {m}")
+                    if j == 0:
+                        for x, y, s in zip(ru.index, ru["reuse_ms"], ru["speedup_prefill"], strict=True):
+                            b.annotate(f"{s:.1f}×", (x, y), fontsize=4, xytext=(0, -7), textcoords="offset points",
+                                       ha="center")
+            b.set_xscale("log", base=2)
+            b.set_yscale("log")
+            sizes = sorted(t["n_visual"].unique())
+            b.set_xticks(sizes, [str(x) for x in sizes])
+            b.minorticks_off()
+            b.set_xlabel("segment length (visual tokens)")
+            b.set_ylabel("TTFT (ms)")
+            b.legend(fontsize=4, loc="upper left")
+            for i, ((model, device), g) in enumerate(cum.groupby(["model", "device"], sort=True)):
+                colour = f"C{i}"
+                n_b, rank = g["n_b"].max(), min(g["rank"])
+                sel = g[(g["n_b"] == n_b) & (g["rank"] == rank)]
+                curve = sel[sel["n_reuse"].notna()].pivot(index="n_reuse", columns="quantity", values="value") / 1e3
+                c.plot(curve.index, curve["kamera_ms"], color=colour,
+                       label=f"{model} ({device}): Kamera (r{rank}, n_B {n_b})")
+                c.plot(curve.index, curve["prefill_ms"], color=colour, linestyle=":", label="prefill every reuse")
+                c.plot(curve.index, curve["recompute_ms"], color=colour, linestyle="--", label="recompute every reuse")
+                star = sel[sel["quantity"] == "break_even_prefill"]["value"].iloc[0]
+                if not math.isnan(star):
+                    c.axvline(star, color=colour, linestyle=(0, (1, 2)), linewidth=0.7)
+                    c.annotate(f"N* = {star:.0f}", (star, 0.55 - 0.08 * i), xycoords=("data", "axes fraction"),
+                               fontsize=4.5, xytext=(2, 0), textcoords="offset points")
+            c.set_xlabel("number of reuse contexts N")
+            c.set_ylabel("cumulative time (s)")
+            c.legend(fontsize=4, loc="upper left")
+        b.set_title(f"(b) TTFT ({device_note(t) if not t.empty else 'no timings'})", fontsize=6)
+        c.set_title("(c) amortisation", fontsize=6.5)
+        fig.suptitle(title)
+        fig.tight_layout()
+    return fig
+
+
+def to_markdown(points: pd.DataFrame, dropped: int, t: pd.DataFrame, cum: pd.DataFrame, title: str,
+                sources: list[str]) -> list[str]:
+    src = f" plus source experiment(s) {', '.join(sources)}" if sources else ""
+    lines = [f"**{title}**", "", f"*(a) accuracy vs KV bytes per reuse context (rows of this experiment{src})*", ""]
+    if points.empty:
+        lines.append("no rows with bytes")
+    else:
+        body = [[r.model, r.bench, r.arm, str(r.n), cell(r.bytes / 2**20, ".4g"), cell(r.bytes_frac, ".3f"), r.cell,
+                 PAPER_BYTES.get(r.arm, "–")] for r in points.itertuples(index=False)]
+        lines += md_table(["model", "bench", "arm", "n", "MB", "of page", "accuracy [95% CI]", "paper"], body)
+        if dropped:
+            lines.append(f"\n{dropped} (item, arm) row(s) present in two sources counted once")
+    lines += ["", f"*(b, c) TTFT in ms, median over items ({device_note(t) if not t.empty else 'no timings'}); "
+              "×prefill = prefill / reuse, ×recomp = (vision + prefill) / reuse; N* = break-even reuses*", ""]
+    if t.empty:
+        lines.append("no ttft records")
+    else:
+        even = cum[cum["n_reuse"].isna()].pivot_table(index=["model", "device", "n_b", "rank"], columns="quantity",
+                                                      values="value")
+        body = []
+        for (model, device, n_b, n_vis), g in t.groupby(["model", "device", "n_b", "n_visual"], sort=True):
+            per = g[g["rank"].isna()].set_index("quantity")["value"]
+            for m in sorted(g["rank"].dropna().unique()):
+                r = g[g["rank"] == m].set_index("quantity")["value"]
+                be = even.loc[(model, device, n_b, m)]
+                body.append([model, device, str(n_vis), str(n_b), cell(per["vision_ms"], ".4g"),
+                             cell(per["prefill_ms"], ".4g"), cell(per["form_ms"], ".4g"), str(int(m)),
+                             cell(r["apply_ms"], ".3g"), cell(r["reuse_ms"], ".4g"), cell(r["speedup_prefill"], ".2f"),
+                             cell(r["speedup_recompute"], ".2f"), cell(be["break_even_prefill"], ".0f"),
+                             cell(be["break_even_recompute"], ".0f"), cell(PAPER_SPEEDUP.get(n_vis), ".1f")])
+        lines += md_table(["model", "device", "visual", "n_B", "vision", "prefill", "form", "m", "apply", "reuse",
+                           "×prefill", "×recomp", "N* prefill", "N* recomp", "paper ×prefill"], body)
+    return [*lines, "", PAPER]
+
+
+def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           sources: list[str] | None = None) -> tuple[str, list[Path]]:
+    points, dropped = bytes_points(rows)
+    records = one_label(of_probe(probes, "ttft"), "ttft")
+    t = timings(records) if not records.empty else pd.DataFrame()
+    cum = amortisation(t) if not t.empty else pd.DataFrame()
+    if points.empty and t.empty:
+        raise SystemExit(f"{group} has no rows with bytes and no ttft records")
+    title = f"Fig. 11 ({group}{partial_suffix(footer)})"
+    return finish(plot(points, t, cum, title), to_markdown(points, dropped, t, cum, title, sources or []), stem, footer)
+
+
+def main(argv: list[str] | None = None) -> None:
+    exp = load(__doc__.split("\n\n")[0], "fig11", argv)
+    names = list(exp.jobs[0].cfg.get("sources") or [])
+    src = load_sources(exp, names, argv)
+    rows = pd.concat([f for f in (exp.rows, src.rows) if not f.empty], ignore_index=True) \
+        if not (exp.rows.empty and src.rows.empty) else pd.DataFrame()
+    footer = exp.footer + (f"; {src.footer}" if src.footer else "")
+    md, paths = render(rows, exp.probes, exp.name, exp.stem("figure"), footer, names)
+    print(md)
+    publish(exp, paths)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Per layer and channel: the fraction of ‖Δ‖² a rank-m patch captures, and the 90%-energy rank (Fig. 3a).
+
+Wraps :func:`kamera.diagnostics.energy.energy_curve` (read from the item's full-rank patch, so the
+probe adds no decomposition when a patch arm runs beside it). Records are per item; a renderer
+averages the curves over items.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kamera.context import ReuseContext
+from kamera.diagnostics.common import check_counts, check_fraction
+from kamera.diagnostics.energy import energy_curve
+from kamera.probes.base import Probe, register
+
+
+@register
+@dataclass
+class EnergyProbe(Probe):
+    """``ranks``: the m to read (None: 1, 2, 4, … and the block's full rank); ``fraction``: the e90 level."""
+
+    name = "energy"
+    needs = frozenset({"patch"})
+    ranks: list[int] | None = None
+    fraction: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.ranks is not None:
+            self.ranks = check_counts("energy ranks", self.ranks)
+        check_fraction("energy fraction", self.fraction)
+
+    def run(self, ctx: ReuseContext) -> list[dict]:
+        return energy_curve(ctx, self.ranks, self.fraction)

@@ -1,0 +1,32 @@
+"""Per layer: how many of A's keys hold 90% of the attention B's queries pay A (Fig. 3c).
+
+Wraps :func:`kamera.diagnostics.landmarks.landmark_keys`: B's rows are rerun layer by layer on the
+full prefill's cache with eager attention (a few extra layer passes per item, tag
+``probe_landmarks``). Records are per item (``n_a`` = A's token count); a renderer takes the median
+over items per layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kamera.context import ReuseContext
+from kamera.diagnostics.common import check_fraction
+from kamera.diagnostics.landmarks import landmark_keys
+from kamera.probes.base import Probe, register
+
+
+@register
+@dataclass
+class LandmarksProbe(Probe):
+    """``fraction``: the share of B's attention on A the landmark keys must hold."""
+
+    name = "landmarks"
+    needs = frozenset({"full", "conditioned"})
+    fraction: float = 0.9
+
+    def __post_init__(self) -> None:
+        check_fraction("landmarks fraction", self.fraction)
+
+    def run(self, ctx: ReuseContext) -> list[dict]:
+        return landmark_keys(ctx, self.fraction)

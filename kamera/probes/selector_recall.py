@@ -1,0 +1,38 @@
+"""Recall of the true top-50% ‖Δ‖ tokens by cheap selectors (Fig. 4a), one record per selector and item.
+
+Wraps :func:`kamera.diagnostics.selectors.selector_recall`; the selectors are the token arms' own
+``select`` (oracle_topp, cross_mass, first_k) plus the canonical's K-norm and seeded random subsets.
+Records are per item; a renderer averages recall over items.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kamera.arms.cross_mass import CrossMassArm
+from kamera.arms.first_k import FirstKArm
+from kamera.arms.oracle_topp import OracleTopPArm
+from kamera.context import ReuseContext
+from kamera.diagnostics.selectors import DEFAULT_SELECTORS, check_selectors, selector_recall
+from kamera.probes.base import Probe, register
+
+
+@register
+@dataclass
+class SelectorRecallProbe(Probe):
+    """``selectors``: names of :data:`kamera.diagnostics.selectors.SELECTORS` or ``random``;
+    ``fraction``: the true set's share of B (0.5); ``seed`` / ``draws``: the random selector's subsets."""
+
+    name = "selector_recall"
+    # the selectors' own arms' shared quantities, plus the canonical (K-norm)
+    needs = OracleTopPArm.needs | CrossMassArm.needs | FirstKArm.needs | frozenset({"canonical"})
+    selectors: list[str] = field(default_factory=lambda: list(DEFAULT_SELECTORS))
+    fraction: float = 0.5
+    seed: int = 0
+    draws: int = 32
+
+    def __post_init__(self) -> None:
+        check_selectors(self.selectors, self.fraction, self.draws)
+
+    def run(self, ctx: ReuseContext) -> list[dict]:
+        return selector_recall(ctx, self.selectors, self.fraction, self.seed, self.draws)
