@@ -10,6 +10,11 @@ rounded down so a token arm never gets more bytes than the patch. On Qwen2.5-VL 
 512, all 28 layers) with n_B = 480 this is 31 tokens at rank 16 and 124 at rank 64, the figures of
 Table 6 (see ``tests/arms``). A low-rank-K reconstruction (ShadowKV-style) stores ``r · (n_B + w_K)``
 numbers per layer for K alone, so its matched rank is ``⌊ patch numbers / (n_layers · (n_B + w_K)) ⌋``.
+
+The patch matched is the one the ``patch`` arm applies at rank m: m on content channels and the
+family's rotary rank on the rotary ones (:func:`~kamera.core.default_rotary_rank`: m on GQA / MHA,
+⌈m/4⌉ on MLA's k_pe), so on MLA a token arm's budget is not inflated by k_pe bytes the patch does not
+store (:func:`channel_ranks`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kamera.context import ReuseContext
+from kamera.core import default_rotary_rank
 
 
 def _check(rank: int, n_b: int) -> None:
@@ -26,13 +32,18 @@ def _check(rank: int, n_b: int) -> None:
         raise ValueError(f"n_B must be positive, got {n_b}")
 
 
-def patch_numbers(rank: int, n_b: int, widths: Sequence[int]) -> int:
-    """Numbers a rank-m patch stores on one layer: Σ_c min(m, n_B, w_c)·(n_B + w_c)."""
-    _check(rank, n_b)
-    return sum(min(rank, n_b, w) * (n_b + w) for w in widths)
+def patch_numbers(rank: int | Sequence[int], n_b: int, widths: Sequence[int]) -> int:
+    """Numbers a patch stores on one layer: Σ_c min(m_c, n_B, w_c)·(n_B + w_c), with one rank m for every
+    channel or one rank per channel."""
+    ranks = [rank] * len(widths) if isinstance(rank, int) else list(rank)
+    if len(ranks) != len(widths):
+        raise ValueError(f"{len(ranks)} ranks for {len(widths)} channels")
+    for r in ranks:
+        _check(r, n_b)
+    return sum(min(r, n_b, w) * (n_b + w) for r, w in zip(ranks, widths, strict=True))
 
 
-def matched_tokens(rank: int, n_b: int, widths: Sequence[int], patched_layers: int | None = None,
+def matched_tokens(rank: int | Sequence[int], n_b: int, widths: Sequence[int], patched_layers: int | None = None,
                    n_layers: int = 1) -> int:
     """Tokens whose recompute costs at most the bytes of a rank-m patch (per-layer-channel SVD).
 
@@ -44,7 +55,7 @@ def matched_tokens(rank: int, n_b: int, widths: Sequence[int], patched_layers: i
     return min(n_b, patched * patch_numbers(rank, n_b, widths) // (n_layers * sum(widths)))
 
 
-def matched_k_rank(rank: int, n_b: int, widths: Sequence[int], k_width: int) -> int:
+def matched_k_rank(rank: int | Sequence[int], n_b: int, widths: Sequence[int], k_width: int) -> int:
     """The rank of a K-only low-rank reconstruction that costs at most the bytes of a rank-m patch."""
     return patch_numbers(rank, n_b, widths) // (n_b + k_width)
 
@@ -54,9 +65,17 @@ def widths(ctx: ReuseContext) -> list[int]:
     return [s.width for s in ctx.adapter.specs]
 
 
+def channel_ranks(ctx: ReuseContext, rank: int) -> list[int]:
+    """The per-channel ranks of the ``patch`` arm at rank m: m on content channels, the family's rotary rank
+    on rotary ones."""
+    _check(rank, ctx.n_b)
+    rotary = default_rotary_rank(rank, ctx.adapter.attention)
+    return [rank if s.rotary is None else rotary for s in ctx.adapter.specs]
+
+
 def tokens_for(ctx: ReuseContext, rank: int) -> int:
-    """Matched token budget of a rank-m patch (all layers, per layer-channel) for this item's B."""
-    return matched_tokens(rank, ctx.n_b, widths(ctx), n_layers=ctx.adapter.n_layers)
+    """Matched token budget of the ``patch`` arm's rank-m patch (all layers, per layer-channel) for this item's B."""
+    return matched_tokens(channel_ranks(ctx, rank), ctx.n_b, widths(ctx), n_layers=ctx.adapter.n_layers)
 
 
 def cell_bytes(ctx: ReuseContext) -> int:

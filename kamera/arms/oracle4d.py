@@ -15,8 +15,12 @@ from kamera.context import ReuseContext
 @register
 @dataclass
 class Oracle4DArm(Arm):
+    """A diagnostic, not a reuse method: its forward recomputes all of B (blind to A), so like re-prefill
+    its bytes are B's whole page and its recomputed cells every (B token, layer); the forward is the
+    item's shared oracle forward (``forwards`` 0)."""
+
     name = "oracle4d"
     needs = frozenset({"oracle"})
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
-        return ArmOutput(ctx.oracle, 0, {})
+        return ArmOutput(ctx.oracle, ctx.page_bytes(), {}, recomputed_tokens=ctx.n_b * ctx.adapter.n_layers)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
-from kamera.arms.budget import matched_k_rank, widths
+from kamera.arms.budget import channel_ranks, matched_k_rank, widths
 from kamera.arms.tokens import check_count
 from kamera.context import ReuseContext
 from kamera.models.base import Adapter
@@ -78,7 +78,7 @@ class ShadowKVArm(Arm):
             raise ArmRefusal(f"shadowkv un-ropes rotate-half keys; {ctx.adapter.name} is {layout!r}")
         r = self.rank
         if self.match_rank is not None:
-            r = matched_k_rank(self.match_rank, ctx.n_b, widths(ctx), spec.width)
+            r = matched_k_rank(channel_ranks(ctx, self.match_rank), ctx.n_b, widths(ctx), spec.width)
         d = spec.rotary.rotary_dim
         cos, sin = rope_tables(ctx.adapter, ctx.conditioned.positions, d)
         scale = cos.pow(2) + sin.pow(2)

@@ -175,9 +175,10 @@ def test_matched_tokens_reproduce_table_6():
 
 @pytest.mark.parametrize("name", TINY)
 def test_tokens_for_never_exceeds_the_patch_bytes(tiny, name):
+    """Matched to the patch arm's own patch (on MLA k_pe at rank ⌈m/4⌉, not m)."""
     ctx = shared_ctx(tiny, name)
     row = ctx.page_bytes() // ctx.n_b
     for m in (1, 4, 16):
-        t, patch = tokens_for(ctx, m), ctx.patch.truncate(m).nbytes()
+        t, patch = tokens_for(ctx, m), make_arm("patch", rank=m).run(ctx).bytes
         assert t * row <= patch and (t == ctx.n_b or (t + 1) * row > patch)
     assert math.isclose(tokens_for(ctx, 0), 0)
