@@ -130,6 +130,7 @@ def plot(curves: pd.DataFrame, layers: pd.DataFrame, energy: pd.DataFrame, model
 def headline(model: str, lay: pd.DataFrame) -> str:
     """One sentence of the model's numbers (first → last layer)."""
     bits = []
+    lay = lay.dropna(axis=1, how="all")
     if "ratio" in lay.columns:
         bits.append(f"conditioning {cell(lay['ratio'].iloc[0])} (layer 0) → {cell(lay['ratio'].iloc[-1])} "
                     f"(layer {lay['layer'].iloc[-1]})")

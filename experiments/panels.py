@@ -109,21 +109,29 @@ class Sources:
     footer: str
 
 
+# Overrides a source experiment shares with the figure that reads it: where results live and the
+# selection keys every experiment has (``make paper-all ARGS='n_items=16'`` ran every sweep with them).
+SHARED_OVERRIDES = ("n_items", "seed", "canonical_context", "eta_floor", "max_new_tokens")
+
+
 def load_sources(exp: Experiment, names: Sequence[str], argv: list[str] | None = None) -> Sources:
     """The rows of the experiments ``names``, each expanded from its own config and read from ``exp``'s
     results root; SystemExit naming the experiment and what to run when one does not exist, has no
     stored rows, or (without ``--allow-partial``) has incomplete jobs.
 
-    Only the results root is carried over from ``exp``'s overrides: a source is read as its own sweep
-    ran (``make <source> SCALE=…``), not with the figure's sweep keys."""
+    Of the figure's command-line overrides only ``paths.*`` and the shared selection keys
+    (:data:`SHARED_OVERRIDES`) are carried over: a source is otherwise read as its own sweep ran
+    (``make <source> SCALE=…``), not with the figure's sweep keys."""
     if not names:
         return Sources([], pd.DataFrame(), "")
-    allow_partial = parse("", exp.name, argv).allow_partial
+    args = parse("", exp.name, argv)
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in args.overrides]
+    carried = [o for o, k in zip(args.overrides, keys, strict=True) if k in SHARED_OVERRIDES or k.startswith("paths.")]
     root = exp.jobs[0].cfg.paths.results
     frames, jobs, incomplete = [], [], []
     for name in names:
         try:
-            views = sweep_jobs([f"experiment={name}", f"paths.results={root}"])
+            views = sweep_jobs([f"experiment={name}", *carried])
         except (SweepError, ValueError) as err:
             raise SystemExit(f"{exp.name} reads rows from experiment {name!r}, which does not compose: {err}") from None
         stored = [v for v in views if v.shard is not None]
