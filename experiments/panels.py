@@ -146,7 +146,7 @@ def load_sources(exp: Experiment, names: Sequence[str], argv: list[str] | None =
         except ShardCorruptError as err:
             raise SystemExit(str(err)) from None
         jobs += [v for v in stored if not v.error]
-    if incomplete and not allow_partial:
+    if incomplete and not args.allow_partial:
         raise SystemExit(f"{exp.name}: {len(incomplete)} job(s) of its source experiments incomplete (run them, or "
                          "render with --allow-partial):\n- " + "\n- ".join(incomplete))
     rows = pd.concat([f for f in frames if not f.empty], ignore_index=True) if any(not f.empty for f in frames) \

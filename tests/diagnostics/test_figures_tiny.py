@@ -5,6 +5,7 @@ session and every test reads them."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -98,4 +99,18 @@ def test_fig11_reads_its_source_experiments_and_names_a_missing_one(swept, tmp_p
         common.main([*args, "sources=[table9]", "--out", str(tmp_path / "x")])
     with pytest.raises(SystemExit, match=r"experiment table3_tiny, which has no stored jobs .* experiment=table3_tiny"):
         common.main([*args, "sources=[table3_tiny]", "--out", str(tmp_path / "x")])
+    capsys.readouterr()
+
+
+def test_an_incomplete_source_stops_the_render_unless_partial(swept, tmp_path, capsys):
+    root, _ = swept
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "raw", copy / "raw")
+    shard = next((copy / "raw" / "fig12_tiny").glob("*.json"))
+    shard.unlink()  # one job of the source now reads as missing
+    args = [*overrides("fig11_tiny", copy), "sources=[fig12_tiny]", "--out", str(tmp_path / "f")]
+    with pytest.raises(SystemExit, match=r"1 job\(s\) of its source experiments incomplete"):
+        common.main(args)
+    common.main([*args, "--allow-partial"])
+    assert "sources fig12_tiny: PARTIAL (1 incomplete job(s))" in (tmp_path / "f.md").read_text()
     capsys.readouterr()
