@@ -54,7 +54,7 @@ PAPER = ("Paper (Fig. 11, §6, App. C.6; H100 bf16): (a) a rank-64 patch matches
 
 # ----- (a) bytes vs accuracy -------------------------------------------------------------------------
 def bytes_points(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """Per (model, bench, arm): n, mean bytes, mean bytes_frac, accuracy and its CI cell; and how many
+    """Per (model, bench, arm), by bytes: n, mean bytes, mean bytes_frac, accuracy and its CI cell; and how many
     duplicate (item, arm) rows (the same item read from two sources) were dropped."""
     if rows.empty or "bytes" not in rows.columns:
         return pd.DataFrame(), 0
@@ -64,7 +64,8 @@ def bytes_points(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         out.append({"model": model, "bench": bench, "arm": arm, "n": len(g), "bytes": g["bytes"].mean(),
                     "bytes_frac": g["bytes_frac"].mean(), "accuracy": g["correct"].mean(),
                     "cell": ci_cell(g["correct"])})
-    return pd.DataFrame(out), len(rows) - len(unique)
+    frame = pd.DataFrame(out).sort_values(["model", "bench", "bytes", "arm"]).reset_index(drop=True)
+    return frame, len(rows) - len(unique)
 
 
 def unit(max_bytes: float) -> tuple[float, str]:
