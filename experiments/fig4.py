@@ -35,7 +35,7 @@ PAPER = ("Paper (Fig. 4): (a, Kimi-VL) the best selector, cross-attention mass, 
          "anti-correlated with motion (ρ ≈ −0.2 for optical-flow motion and warp residual: the bars read −0.20 and "
          "−0.22), uncorrelated with frame similarity (+0.08), and tracked only by the vision-embedding difference "
          "(+0.61).")
-TOKEN_KEYS = ["model", "item_id", "token", "frame", "row", "col"]
+TOKEN_KEYS = ["model", "bench", "item_id", "token", "frame", "row", "col"]  # items of two benchmarks stay apart
 
 
 def recall_table(selectors: pd.DataFrame) -> pd.DataFrame:
@@ -48,7 +48,7 @@ def spearman_table(video: pd.DataFrame) -> pd.DataFrame:
     """Per (model, signal): pooled ρ over all tokens, and the per-item ρ's mean, min, max and count."""
     tokens = video[[*TOKEN_KEYS, "quantity", "value"]]
     pooled = pd.DataFrame(signal_spearman(tokens, by=["model"]))
-    items = pd.DataFrame(signal_spearman(tokens, by=["model", "item_id"]))
+    items = pd.DataFrame(signal_spearman(tokens, by=["model", "bench", "item_id"]))
     per = items.groupby(["model", "signal"])["value"].agg(["mean", "min", "max", "count"]).reset_index()
     out = pooled.rename(columns={"value": "pooled"})[["model", "signal", "pooled", "n_tokens"]]
     return out.merge(per, on=["model", "signal"], how="left")
