@@ -59,18 +59,22 @@ def options(cfg: DictConfig) -> dict:
     return window_bench(cfg).kwargs(OmegaConf.to_container(cfg.bench.kwargs, resolve=True))
 
 
+def _plain(value: object) -> object:
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
 def problems(cfg: DictConfig) -> list[str]:
     """The shape's checks, one line each: which plugin lists a job may use, the window keys, the benchmark's
     subset, split and options and the model it needs (no data, no weights)."""
     bench, listed = window_bench(cfg), cfg.get("window_probes")
     if bench is None:
-        return [f"window_probes={OmegaConf.to_container(listed)}: only a window benchmark's job runs window probes "
+        return [f"window_probes={_plain(listed)!r}: only a window benchmark's job runs window probes "
                 f"(bench={', '.join(WINDOW_BENCHES)})"] if listed else []
-    p = [f"{key}={OmegaConf.to_container(cfg[key])}: bench={bench.name} is a window benchmark, its job runs "
-         f"window_probes; set {key}=[]" for key in ("arms", "probes") if cfg[key]]
+    p = [f"{key}={_plain(cfg[key])!r}: bench={bench.name} is a window benchmark, its job runs window_probes; "
+         f"set {key}=[]" for key in ("arms", "probes") if cfg[key]]
     if not listed:
         p.append("window_probes=[]: a window job needs at least one window probe (conf/window_probe)")
-    if cfg.canonical_context not in CANONICAL_CONTEXTS:
+    if cfg.canonical_context == "native":  # other bad values: kamera.job.validate
         p.append(f"canonical_context={cfg.canonical_context!r}: a window job prefills its canonicals behind the "
                  f"prefix or alone: one of {list(CANONICAL_CONTEXTS)}")
     keep = cfg.get("window_keep_gb")

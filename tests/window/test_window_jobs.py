@@ -141,7 +141,9 @@ WINDOW = ("testbed=toy_window", "arms=[]", "window_probes=[recall]")
 BAD = {
     ("testbed=toy_window", "window_probes=[recall]"):
         "arms=['reprefill', 'blind', 'patch_r16']: bench=window_toy is a window benchmark, its job runs window_probes; set arms=[]",
-    ("window_probes=[recall]",): "only a window benchmark's job runs window probes",
+    ("window_probes=[recall]",): "window_probes=['recall']: only a window benchmark's job runs window probes",
+    ("window_probes=recall",): "window_probes='recall': only a window benchmark's job runs window probes",
+    (*WINDOW[:2], "window_probes=recall"): "window_probes must be a list, got 'recall'",
     ("testbed=toy_window", "arms=[]"): "window_probes=[]: a window job needs at least one window probe",
     (*WINDOW[:2], "window_probes=[recal]"): "unknown window_probe 'recal'; conf/window_probe has: deep_half,",
     (*WINDOW[:2], "window_probes=[{name:nope}]"): "unknown window probe 'nope'; registered window probes: deep_half,",
