@@ -20,6 +20,11 @@ A job's identity, the key of its results shard (:mod:`kamera.store`):
 so a second copy of a benchmark, a repaired medium that changes the selection, or another
 checkpoint directory is a different job, never a silent reuse, while byte-identical copies share
 results. Arms and probes are not part of it (rows are keyed by item and arm within the shard).
+
+A job has one of two item shapes, decided by its benchmark: ``[prefix · A… · B · query]`` items × arms
+(and probes), or window items × window probes (a window benchmark, :mod:`kamera.window.job`, whose
+hooks are called here where the shapes differ: checks, plugin lists, selection, the ``bench`` part of
+the identity).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -39,6 +45,9 @@ from kamera.items import EvalItem, from_chunked, toy_items
 from kamera.registry import Plugin
 from kamera.store import Expected, digest
 from kamera.sweep import CONF_DIR
+
+if TYPE_CHECKING:
+    from kamera.window.bench import WindowEntry
 
 # Benchmarks whose items come from the model itself (the toy task is the toy model's own task).
 MODEL_ITEM_SOURCES = {"binding": toy_items}
@@ -90,11 +99,19 @@ def _knob_text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
+def _window():
+    """:mod:`kamera.window.job`, the window item shape's hooks (imported on use: it imports this module)."""
+    from kamera.window import job
+
+    return job
+
+
 def _spec(kind: str, entry: object) -> Spec:
     from kamera.arms import make_arm
     from kamera.probes import make_probe
+    from kamera.window.probes import make_probe as make_window_probe
 
-    make = make_arm if kind == "arm" else make_probe
+    make = {"arm": make_arm, "probe": make_probe, "window_probe": make_window_probe}[kind]
     if isinstance(entry, str):
         base, overrides = entry, {}
     elif isinstance(entry, dict) and "name" in entry:
@@ -117,6 +134,14 @@ def _spec(kind: str, entry: object) -> Spec:
     changed = sorted(((k, v) for k, v in overrides.items() if k != "name"), key=lambda kv: kv[0])
     label = (base or plugin.name) + ("[" + ",".join(f"{k}={_knob_text(v)}" for k, v in changed) + "]" if changed else "")
     return Spec(label, {"name": plugin.name, **plugin.params()}, plugin)
+
+
+def job_specs(cfg: DictConfig) -> tuple[list[Spec], list[Spec]]:
+    """The plugins a job runs per item: (arms, probes), or (window probes, []) for a window job (its rows are
+    keyed by the window probe as arm rows are by the arm)."""
+    if _window().is_window(cfg):
+        return build_specs("window_probe", cfg.window_probes), []
+    return build_specs("arm", cfg.arms), build_specs("probe", cfg.probes)
 
 
 def build_specs(kind: str, entries: object) -> list[Spec]:
@@ -211,7 +236,7 @@ def bench_root(cfg: DictConfig) -> Path | None:
 
     if cfg.bench.root:
         return Path(cfg.bench.root)
-    spec = get_benchmark(cfg.bench.name)
+    spec = _window().window_bench(cfg) or get_benchmark(cfg.bench.name)
     return Path(cfg.paths.data) / spec.dir_name if cfg.paths.data and spec.dir_name else None
 
 
@@ -219,6 +244,8 @@ def _bench_problems(cfg: DictConfig) -> list[str]:
     """Benchmark name, subsets, split and kwargs, checked against the loader's own signature."""
     from kamera.data import get_benchmark
 
+    if _window().is_window(cfg):
+        return []  # kamera.window.job.problems
     if cfg.bench.name in MODEL_ITEM_SOURCES:
         ok = cfg.model.name.startswith("toy_")
         return [] if ok else [f"bench=binding needs a toy model (toy_binding, toy_binding_text), not {cfg.model.name}"]
@@ -258,13 +285,15 @@ def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
     problems += _model_problems(cfg)
     bench = _bench_problems(cfg)
     problems += bench
-    for kind in ("arm", "probe"):
+    window = _window().problems(cfg)  # the item shape: which plugin lists and keys the job uses
+    problems += window
+    for kind in ("window_probe",) if _window().is_window(cfg) else ("arm", "probe"):
         try:
             build_specs(kind, cfg[f"{kind}s"])
         except ValueError as err:
             problems.append(str(err))
     selection_keys = ("n_items=", "seed=", "bench.")  # what reading the benchmark depends on
-    readable = not bench and not any(p.startswith(selection_keys) for p in problems)
+    readable = not bench and not window and not any(p.startswith(selection_keys) for p in problems)
     if readable and cfg.bench.name not in MODEL_ITEM_SOURCES:
         try:
             chosen = select(cfg, n_items=sample if cfg.n_items is None else min(sample, cfg.n_items))
@@ -283,7 +312,7 @@ def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
 class Selection:
     """The items a job evaluates, the annotation files they came from and what the loader skipped."""
 
-    items: list[EvalItem]
+    items: list[EvalItem] | list[WindowEntry]  # a window job's items are window entries
     root: Path | None = None
     files: list[Path] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)
@@ -321,20 +350,28 @@ def select(cfg: DictConfig, adapter=None, n_items: int | None = -1) -> Selection
     length filter here: an item too long for the model fails when it is encoded, with that reason,
     so the selection does not depend on the model and each item is encoded once."""
     n = cfg.n_items if n_items == -1 else n_items
+    if _window().is_window(cfg):
+        return _window().select(cfg, n)
     if cfg.bench.name in MODEL_ITEM_SOURCES:
         if adapter is None:
             raise ValueError(f"bench={cfg.bench.name} draws its items from the model; pass the adapter")
         items = MODEL_ITEM_SOURCES[cfg.bench.name](adapter, n_items=n, seed=cfg.seed, subset=cfg.bench.subset)
         return Selection(items, n_requested=n, report=f"{len(items)} items of the toy task")
+    chosen = read_benchmark(cfg.bench.name, bench_root(cfg), cfg, n, OmegaConf.to_container(cfg.bench.kwargs, resolve=True))
+    chosen.items = [from_chunked(it) for it in chosen.items]
+    return chosen
+
+
+def read_benchmark(name: str, root: Path | None, cfg: DictConfig, n: int | None, kwargs: dict) -> Selection:
+    """The loader's selection of benchmark ``name`` (its ``ChunkedItem``s, the annotation files it read, what
+    it skipped and why); JobError naming missing or unreadable data."""
     from kamera.data import BenchmarkDataMissing, load_items
     from kamera.data.base import recording_reads
 
-    root = bench_root(cfg)
-    kwargs = OmegaConf.to_container(cfg.bench.kwargs, resolve=True)
     try:
         with recording_reads() as files:
-            loaded = load_items(cfg.bench.name, root=root, subset=cfg.bench.subset, split=cfg.bench.split,
-                                n_items=n, seed=cfg.seed, **kwargs)
+            loaded = load_items(name, root=root, subset=cfg.bench.subset, split=cfg.bench.split, n_items=n,
+                                seed=cfg.seed, **kwargs)
     except BenchmarkDataMissing as err:
         raise JobError(str(err)) from None
     except (ValueError, TypeError, OSError) as err:
@@ -342,7 +379,7 @@ def select(cfg: DictConfig, adapter=None, n_items: int | None = -1) -> Selection
         raise JobError(f"{cfg.bench.name}: cannot read the benchmark{where}: {err}") from None
     r = loaded.report
     skipped = [{"item_id": s.item_id, "reason": s.reason, "stage": s.stage} for s in r.skipped]
-    return Selection([from_chunked(it) for it in loaded], r.root, list(files), skipped, n, r.summary())
+    return Selection(list(loaded), r.root, list(files), skipped, n, r.summary())
 
 
 def file_digest(path: Path, chunk: int = 1 << 20) -> str:
@@ -391,13 +428,17 @@ def config_identity(cfg: DictConfig) -> dict:
     from kamera.data import get_benchmark
 
     subset, split = cfg.bench.subset, cfg.bench.split
-    if cfg.bench.name not in MODEL_ITEM_SOURCES:  # spell the defaults out, so null and the default list agree
+    window = _window().is_window(cfg)
+    if cfg.bench.name not in MODEL_ITEM_SOURCES and not window:  # spell the defaults out: null = the default list
         spec = get_benchmark(cfg.bench.name)
         subset, split = ",".join(spec.resolve_subsets(subset)), spec.resolve_split(split)
+    bench = _window().bench_identity(cfg) if window else {
+        "name": cfg.bench.name, "subset": subset, "split": split,
+        "kwargs": OmegaConf.to_container(cfg.bench.kwargs, resolve=True)}
     return {
+        **({"shape": "window"} if window else {}),  # a window job's key never equals an arm job's
         "model": {"name": cfg.model.name, "dtype": DTYPES[cfg.model.dtype]},
-        "bench": {"name": cfg.bench.name, "subset": subset, "split": split,
-                  "kwargs": OmegaConf.to_container(cfg.bench.kwargs, resolve=True)},
+        "bench": bench,
         "n_items": cfg.n_items,
         "seed": cfg.seed,
         "canonical_context": cfg.canonical_context,

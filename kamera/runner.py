@@ -1,5 +1,8 @@
 """One job: a model × a benchmark selection × arms (and probes) → rows and probe records in a shard.
 
+A window job (a window benchmark × window probes, :mod:`kamera.window.job`) runs the same steps with its
+items built and evaluated there; its rows are keyed by the window probe as arm rows are by the arm.
+
     preflight (no weights) → select the items (no model but the toy task's) → the job's identity and
     shard → skip the job if the shard already holds every (item, arm) and (item, probe) it asks for
     → load the model → per item with anything missing: encode once, compute the shared quantities
@@ -37,10 +40,10 @@ from kamera.job import (
     JobError,
     Selection,
     Spec,
-    build_specs,
     config_key,
     expected_of,
     identity,
+    job_specs,
     preflight,
     resolve_device,
     results_root,
@@ -53,6 +56,8 @@ from kamera.progress import Progress
 from kamera.registry import SHARED
 from kamera.store import Shard, digest, now, provenance
 from kamera.track import Tracker
+from kamera.window.job import evaluate_item as evaluate_window_item
+from kamera.window.job import is_window
 
 log = logging.getLogger("kamera.run")
 
@@ -172,7 +177,7 @@ def run(cfg: DictConfig) -> Path:
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)
-    arms, probes = build_specs("arm", cfg.arms), build_specs("probe", cfg.probes)
+    arms, probes = job_specs(cfg)
     want = expected_of(arms, probes)
     adapter = _load(cfg, device) if cfg.bench.name in MODEL_ITEM_SOURCES else None
     selection = select(cfg, adapter)
@@ -243,14 +248,16 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
     tracker = Tracker.start(cfg.tracking.mode, cfg.tracking.project, cfg.group, shard.key, meta["config"],
                             Path(cfg.paths.outputs) / "wandb", cfg.tracking.entity)
     progress = Progress(len(todo), every_s=cfg.progress_every_s)
+    # the item shape decides who evaluates an item: a window job's window probes (kamera/window/job.py) or the arms
+    evaluate = evaluate_window_item if is_window(cfg) else evaluate_item
     try:
         for item in selection.items:
             if item.item_id not in todo:
                 continue
             left = set(todo[item.item_id])
             try:
-                rows, records, refused = evaluate_item(adapter, item, [s for s in arms if s.label in left],
-                                                       [s for s in probes if s.label in left], cfg, keys)
+                rows, records, refused = evaluate(adapter, item, [s for s in arms if s.label in left],
+                                                  [s for s in probes if s.label in left], cfg, keys)
             except ItemError as err:
                 shard.update_meta(lambda m, i=item.item_id, e=str(err): m["failed"].__setitem__(i, e))
                 log.warning("item %s failed: %s", item.item_id, err)

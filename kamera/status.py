@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 from omegaconf import DictConfig
 
-from kamera.job import Spec, build_specs, config_key, expected_of, results_root
+from kamera.job import Spec, config_key, expected_of, job_specs, results_root
 from kamera.store import JobState, Shard, ShardCorruptError, latest, shards
 from kamera.sweep import CONF_DIR, SweepError, compose_config, expand
 
@@ -71,7 +71,7 @@ def sweep_jobs(overrides: list[str]) -> list[JobView]:
     views = []
     for job in expand(overrides):
         cfg = compose_config(job)
-        arms, probes = build_specs("arm", cfg.arms), build_specs("probe", cfg.probes)
+        arms, probes = job_specs(cfg)  # a window job's window probes stand where an arm job's arms do
         view = JobView(job, cfg, config_key(cfg), arms, probes)
         try:
             found = latest(shards(results_root(cfg), cfg.group), config_key=view.key)

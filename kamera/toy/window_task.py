@@ -169,22 +169,30 @@ def _stream(spec: WindowSpec, kind: str, s: Stream, n_states: int) -> tuple[list
     raise ValueError(f"window item kind must be one of {KINDS}, got {kind!r}")
 
 
-def window_items(spec: WindowSpec, kind: str, n: int, seed: int = 0, n_states: int = 3) -> list[WindowItem]:
-    """``n`` held-out window items of ``kind`` (``n_states`` = K for reorder / divergent / refresh); item i
-    depends only on (seed, kind, n_states, i). The query asks the colour at one of the scene's locations."""
+def window_item(spec: WindowSpec, kind: str, i: int, seed: int = 0, n_states: int = 3) -> WindowItem:
+    """Held-out window item i of ``kind`` (``n_states`` = K for reorder / divergent / refresh); it depends
+    only on (seed, kind, n_states, i). The query asks the colour at one of the scene's locations."""
     if kind not in KINDS:
         raise ValueError(f"window item kind must be one of {KINDS}, got {kind!r}")
+    rng = np.random.default_rng([HELDOUT, seed, 100 + KINDS.index(kind), n_states, i])
+    history, foreign, pairs = _stream(spec, kind, Stream(spec, rng), n_states)
+    location = pairs[int(rng.integers(len(pairs)))][0]
+    chunks = (*history, *foreign)
+    return WindowItem(
+        item_id=item_id(kind, seed, i), history=tuple(history), query=Span("query", (f"Q2 {location}",), "two_hop"),
+        window=spec.window, prefix=Span("prefix", (PREFIX,), "prefix"), foreign=tuple(foreign),
+        choices=spec.colours, gold=partial(answer, chunks, location),
+        meta={"kind": kind, "location": location, "n_states": n_states},
+    )
+
+
+def item_id(kind: str, seed: int, i: int) -> str:
+    """The id of held-out window item i of ``kind``."""
+    return f"{kind}-{seed}-{i}"
+
+
+def window_items(spec: WindowSpec, kind: str, n: int, seed: int = 0, n_states: int = 3) -> list[WindowItem]:
+    """``n`` held-out window items of ``kind`` (:func:`window_item` 0 … n − 1)."""
     if n < 0:
         raise ValueError(f"n must be ≥ 0, got {n}")
-    out = []
-    for i in range(n):
-        rng = np.random.default_rng([HELDOUT, seed, 100 + KINDS.index(kind), n_states, i])
-        history, foreign, pairs = _stream(spec, kind, Stream(spec, rng), n_states)
-        location = pairs[int(rng.integers(len(pairs)))][0]
-        chunks = (*history, *foreign)
-        out.append(WindowItem(
-            item_id=f"{kind}-{seed}-{i}", history=tuple(history), query=Span("query", (f"Q2 {location}",), "two_hop"),
-            window=spec.window, prefix=Span("prefix", (PREFIX,), "prefix"), foreign=tuple(foreign),
-            choices=spec.colours, gold=partial(answer, chunks, location), meta={"kind": kind, "location": location},
-        ))
-    return out
+    return [window_item(spec, kind, i, seed, n_states) for i in range(n)]

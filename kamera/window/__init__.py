@@ -11,6 +11,6 @@ at tiny scale.
 from kamera.window.context import WindowContext, WindowView
 from kamera.window.item import WindowItem, from_spans
 from kamera.window.ops import Layout
-from kamera.window.probes import PROBES, Probe, ProbeRefusal, make_probe
+from kamera.window.probes import PROBES, ProbeRefusal, WindowProbe, make_probe
 
-__all__ = ["PROBES", "Layout", "Probe", "ProbeRefusal", "WindowContext", "WindowItem", "WindowView", "from_spans", "make_probe"]
+__all__ = ["PROBES", "Layout", "ProbeRefusal", "WindowContext", "WindowItem", "WindowProbe", "WindowView", "from_spans", "make_probe"]

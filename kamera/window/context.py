@@ -15,10 +15,18 @@ Costs: every forward-running result is a *resource* keyed by what it is (``("ful
 ``("canonical", chunk)``, …); :meth:`WindowContext.cost` gives the forwards a set of resources took,
 by tag, so a probe reports what each variant pays at the operation and what it reads from stored
 state, measured rather than assumed, however the probes share the work.
+
+Memory: a view keeps its layout's KV (read out of the re-prefill's cache span by span, the cache itself
+released), the target's derived KV (relocated, Δ, the full-rank patch) and logits; blind reuse's query
+cache is not kept. :meth:`WindowContext.trim` releases the least recently used views down to a byte
+budget between probes (the runner calls it after each probe); a released resource that a later probe
+asks for is recomputed (the adapter counts those forwards again, its recorded cost is unchanged), so a
+context holds at most the budget plus the working set of the probe running. Canonicals are kept.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
@@ -30,6 +38,7 @@ from transformers import DynamicCache
 
 from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Patch, relocate
+from kamera.errors import ItemError
 from kamera.metrics import ETA_FLOOR, choice_argmax
 from kamera.models.base import Adapter, Encoded, EncodedSpan, ForwardOut, additive_mask, place
 from kamera.spans import Span
@@ -136,12 +145,35 @@ class WindowContext:
         return self.resource(("canonical", chunk), make)
 
     def view(self, layout: Layout) -> WindowView:
-        """The (cached) view of one layout."""
+        """The (cached) view of one layout (most recently used last)."""
         if layout not in self._views:
             for c in layout.window:
                 self._check_chunk(c)
             self._views[layout] = WindowView(self, layout)
+        self._views[layout] = self._views.pop(layout)
         return self._views[layout]
+
+    # ----- memory ----------------------------------------------------------------------------------
+    def held_bytes(self) -> int:
+        """Bytes of the tensors this context holds: every view's KV and derived tensors, the canonicals and
+        other resources (each storage counted once; the encoded chunks' embeddings not counted)."""
+        return tensor_bytes([*(_state(v) for v in self._views.values()), *self._values.values()])
+
+    def release(self, layout: Layout) -> None:
+        """Forget a layout's view and every resource made for it (its costs stay recorded)."""
+        self._views.pop(layout, None)
+        for key in [k for k in self._values if isinstance(k, tuple) and layout in k[1:]]:
+            del self._values[key]
+
+    def trim(self, budget: int) -> int:
+        """Release the least recently used views until at most ``budget`` bytes are held; the bytes freed."""
+        held = start = self.held_bytes()
+        for layout in list(self._views):
+            if held <= budget:
+                break
+            self.release(layout)
+            held = self.held_bytes()
+        return start - held
 
     def _check_chunk(self, chunk: int) -> None:
         if not 0 <= chunk < len(self.chunks):
@@ -185,8 +217,8 @@ class WindowView(ReuseContext):
         ]
         enc = Encoded(spans)
         total = enc.starts[-1] + spans[-1].extent
-        if total > wctx.adapter.max_positions:
-            raise ValueError(
+        if total > wctx.adapter.max_positions:  # the item is too long for the model: it fails, the job goes on
+            raise ItemError(
                 f"window layout {layout.window} needs {total} positions; {wctx.adapter.name} has {wctx.adapter.max_positions}"
             )
         self.wctx, self.layout = wctx, layout
@@ -203,14 +235,33 @@ class WindowView(ReuseContext):
 
     # ----- shared forwards -------------------------------------------------------------------------
     @cached_property
-    def full(self) -> ForwardOut:
-        """The layout's re-prefill (under the 4D mask if the layout masks chunks)."""
+    def _reprefill(self) -> tuple[ForwardOut, list[ChunkKV]]:
+        """The layout's re-prefill (under the 4D mask if the layout masks chunks): its logits and the KV of
+        every span before the query, read out of its cache, which is then released."""
 
-        def make() -> ForwardOut:
+        def make() -> tuple[ForwardOut, list[ChunkKV]]:
             mask = additive_mask(self.masked_allow(), self.adapter.dtype) if self.layout.masked else None
-            return self.adapter.forward(place(self.enc.spans, self.offset), mask=mask, tag="full")
+            out = self.adapter.forward(place(self.enc.spans, self.offset), mask=mask, tag="full")
+            kvs = [self.adapter.read(out.cache, *self.ranges[i], self.native_positions(i)) for i in range(self.q)]
+            return replace(out, cache=None), kvs
 
         return self.wctx.resource(self.full_key, make)
+
+    @property
+    def full(self) -> ForwardOut:
+        """The re-prefill's logits and positions (its cache is read into :meth:`full_kv`)."""
+        return self._reprefill[0]
+
+    def full_kv(self, i: int) -> ChunkKV:
+        """Span i's KV as the re-prefill left it (every span before the query)."""
+        if not 0 <= i < self.q:
+            raise IndexError(f"span {i}: the re-prefill's KV is kept for spans 0 … {self.q - 1}")
+        return self._reprefill[1][i]
+
+    @cached_property
+    def blind(self) -> ForwardOut:
+        """Blind reuse's query forward; only its logits are kept (probes read no more of it)."""
+        return replace(self.query(self.relocated, tag="blind"), cache=None)
 
     @cached_property
     def canonical(self) -> ChunkKV:
@@ -258,6 +309,36 @@ class WindowView(ReuseContext):
     def query_patch(self, patch: Patch, tag: str) -> ForwardOut:
         """The query on R(δ)·KV(target|∅) + patch."""
         return self.query(patch.apply(self.relocated), tag=tag)
+
+
+def _state(view: WindowView) -> list:
+    """What a view holds beyond the shared item (its cached KV, patches and logits)."""
+    return [v for k, v in vars(view).items() if k not in ("adapter", "wctx", "enc", "layout")]
+
+
+def tensor_bytes(obj: object) -> int:
+    """Bytes of the distinct tensor storages reachable from ``obj`` through lists, tuples, dicts, dataclasses
+    and caches (``layers`` with ``keys`` / ``values``)."""
+    seen, total, stack, visited = set(), 0, [obj], set()
+    while stack:
+        o = stack.pop()
+        if id(o) in visited or o is None or isinstance(o, (str, int, float, bool)):
+            continue
+        visited.add(id(o))
+        if isinstance(o, torch.Tensor):
+            storage = o.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
+        elif isinstance(o, (list, tuple)):
+            stack.extend(o)
+        elif isinstance(o, dict):
+            stack.extend(o.values())
+        elif dataclasses.is_dataclass(o):
+            stack.extend(getattr(o, f.name) for f in dataclasses.fields(o))
+        elif hasattr(o, "layers"):  # a transformers cache
+            stack.extend(t for layer in o.layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None)))
+    return total
 
 
 def overwrite(adapter: Adapter, cache: DynamicCache, start: int, kv: ChunkKV) -> None:

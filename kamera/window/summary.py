@@ -19,12 +19,12 @@ from kamera.models.base import Adapter
 from kamera.progress import Progress
 from kamera.window.context import WindowCanonical, WindowContext
 from kamera.window.item import WindowItem
-from kamera.window.probes import Probe, ProbeRefusal
+from kamera.window.probes import ProbeRefusal, WindowProbe
 
 log = logging.getLogger(__name__)
 
 
-def run(adapter: Adapter, items: Sequence[WindowItem], probes: Sequence[Probe],
+def run(adapter: Adapter, items: Sequence[WindowItem], probes: Sequence[WindowProbe],
         canonical_context: WindowCanonical = "prefix", every_s: float = 10.0) -> list[dict]:
     """Every probe on every item; rows get ``model``. A probe refusing an item is logged once and skipped."""
     rows, refused, progress = [], set(), Progress(len(items), what="window items", every_s=every_s)

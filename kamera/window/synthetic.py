@@ -29,31 +29,40 @@ def takes_images(adapter: Adapter) -> bool:
     return adapter.image_processor is not None or getattr(adapter.model.config, "vision_config", None) is not None
 
 
-def window_items(adapter: Adapter, n: int, window: int = 5, n_history: int | None = None, n_foreign: int = 4,
-                 seed: int = 0, image_size: int = 112) -> list[WindowItem]:
-    """``n`` synthetic window items for ``adapter`` (history of 2·window + 1 frames by default: enough for
-    every probe's stream)."""
-    if n < 0 or window < 1:
-        raise ValueError(f"need n ≥ 0 and window ≥ 1, got n = {n}, window = {window}")
+def window_item(adapter: Adapter, i: int, window: int = 5, n_history: int | None = None, n_foreign: int = 4,
+                seed: int = 0, image_size: int = 112) -> WindowItem:
+    """Synthetic window item i for ``adapter`` (history of 2·window + 1 frames by default: enough for every
+    probe's stream); it depends only on its arguments and on whether the adapter takes images."""
+    if i < 0 or window < 1:
+        raise ValueError(f"need i ≥ 0 and window ≥ 1, got i = {i}, window = {window}")
     n_history = 2 * window + 1 if n_history is None else n_history
     images = takes_images(adapter)
 
-    def chunk(item: int, j: int, clip: int) -> Span:
+    def chunk(j: int, clip: int) -> Span:
         caption = f"{'ab'[clip]}{j}: frame {j} of the clip."  # 1 token a byte on tiny models: n_B > 32 at 112 px
         if not images:
-            return Span("A", (f"{caption} object {(7 * j + item + clip) % 10} is colour {(3 * j + seed) % 8}.",))
-        return Span("A", (frame((seed, item, clip, j), image_size), caption))
+            return Span("A", (f"{caption} object {(7 * j + i + clip) % 10} is colour {(3 * j + seed) % 8}.",))
+        return Span("A", (frame((seed, i, clip, j), image_size), caption))
 
-    out = []
-    for i in range(n):
-        gold = LETTERS[(seed + i) % len(LETTERS)]
-        out.append(WindowItem(
-            item_id=f"synthetic-window-{seed}-{i}",
-            history=tuple(chunk(i, j, 0) for j in range(n_history)),
-            query=Span("query", ("Colour? A, B, C or D:",)),
-            window=window,
-            prefix=Span("prefix", ("Answer with a letter.",)),
-            foreign=tuple(chunk(i, j, 1) for j in range(n_foreign)),
-            choices=LETTERS, gold=gold,
-        ))
-    return out
+    return WindowItem(
+        item_id=item_id(seed, i),
+        history=tuple(chunk(j, 0) for j in range(n_history)),
+        query=Span("query", ("Colour? A, B, C or D:",)),
+        window=window,
+        prefix=Span("prefix", ("Answer with a letter.",)),
+        foreign=tuple(chunk(j, 1) for j in range(n_foreign)),
+        choices=LETTERS, gold=LETTERS[(seed + i) % len(LETTERS)],
+    )
+
+
+def item_id(seed: int, i: int) -> str:
+    """The id of synthetic window item i."""
+    return f"synthetic-window-{seed}-{i}"
+
+
+def window_items(adapter: Adapter, n: int, window: int = 5, n_history: int | None = None, n_foreign: int = 4,
+                 seed: int = 0, image_size: int = 112) -> list[WindowItem]:
+    """``n`` synthetic window items for ``adapter`` (:func:`window_item` 0 … n − 1)."""
+    if n < 0:
+        raise ValueError(f"need n ≥ 0, got n = {n}")
+    return [window_item(adapter, i, window, n_history, n_foreign, seed, image_size) for i in range(n)]

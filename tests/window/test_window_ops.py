@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kamera.registry import Plugin, Registry
 from kamera.spans import Span
 from kamera.window import PROBES, Layout, WindowItem, from_spans, make_probe
 from kamera.window.ops import (
@@ -16,6 +17,7 @@ from kamera.window.ops import (
     turnover_count,
 )
 from kamera.window.probes import UnknownProbeError
+from kamera.window.probes.base import WINDOW_PROBE_REGISTRY
 from kamera.window.probes.reorder import orderings
 
 
@@ -113,9 +115,11 @@ def test_from_spans_reads_a_chunked_item():
 
 def test_probe_registry_and_knob_validation():
     assert set(PROBES) == {"recall", "survivor", "reorder", "deep_half", "divergent", "excess", "refresh",
-                           "revert", "disposability", "forks"}
+                           "revert", "disposability", "forks", "leading"}
+    assert WINDOW_PROBE_REGISTRY.kind == "window probe" and isinstance(WINDOW_PROBE_REGISTRY, Registry)
+    assert all(issubclass(cls, Plugin) for cls in PROBES.values())  # one plugin mechanism: kamera.registry
     assert make_probe("recall", rank=8).rank == 8
-    with pytest.raises(UnknownProbeError, match="registered probes"):
+    with pytest.raises(UnknownProbeError, match="registered window probes"):
         make_probe("recal")
     with pytest.raises(ValueError, match="no knob"):
         make_probe("recall", k=3)

@@ -115,6 +115,17 @@ def test_keep_as_is_is_the_re_prefill_when_the_evicted_chunk_was_never_attended(
     assert max(max(layer) for layer in eval(keep["removal_rel_norm"])) <= 1e-4
 
 
+# ----- leading ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_leading_chunk_is_its_stored_canonical(tiny, items, name):
+    """A causal model's leading chunk depends on the prefix and itself only: the canonical prefilled behind the
+    same prefix is its conditioned KV (δ = 0), so reusing it is exact and costs nothing."""
+    rows = make_probe("leading").run(WindowContext(tiny(name), items[name]))
+    lead = pick(rows, "leading")[0]
+    assert lead["kv_rel_diff"] <= EXACT and lead["kl"] <= 1e-9 and lead["delta"] == 0
+    assert (lead["forwards"], lead["bytes"]) == (0, 0) and lead["pred"] == lead["ref_pred"]
+
+
 # ----- reorder -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", FAMILIES)
 def test_an_orbit_over_one_ordering_is_that_orderings_exact_patch(probed, name):

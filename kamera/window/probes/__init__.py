@@ -1,37 +1,23 @@
-"""The window probes (§5, App. D, App. E), one file each behind :class:`~kamera.window.probes.base.Probe`.
+"""The window probes (§5, App. B, D, E), one file each behind :class:`~kamera.window.probes.base.WindowProbe`.
 
-Importing this package registers every probe in :data:`PROBES`; :func:`make_probe` builds one by name.
+Importing this package imports every probe module, so :data:`PROBES` lists them all (the ``window probe``
+kind of :class:`kamera.registry.Registry`); :func:`make_probe` builds one by name and knobs.
 """
 
-from kamera.window.probes import (
-    deep_half,
-    disposability,
-    divergent,
-    excess,
-    forks,
-    recall,
-    refresh,
-    reorder,
-    revert,
-    survivor,
-)
-from kamera.window.probes.base import PROBES, Probe, ProbeRefusal, UnknownProbeError, make_probe, register
+import importlib
+import pkgutil
 
-__all__ = [
-    "PROBES",
-    "Probe",
-    "ProbeRefusal",
-    "UnknownProbeError",
-    "deep_half",
-    "disposability",
-    "divergent",
-    "excess",
-    "forks",
-    "make_probe",
-    "recall",
-    "refresh",
-    "register",
-    "reorder",
-    "revert",
-    "survivor",
-]
+from kamera.window.probes.base import (
+    PROBES,
+    ProbeRefusal,
+    UnknownProbeError,
+    WindowProbe,
+    make_probe,
+    register,
+)
+
+for _mod in pkgutil.iter_modules(__path__):
+    if _mod.name != "base":
+        importlib.import_module(f"{__name__}.{_mod.name}")
+
+__all__ = ["PROBES", "ProbeRefusal", "UnknownProbeError", "WindowProbe", "make_probe", "register"]

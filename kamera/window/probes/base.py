@@ -11,25 +11,22 @@ item, (probe, setting, variant) names a row uniquely: it is the row's key beside
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
 from kamera.core import Patch
 from kamera.metrics import eta, flipped, kl, recovered
 from kamera.models.base import Adapter
+from kamera.registry import Plugin, Registry, UnknownNameError
 from kamera.window.context import WindowContext, WindowView
 
-PROBES: dict[str, type[Probe]] = {}
 
-
-class UnknownProbeError(ValueError):
-    """A probe name no module registered."""
+class UnknownProbeError(UnknownNameError):
+    """A window probe name no module registered."""
 
 
 class ProbeRefusal(ValueError):
@@ -37,10 +34,10 @@ class ProbeRefusal(ValueError):
 
 
 @dataclass
-class Probe:
-    """Base class; subclasses are dataclasses whose fields are the probe's knobs."""
-
-    name: ClassVar[str] = ""
+class WindowProbe(Plugin):
+    """Base class; subclasses are dataclasses whose fields are the probe's knobs (a :class:`~kamera.registry.
+    Plugin` of the ``window probe`` registry: it reads no :data:`~kamera.registry.SHARED` quantity, its
+    item's shared forwards live on the :class:`WindowContext` instead)."""
 
     def run(self, wctx: WindowContext) -> list[dict]:
         raise NotImplementedError
@@ -48,10 +45,6 @@ class Probe:
     def refuses(self, adapter: Adapter) -> str | None:
         """Why this probe cannot serve ``adapter``'s family, or None if it can."""
         return None
-
-    def params(self) -> dict:
-        """The knobs as row columns."""
-        return dataclasses.asdict(self)
 
     def need(self, wctx: WindowContext, history: int, foreign: int = 0) -> None:
         """Refuse items with fewer than ``history`` history chunks or ``foreign`` foreign chunks."""
@@ -77,7 +70,8 @@ class Probe:
             bytes = patch.nbytes()
         wctx = view.wctx
         ref, blind = view.reprefill_logits, view.blind.logits
-        k, k_blind = kl(ref, logits), kl(ref, blind)
+        what = f"re-prefill ‖ {self.name} {variant} ({setting}), window item {wctx.item.item_id}"
+        k, k_blind = kl(ref, logits, what=what), kl(ref, blind, what=what.replace(variant, "blind", 1))
         gold = wctx.item.answer(view.layout.window)
         pred = wctx.answer_text(logits)
         paid_c, stored_c = wctx.cost(paid), wctx.cost(stored)
@@ -85,13 +79,14 @@ class Probe:
         return {
             "probe": self.name, "variant": variant, "item_id": wctx.item.item_id, "setting": setting,
             "window": json.dumps(view.layout.window), "n_b": view.n_b, "delta": view.delta,
-            "kl": k, "kl_blind": k_blind, "eta": eta(k, k_blind, wctx.eta_floor),
+            "kl": k, "kl_blind": k_blind, "eta": eta(k, k_blind, wctx.eta_floor, what=f"η of {what}"),
             "flip": flipped(blind, ref, wctx.choice_ids), "recovered": recovered(logits, ref, wctx.choice_ids),
             "pred": pred, "ref_pred": wctx.answer_text(ref), "gold": gold,
             "correct": math.nan if gold is None else float(pred == gold),
             "bytes": int(bytes), "bytes_frac": bytes / page,
             "rank": math.nan if patch is None or patch.rank is None else float(patch.rank),
             "effective_rank": math.nan if patch is None else float(patch.effective_rank),
+            "patch_dtype": "" if patch is None else str(patch.dtype).removeprefix("torch."),
             "forwards": sum(paid_c.values()), "stored_forwards": sum(stored_c.values()),
             "forward_tags": json.dumps(dict(sorted(paid_c.items()))),
             "params": json.dumps(self.params(), sort_keys=True, default=str),
@@ -108,25 +103,10 @@ class Probe:
         ]
 
 
-def register(cls: type[Probe]) -> type[Probe]:
-    """Class decorator: make a probe available by its ``name``."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} needs a non-empty name")
-    if PROBES.get(cls.name, cls) is not cls:
-        raise ValueError(f"probe name {cls.name!r} registered twice ({PROBES[cls.name].__name__}, {cls.__name__})")
-    PROBES[cls.name] = cls
-    return cls
-
-
-def make_probe(name: str, **knobs) -> Probe:
-    """Build a registered probe from its name and knobs (unknown names or knobs list the valid ones)."""
-    if name not in PROBES:
-        raise UnknownProbeError(f"unknown probe {name!r}; registered probes: {', '.join(sorted(PROBES))}")
-    fields = {f.name for f in dataclasses.fields(PROBES[name])}
-    bad = sorted(set(knobs) - fields)
-    if bad:
-        raise ValueError(f"probe {name!r} has no knob(s) {bad}; its knobs are {sorted(fields)}")
-    return PROBES[name](**knobs)
+WINDOW_PROBE_REGISTRY: Registry[WindowProbe] = Registry("window probe", UnknownProbeError)
+PROBES = WINDOW_PROBE_REGISTRY.entries
+register = WINDOW_PROBE_REGISTRY.register
+make_probe = WINDOW_PROBE_REGISTRY.make
 
 
 def check_rank(probe: str, rank: int | None) -> None:

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from kamera.core import deepest
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout
-from kamera.window.probes.base import Probe, check_rank, register
+from kamera.window.probes.base import WindowProbe, check_rank, register
 
 
 @register
 @dataclass
-class DeepHalfProbe(Probe):
+class DeepHalfProbe(WindowProbe):
     name = "deep_half"
     rank: int | None = 32
     fraction: float = 0.5

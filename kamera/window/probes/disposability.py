@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from kamera.metrics import flipped
 from kamera.window.context import WindowContext, WindowView, overwrite
 from kamera.window.ops import Layout
-from kamera.window.probes.base import Probe, check_int, check_rank, register
+from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
 from kamera.window.probes.revert import query_live
 
 
 @register
 @dataclass
-class DisposabilityProbe(Probe):
+class DisposabilityProbe(WindowProbe):
     name = "disposability"
     rank: int | None = 32
     max_new_tokens: int = 8

@@ -29,7 +29,7 @@ import torch
 
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, drop_duplicate, reorder, replace
-from kamera.window.probes.base import Probe, ProbeRefusal, check_int, check_rank, register
+from kamera.window.probes.base import ProbeRefusal, WindowProbe, check_int, check_rank, register
 
 PERTURBATIONS = ("reorder", "drop_duplicate", "replace_one", "replace_all")
 
@@ -47,7 +47,7 @@ def divergence(wctx: WindowContext, a: tuple[int, ...], b: tuple[int, ...]) -> f
 
 @register
 @dataclass
-class DivergentProbe(Probe):
+class DivergentProbe(WindowProbe):
     name = "divergent"
     n_chunks: int = 3
     rank: int | None = 32

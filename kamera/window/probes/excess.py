@@ -26,12 +26,12 @@ from dataclasses import dataclass
 
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, add_distractors
-from kamera.window.probes.base import Probe, check_int, check_rank, register
+from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
 
 
 @register
 @dataclass
-class ExcessProbe(Probe):
+class ExcessProbe(WindowProbe):
     name = "excess"
     distractors: int = 3
     rank: int | None = 32

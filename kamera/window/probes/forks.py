@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, recall_window
-from kamera.window.probes.base import Probe, check_rank, register
+from kamera.window.probes.base import WindowProbe, check_rank, register
 from kamera.window.probes.recall import recall_stream
 
 
 @register
 @dataclass
-class ForksProbe(Probe):
+class ForksProbe(WindowProbe):
     name = "forks"
     rank: int | None = 32
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, recall_window, turnover_count
-from kamera.window.probes.base import Probe, check_rank, register
+from kamera.window.probes.base import WindowProbe, check_rank, register
 
 TAUS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
@@ -40,7 +40,7 @@ def recall_stream(k: int) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
 
 @register
 @dataclass
-class RecallProbe(Probe):
+class RecallProbe(WindowProbe):
     name = "recall"
     taus: tuple[float, ...] = TAUS
     rank: int | None = 32

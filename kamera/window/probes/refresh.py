@@ -19,7 +19,8 @@ foreign[:d] + A[d:] (the reference is the re-prefill behind A′). Refreshes of 
 Choices: the oldest frames are swapped (as a slide turns them over); the shallow refresh's
 ``shallow_fraction`` (a quarter) is our reading of "shallow-only"; a partial refresh's bytes are the
 KV rows it recomputes, its forwards the partial passes it runs (tag ``deep_refresh`` /
-``shallow_refresh``, plus ``solo_hidden`` where it resumes mid-stack).
+``shallow_refresh``, plus ``solo_hidden`` where it resumes mid-stack); rows carry ``n_layers`` beside the
+partial refreshes' ``recomputed_layers``.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from kamera.arms.tokens import check_fraction
 from kamera.recompute import recompute, reuse_bottom
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout
-from kamera.window.probes.base import Probe, ProbeRefusal, check_int, check_rank, register
+from kamera.window.probes.base import ProbeRefusal, WindowProbe, check_int, check_rank, register
 
 
 @register
 @dataclass
-class RefreshProbe(Probe):
+class RefreshProbe(WindowProbe):
     name = "refresh"
     n_chunks: int = 4
     swaps: tuple[int, ...] = (0, 1, 2, 3)
@@ -65,7 +66,7 @@ class RefreshProbe(Probe):
         for d in self.swaps:
             view = wctx.view(Layout((*(wctx.item.foreign_id(j) for j in range(d)), *range(d, k)), k))
             stale = view.carry(old.conditioned)
-            tag = {"setting": f"d={d}", "swapped": d}
+            tag = {"setting": f"d={d}", "swapped": d, "n_layers": n_layers}
             rows += self.reference_rows(view, **tag)
             rows.append(self.row(view, "stale", view.query(stale, tag="stale").logits, bytes=0,
                                  stored=[old.full_key], **tag))

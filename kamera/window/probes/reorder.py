@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from kamera.core import Patch, orbit_mean
 from kamera.window.context import WindowContext, WindowView
 from kamera.window.ops import Layout, reorder
-from kamera.window.probes.base import Probe, check_int, check_rank, register
+from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
 
 Ordering = tuple[int, ...]
 
@@ -67,7 +67,7 @@ def deficit_distance(a: WindowView, b: WindowView) -> float:
 
 @register
 @dataclass
-class ReorderProbe(Probe):
+class ReorderProbe(WindowProbe):
     name = "reorder"
     n_chunks: int = 3
     rank: int | None = 16

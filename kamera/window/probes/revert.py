@@ -28,7 +28,7 @@ from kamera.core import ChunkKV
 from kamera.models.base import ForwardOut
 from kamera.window.context import WindowContext, WindowView, fork, overwrite
 from kamera.window.ops import Layout
-from kamera.window.probes.base import Probe, check_rank, register
+from kamera.window.probes.base import WindowProbe, check_rank, register
 
 
 def same(a: ChunkKV, b: ChunkKV) -> bool:
@@ -44,7 +44,7 @@ def query_live(view: WindowView, live, tag: str) -> ForwardOut:
 
 @register
 @dataclass
-class RevertProbe(Probe):
+class RevertProbe(WindowProbe):
     name = "revert"
     rank: int | None = 32
 

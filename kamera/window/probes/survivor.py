@@ -38,14 +38,14 @@ from kamera.core import Patch, deficit
 from kamera.metrics import energy_rank, eta, kl
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, slide
-from kamera.window.probes.base import Probe, ProbeRefusal, check_rank, register
+from kamera.window.probes.base import ProbeRefusal, WindowProbe, check_rank, register
 
 NOISE = 1e-5  # ‖Δ_remove‖ / ‖KV‖ below this is float rounding (relocation), not a removal deficit
 
 
 @register
 @dataclass
-class SurvivorProbe(Probe):
+class SurvivorProbe(WindowProbe):
     name = "survivor"
     survivor: int = -2
     rank: int | None = 64

@@ -1,0 +1,109 @@
+"""What the window renderers (Table 1, the turnover figure, Table 2, App. D, App. E) share.
+
+Window rows (:mod:`kamera.window.job`) carry one row per (item, probe, setting, variant); these helpers
+turn them into the records :mod:`kamera.window.summary` reduces, name each model by its architecture as
+the paper's tables do (GQA, deepstack, MLA, MHA), format cells and write a table as markdown and
+booktabs LaTeX with the provenance footer. Nothing here loads a model.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from experiments.common import ci_cell, write_text
+from experiments.table3 import to_latex
+from kamera.window.summary import mean, median
+
+ARCH_ORDER = ("GQA", "deepstack", "MLA", "MHA")
+PAPER_MODELS = ("qwen2_5_vl_7b", "qwen3_vl_8b", "kimi_vl_a3b")  # the paper's GQA, deepstack and MLA backbones
+
+
+def records(rows: pd.DataFrame) -> list[dict]:
+    """Window rows as plain dicts (the form :mod:`kamera.window.summary` reads); arm rows are dropped."""
+    if rows.empty or "shape" not in rows:
+        return []
+    return rows[rows["shape"] == "window"].to_dict("records")
+
+
+def arch(family: str, attention: str) -> str:
+    """The architecture label of a model (deepstack for the Qwen3-VL family, else its attention kind)."""
+    return "deepstack" if str(family).startswith("qwen3_vl") else str(attention)
+
+
+def models(recs: Iterable[dict]) -> list[tuple[str, str]]:
+    """(model, architecture) of every model in the rows: the paper's first, the toy next, then by architecture."""
+    seen = {r["model"]: arch(r["family"], r["attention"]) for r in recs}
+
+    def order(m: str) -> tuple:
+        a = seen[m]
+        return (m not in PAPER_MODELS, PAPER_MODELS.index(m) if m in PAPER_MODELS else 0, not m.startswith("toy"),
+                ARCH_ORDER.index(a) if a in ARCH_ORDER else len(ARCH_ORDER), m)
+
+    return [(m, seen[m]) for m in sorted(seen, key=order)]
+
+
+def num(x: float, digits: int = 2) -> str:
+    """A number for a cell: fixed point, scientific below 0.01 in magnitude, "–" for NaN / None."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if x != 0 and abs(x) < 10 ** -digits:
+        return f"{x:.1e}"
+    return f"{x:.{digits}f}"
+
+
+def eta_cell(values: Iterable[float]) -> str:
+    """'0.87 [0.80, 0.93] (med 0.91, n 25)': mean η and its bootstrap CI, the median and the measurable n
+    (items whose KL_blind is below the floor have η = NaN and do not count)."""
+    v = [x for x in values if x == x]
+    if not v:
+        return "– (no measurable deficit)"
+    return f"{ci_cell(v)} (med {num(median(v))}, n {len(v)})"
+
+
+def paper(value: float | None, digits: int = 2) -> str:
+    """' (paper 0.87)' beside our number, or nothing."""
+    return "" if value is None else f" (paper {value:+.{digits}f})" if value < 0 else f" (paper {value:.{digits}f})"
+
+
+def mean_of(recs: Iterable[dict], column: str) -> float:
+    return mean(r[column] for r in recs)
+
+
+def footnote(fig: plt.Figure, footer: str) -> None:
+    """The provenance footer in small type below everything drawn (the footer of
+    :func:`experiments.common.save_figure`, for figures with several rows of axes and legends below them;
+    save with footer="")."""
+    if footer:
+        bottom = fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight()  # figure fraction
+        fig.text(0.0, bottom - 0.005, "\n".join(textwrap.wrap(footer, 160)), ha="left", va="top", fontsize=3.5)
+
+
+def ratio(a: float, b: float) -> float:
+    """a / b, NaN where b is 0 or either is NaN."""
+    return a / b if b and b == b and a == a else math.nan
+
+
+def markdown(frame: pd.DataFrame, title: str, footer: str = "", notes: Iterable[str] = ()) -> str:
+    """A frame (its index levels the first columns) as a markdown table under a bold title, notes and footer below."""
+    names = [str(n or "") for n in frame.index.names]
+    head = "| " + " | ".join([*names, *map(str, frame.columns)]) + " |"
+    sep = "|---" * (len(frame.columns) + len(names)) + "|"
+    body = ["| " + " | ".join([*map(str, i if isinstance(i, tuple) else (i,)), *map(str, row)]) + " |"
+            for i, row in frame.iterrows()]
+    tail = [*(["", *notes] if notes else []), *(["", f"_{footer}_"] if footer else [])]
+    return "\n".join([f"**{title}**", "", head, sep, *body, *tail]) + "\n"
+
+
+def write_table(frame: pd.DataFrame, stem: Path, title: str, caption: str, label: str, footer: str = "",
+                notes: Iterable[str] = ()) -> tuple[str, list[Path]]:
+    """<stem>.md and <stem>.tex (booktabs) of one table; returns the markdown and the paths."""
+    notes = list(notes)
+    md = markdown(frame, title + (", partial" if footer.startswith("PARTIAL") else ""), footer, notes)
+    tex = to_latex(frame, caption, label, footer)
+    return md, [write_text(stem.with_suffix(".md"), md), write_text(stem.with_suffix(".tex"), tex)]
