@@ -37,7 +37,7 @@ lint: ## ruff over the package, experiments, scripts and tests
 # The paper's tables and figures: each is conf/experiment/<name>.yaml (paper scale) and <name>_tiny.yaml
 # (CPU), rendered by the renderer its config names; `make <name> [SCALE=paper] [LAUNCHER=slurm]` sweeps
 # then renders. docs/reproduction.md lists every one with its configs and the paper's values.
-ARTIFACTS := table3 fig5
+ARTIFACTS := table3 fig5 table4 table5 table6 table7 table8 fig6 fig7 fig9 fig10
 
 artifacts: ## list the table / figure targets (each: make <name> [SCALE=paper] [LAUNCHER=slurm] [ARGS=…])
 	@echo $(ARTIFACTS)
