@@ -283,9 +283,32 @@ def latex_table(frame: pd.DataFrame, caption: str, label: str, footer: str = "")
     return f"% {footer}\n{tex}" if footer else tex
 
 
-def write_table(stem: Path, md: str, tex: str) -> list[Path]:
-    """<stem>.md and <stem>.tex."""
-    return [write_text(stem.with_suffix(".md"), md), write_text(stem.with_suffix(".tex"), tex)]
+def require_rows(rows: pd.DataFrame, group: str) -> None:
+    if rows.empty:
+        raise SystemExit(f"{group} has no rows")
+
+
+def arm_table(columns: dict[tuple[str, str], dict[str, str]], counts: dict[tuple[str, str], str],
+              arms: list[str]) -> pd.DataFrame:
+    """Arms × (model, column) cells ('–' where an arm has none), with a last row ``n`` of counts."""
+    frame = pd.DataFrame(columns).reindex(arms).fillna("–")
+    frame.loc["n"] = pd.Series(counts)
+    frame.index.name = "arm"
+    frame.columns = pd.MultiIndex.from_tuples(list(columns), names=["model", ""])
+    return frame
+
+
+def table_outputs(frame: pd.DataFrame, stem: Path, title: str, caption: str, label: str, footer: str = "",
+                  notes: list[str] = ()) -> tuple[str, list[Path]]:
+    """A table's markdown (title, notes, footer) and booktabs LaTeX, written to <stem>.md and <stem>.tex."""
+    md = markdown_table(frame, title, footer, notes)
+    tex = latex_table(frame, caption, label, footer)
+    return md, [write_text(stem.with_suffix(".md"), md), write_text(stem.with_suffix(".tex"), tex)]
+
+
+def figure_outputs(fig: plt.Figure, md: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+    """A figure's <stem>.pdf (byte-stable) and .png, and its data table <stem>.md."""
+    return md, [*save_figure(fig, stem, footer), write_text(stem.with_suffix(".md"), md)]
 
 
 def suffixed(stem: Path, suffix: str) -> Path:

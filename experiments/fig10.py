@@ -26,12 +26,12 @@ from experiments.common import (
     FULL_WIDTH,
     STYLE,
     cli,
+    figure_outputs,
     interval,
     markdown_table,
     natural_order,
     partial_tag,
-    save_figure,
-    write_text,
+    require_rows,
 )
 
 ARMS = ["reprefill", "blind", "patch_r64", "oracle4d"]
@@ -116,14 +116,14 @@ def to_markdown(acc: pd.DataFrame, order: list[str], arms: list[str], missing: d
 def render(rows: pd.DataFrame, settings: list[dict], missing: dict[str, str], group: str, stem: Path,
            footer: str = "") -> tuple[str, list[Path]]:
     """``settings``: the config's ``settings`` list; ``missing``: why a setting without rows has none."""
-    if rows.empty:
-        raise SystemExit(f"{group} has no rows")
+    require_rows(rows, group)
+    bad = [s for s in settings if not isinstance(s, dict) or not {"label", "model", "bench"} <= set(s)]
+    if bad:
+        raise SystemExit(f"{group}: settings entries need label, model and bench (subset optional): {bad}")
     acc, order = accuracy(rows, settings)
     arms = natural_order(rows["arm"], ARMS)
     title = f"Fig. 10 ({group}{partial_tag(footer)})"
-    md = to_markdown(acc, order, arms, missing, title, footer)
-    fig = plot(acc, order, arms, missing, title)
-    return md, [*save_figure(fig, stem, footer), write_text(stem.with_suffix(".md"), md)]
+    return figure_outputs(plot(acc, order, arms, missing, title), to_markdown(acc, order, arms, missing, title, footer), stem, footer)
 
 
 def why_missing(model: str) -> str:

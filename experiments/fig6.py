@@ -38,12 +38,12 @@ from experiments.common import (
     FULL_WIDTH,
     STYLE,
     cli,
+    figure_outputs,
     interval,
     markdown_table,
     params,
     partial_tag,
-    save_figure,
-    write_text,
+    require_rows,
 )
 
 PAPER_NOTE = ("Paper (Fig. 6, Kimi-VL / Qwen2.5-VL): (a) the rank-16 patch closes 68%; oracle top-p needs "
@@ -201,15 +201,12 @@ def to_markdown(tokens: pd.DataFrame, depth: pd.DataFrame, heads: pd.DataFrame, 
 
 
 def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    if rows.empty:
-        raise SystemExit(f"{group} has no rows")
+    require_rows(rows, group)
     probes = with_clusters(probes, rows) if not probes.empty else pd.DataFrame(
         columns=["model", "item_id", "probe", "cluster_key"])
     tokens, depth, heads = token_curve(rows), depth_curve(probes), head_summary(head_table(probes))
     title = f"Fig. 6 ({group}{partial_tag(footer)})"
-    md = to_markdown(tokens, depth, heads, title, footer)
-    fig = plot(tokens, depth, heads, title)
-    return md, [*save_figure(fig, stem, footer), write_text(stem.with_suffix(".md"), md)]
+    return figure_outputs(plot(tokens, depth, heads, title), to_markdown(tokens, depth, heads, title, footer), stem, footer)
 
 
 def main(argv: list[str] | None = None) -> None:

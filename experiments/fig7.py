@@ -27,12 +27,12 @@ from experiments.common import (
     FULL_WIDTH,
     STYLE,
     cli,
+    figure_outputs,
     interval,
     markdown_table,
     natural_order,
     partial_tag,
-    save_figure,
-    write_text,
+    require_rows,
 )
 
 ARMS = ["patch_r64", "cacheblend", "mpic", "epic", "vlcache", "blind"]
@@ -141,14 +141,11 @@ def kl_quantiles(rows: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
 
 
 def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    if rows.empty:
-        raise SystemExit(f"{group} has no rows")
+    require_rows(rows, group)
     arms = natural_order([a for a in rows["arm"].unique() if a != "reprefill"], ARMS)
     a_data, b_data = closed(rows, [x for x in arms if x != "blind"]), flips(rows, arms)
     title = f"Fig. 7 ({group}{partial_tag(footer)})"
-    md = to_markdown(a_data, b_data, kl_quantiles(rows, arms), title, footer)
-    fig = plot(rows, arms, a_data, b_data, title)
-    return md, [*save_figure(fig, stem, footer), write_text(stem.with_suffix(".md"), md)]
+    return figure_outputs(plot(rows, arms, a_data, b_data, title), to_markdown(a_data, b_data, kl_quantiles(rows, arms), title, footer), stem, footer)
 
 
 def main(argv: list[str] | None = None) -> None:

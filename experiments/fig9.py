@@ -26,11 +26,11 @@ from experiments.common import (
     FULL_WIDTH,
     STYLE,
     cli,
+    figure_outputs,
     interval,
     markdown_table,
     partial_tag,
-    save_figure,
-    write_text,
+    require_rows,
 )
 
 # e90/n_B on V where the paper prints it (Table 7; Fig. 9a draws the same quantity), and Fig. 9a's MLA reference.
@@ -127,13 +127,10 @@ def to_markdown(frame: pd.DataFrame, title: str, footer: str) -> str:
 
 
 def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    if rows.empty:
-        raise SystemExit(f"{group} has no rows")
+    require_rows(rows, group)
     frame = summary(rows)
     title = f"Fig. 9 ({group}{partial_tag(footer)})"
-    md = to_markdown(frame, title, footer)
-    fig = plot(frame, title)
-    return md, [*save_figure(fig, stem, footer), write_text(stem.with_suffix(".md"), md)]
+    return figure_outputs(plot(frame, title), to_markdown(frame, title, footer), stem, footer)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,14 +19,14 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common import (
+    arm_table,
     cli,
-    latex_table,
-    markdown_table,
     natural_order,
     partial_tag,
+    require_rows,
     row_cell,
+    table_outputs,
     with_paper,
-    write_table,
 )
 
 ARMS = ["reprefill", "blind", "patch_r16", "patch_r64", "cross_mass", "nystrom"]
@@ -67,23 +67,16 @@ def wide(rows: pd.DataFrame) -> pd.DataFrame:
                           PAPER_BYTES.get(a) if any(model == k[0] for k in PAPER) else None)
             for a in arms if (m["arm"] == a).any()}
         n[(model, "KV bytes")] = ""
-    frame = pd.DataFrame(columns).reindex(arms).fillna("–")
-    frame.loc["n"] = pd.Series(n)
-    frame.index.name = "arm"
-    frame.columns = pd.MultiIndex.from_tuples(list(columns), names=["model", ""])
-    return frame
+    return arm_table(columns, n, arms)
 
 
 def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    if rows.empty:
-        raise SystemExit(f"{group} has no rows")
-    frame = wide(rows)
+    require_rows(rows, group)
     tag = partial_tag(footer)
-    md = markdown_table(frame, f"Table 4 ({group}{tag}) — accuracy, mean [95% cluster-bootstrap CI]; KV bytes "
-                        "for B as % of its page", footer, [PAPER_NOTE])
-    tex = latex_table(frame, f"Two-page multi-hop accuracy and KV bytes per arm ({group}{tag}); mean and 95\\% "
-                      "cluster-bootstrap CI over documents.", f"tab:{group}", footer)
-    return md, write_table(stem, md, tex)
+    return table_outputs(wide(rows), stem, f"Table 4 ({group}{tag}) — accuracy, mean [95% cluster-bootstrap CI]; "
+                         "KV bytes for B as % of its page",
+                         f"Two-page multi-hop accuracy and KV bytes per arm ({group}{tag}); mean and 95\\% "
+                         "cluster-bootstrap CI over documents.", f"tab:{group}", footer, [PAPER_NOTE])
 
 
 def main(argv: list[str] | None = None) -> None:

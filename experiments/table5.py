@@ -18,15 +18,15 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common import (
+    arm_table,
     cli,
     kl_fmt,
-    latex_table,
-    markdown_table,
     natural_order,
     partial_tag,
+    require_rows,
     row_cell,
+    table_outputs,
     with_paper,
-    write_table,
 )
 
 ARMS = ["reprefill", "patch_r64", "vlcache", "cacheblend", "sink", "shallow_reprefill", "shallow_reprefill_l1", "blind"]
@@ -43,6 +43,9 @@ PAPER = {
     "shallow_reprefill": {"AS": 0.90, "AP": 0.96, "OS": 0.89, "SC": 0.93, KL: 0.027},
 }
 PAPER_MODEL = "qwen2_5_vl_7b"
+PAPER_NOTE = ("Paper (Table 5, Qwen2.5-VL): r64 1.00 / 1.00 / 0.94 / 0.93, KL 0.013; VLCache .10 .04 .06 .00, KL 1.23; "
+              "CacheBlend .25 .09 .11 .36, KL 1.13; sink KL 1.22; shallow (bottom 3 layers) .90 .96 .89 .93, KL 0.027; "
+              "pooled flip subset n = 75.")
 
 
 def wide(rows: pd.DataFrame) -> pd.DataFrame:
@@ -61,26 +64,16 @@ def wide(rows: pd.DataFrame) -> pd.DataFrame:
         columns[(model, KL)] = {a: with_paper(row_cell(m[m["arm"] == a], "kl", fmt=kl_fmt), paper.get(a, {}).get(KL),
                                               kl_fmt) for a in arms if (m["arm"] == a).any()}
         n[(model, KL)] = f"{m['item_id'].nunique()} items"
-    frame = pd.DataFrame(columns).reindex(arms).fillna("–")
-    frame.loc["n"] = pd.Series(n)
-    frame.index.name = "arm"
-    frame.columns = pd.MultiIndex.from_tuples(list(columns), names=["model", ""])
-    return frame
+    return arm_table(columns, n, arms)
 
 
 def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    if rows.empty:
-        raise SystemExit(f"{group} has no rows")
-    frame = wide(rows)
+    require_rows(rows, group)
     tag = partial_tag(footer)
-    note = ("Paper (Table 5, Qwen2.5-VL): r64 1.00 / 1.00 / 0.94 / 0.93, KL 0.013; VLCache .10 .04 .06 .00, KL 1.23; "
-            "CacheBlend .25 .09 .11 .36, KL 1.13; sink KL 1.22; shallow (bottom 3 layers) .90 .96 .89 .93, KL 0.027; "
-            "pooled flip subset n = 75.")
-    md = markdown_table(frame, f"Table 5 ({group}{tag}) — flip-recover on the items blind reuse flips, mean "
-                        "[95% cluster-bootstrap CI]; mean KL to re-prefill", footer, [note])
-    tex = latex_table(frame, f"Answer-flip recovery per subset and pooled, and mean KL ({group}{tag}); mean and "
-                      "95\\% cluster-bootstrap CI over flipped items.", f"tab:{group}", footer)
-    return md, write_table(stem, md, tex)
+    return table_outputs(wide(rows), stem, f"Table 5 ({group}{tag}) — flip-recover on the items blind reuse flips, "
+                         "mean [95% cluster-bootstrap CI]; mean KL to re-prefill",
+                         f"Answer-flip recovery per subset and pooled, and mean KL ({group}{tag}); mean and 95\\% "
+                         "cluster-bootstrap CI over flipped items.", f"tab:{group}", footer, [PAPER_NOTE])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,13 +23,11 @@ import pandas as pd
 from experiments.common import (
     cli,
     cluster_labels,
-    latex_table,
-    markdown_table,
     params,
     partial_tag,
     row_cell,
+    table_outputs,
     with_paper,
-    write_table,
 )
 from kamera.metrics import paired_bootstrap_ci
 
@@ -97,14 +95,12 @@ def wide(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
     frame, lines = wide(rows)
     tag = partial_tag(footer)
-    md = markdown_table(frame, f"Table 6 ({group}{tag}) — share of the conditioning loss closed (η) at a matched "
-                        "KV-byte budget, mean [95% cluster-bootstrap CI]", footer,
-                        ["Paired bootstrap of Δη on the items both methods have:\n" + "\n".join(f"- {x}" for x in lines),
-                         PAPER_NOTE])
-    tex = latex_table(frame, f"Share of the conditioning loss closed at matched KV bytes ({group}{tag}); mean "
-                      "$\\eta$ and 95\\% cluster-bootstrap CI. " + "; ".join(lines).replace("%", "\\%"),
-                      f"tab:{group}", footer)
-    return md, write_table(stem, md, tex)
+    return table_outputs(frame, stem, f"Table 6 ({group}{tag}) — share of the conditioning loss closed (η) at a "
+                         "matched KV-byte budget, mean [95% cluster-bootstrap CI]",
+                         f"Share of the conditioning loss closed at matched KV bytes ({group}{tag}); mean $\\eta$ and "
+                         "95\\% cluster-bootstrap CI. " + "; ".join(lines).replace("%", "\\%"), f"tab:{group}", footer,
+                         ["Paired bootstrap of Δη on the items both methods have:\n" + "\n".join(f"- {x}" for x in lines),
+                          PAPER_NOTE])
 
 
 def main(argv: list[str] | None = None) -> None:

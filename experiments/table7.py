@@ -28,13 +28,12 @@ import pandas as pd
 from experiments.common import (
     cli,
     kl_fmt,
-    latex_table,
-    markdown_table,
     partial_tag,
+    require_rows,
     row_cell,
+    table_outputs,
     with_job_columns,
     with_paper,
-    write_table,
 )
 from kamera.metrics import eta
 
@@ -101,15 +100,12 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
 
 def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
     """``rows`` need the job columns ``canonical_context`` and ``eta_floor`` (see :func:`main`)."""
-    if rows.empty:
-        raise SystemExit(f"{group} has no rows")
-    frame = table(rows)
+    require_rows(rows, group)
     tag = partial_tag(footer)
-    md = markdown_table(frame, f"Table 7 ({group}{tag}) — the deficit by 4D-mask isolation: mean [95% cluster-"
-                        "bootstrap CI]; gap@m = median over items with a measurable loss-KL", footer, [PAPER_NOTE])
-    tex = latex_table(frame, f"Cross-chunk conditioning deficit per backbone, 4D-mask isolation ({group}{tag}); "
-                      "means (gap@m: medians) with 95\\% cluster-bootstrap CIs.", f"tab:{group}", footer)
-    return md, write_table(stem, md, tex)
+    return table_outputs(table(rows), stem, f"Table 7 ({group}{tag}) — the deficit by 4D-mask isolation: mean [95% "
+                         "cluster-bootstrap CI]; gap@m = median over items with a measurable loss-KL",
+                         f"Cross-chunk conditioning deficit per backbone, 4D-mask isolation ({group}{tag}); means "
+                         "(gap@m: medians) with 95\\% cluster-bootstrap CIs.", f"tab:{group}", footer, [PAPER_NOTE])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,9 +9,9 @@ Per model (η = 1 − KL_arm / KL_blind over the items whose blind reuse measura
 - re-prefill to match: the re-run fraction of layers at which shallow re-prefill first reaches that η
   (Table 8 caption: "the re-run fraction at which a partial forward first reaches the patch's η"). The
   shallow arms' mean η is taken at their *effective* fraction (L − ℓ)/L (``rerun_fraction_effective``;
-  knobs that round to one layer count pool), with blind reuse = 0 and re-prefill = 1 as the ends, and
-  interpolated linearly between sweep points; "> f" when no point reaches it. Its CI resamples items
-  (clusters) and recomputes curve and crossing;
+  knobs that round to one layer count pool), with η = 0 at 0 (blind reuse) and η = 1 at 1 (re-prefill) as
+  the ends, and interpolated linearly between sweep points; "–" without shallow rows. Its CI resamples
+  items (clusters) and recomputes curve and crossing;
 - token η@0.5: the mean η of oracle top-p token recompute at p = 0.5.
 
 The sweep itself (η vs re-run fraction, the patch's η dashed) is the companion figure
@@ -30,15 +30,14 @@ from experiments.common import (
     STYLE,
     cli,
     cluster_labels,
-    latex_table,
-    markdown_table,
     params,
     partial_tag,
+    require_rows,
     row_cell,
     save_figure,
     suffixed,
+    table_outputs,
     with_paper,
-    write_table,
 )
 from kamera.metrics import bootstrap_ci
 
@@ -63,13 +62,19 @@ def measured(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweep_matrix(m: pd.DataFrame) -> tuple[list[str], np.ndarray, list[float]]:
-    """Items × sweep points η (NaN where an item lacks a point): blind at 0, shallow arms pooled by their
-    effective re-run fraction, re-prefill at 1; returns (items, matrix, fractions)."""
+    """Items × sweep points η (NaN where an item lacks a point): the shallow arms pooled by their effective
+    re-run fraction, between the ends η = 0 at 0 (blind reuse) and η = 1 at 1 (re-prefill), which hold by
+    definition wherever a sweep point does not measure them; returns (items, matrix, fractions). No
+    shallow rows: no sweep (empty)."""
     shallow = m[m["arm_name"] == "shallow_reprefill"]
+    if shallow.empty:
+        return [], np.empty((0, 0)), []
     x = pd.Series([q["rerun_fraction_effective"] for q in params(shallow)], index=shallow.index, dtype=float)
-    points = pd.concat([m[m["arm_name"] == "blind"].assign(x=0.0), shallow.assign(x=x),
-                        m[m["arm_name"] == "reprefill"].assign(x=1.0)])
-    table = points.pivot_table(index="item_id", columns="x", values="eta", aggfunc="mean")
+    table = shallow.assign(x=x).pivot_table(index="item_id", columns="x", values="eta", aggfunc="mean")
+    for end, value in ((0.0, 0.0), (1.0, 1.0)):
+        if end not in table.columns:
+            table[end] = value
+    table = table[sorted(table.columns)]
     return list(table.index), table.to_numpy(dtype=float), [float(c) for c in table.columns]
 
 
@@ -105,9 +110,9 @@ def frontier(m: pd.DataFrame, rank: float) -> tuple[float, float, float]:
     return bootstrap_ci(np.arange(len(keep)), stat, clusters=labels)
 
 
-def fraction_cell(ci: tuple[float, float, float], top: float) -> str:
+def fraction_cell(ci: tuple[float, float, float]) -> str:
     def fmt(v: float) -> str:
-        return f"> {top:.2f}" if np.isinf(v) else f"{v:.2f}"
+        return "never" if np.isinf(v) else f"{v:.2f}"
 
     return "–" if np.isnan(ci[0]) else f"{fmt(ci[0])} [{fmt(ci[1])}, {fmt(ci[2])}]"
 
@@ -130,9 +135,7 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
             at = paper if rank == PAPER_RANK else {}
             line[f"patch η@{rank:g}"] = with_paper(row_cell(m[(m["arm_name"] == "patch") & (m["rank"] == rank)], "eta"),
                                                   at.get("patch"))
-            top = sweep_matrix(m)[2]
-            line[f"re-prefill to match r{rank:g}"] = with_paper(fraction_cell(frontier(m, rank), max(top, default=1.0)),
-                                                                at.get("match"))
+            line[f"re-prefill to match r{rank:g}"] = with_paper(fraction_cell(frontier(m, rank)), at.get("match"))
         topp = m[m["arm_name"] == "oracle_topp"]
         topp = topp[[q.get("p") == 0.5 for q in params(topp)]]
         line["token η@0.5"] = with_paper(row_cell(topp, "eta"), paper.get("token")) if len(topp) else "–"
@@ -165,17 +168,14 @@ def plot(rows: pd.DataFrame, title: str) -> plt.Figure:
 
 
 def render(rows: pd.DataFrame, group: str, stem: Path, figure_stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    if rows.empty:
-        raise SystemExit(f"{group} has no rows")
-    frame = table(rows)
+    require_rows(rows, group)
     tag = partial_tag(footer)
-    md = markdown_table(frame, f"Table 8 ({group}{tag}) — the repair frontier: mean η [95% cluster-bootstrap CI]; "
-                        "re-prefill to match = re-run fraction of layers where shallow re-prefill first reaches "
-                        f"the patch's η (sweep: {figure_stem.name}.pdf)", footer, [PAPER_NOTE])
-    tex = latex_table(frame, f"The repair frontier ({group}{tag}); mean $\\eta$ and 95\\% cluster-bootstrap CIs.",
-                      f"tab:{group}", footer)
-    fig = plot(rows, f"Table 8 sweep ({group}{tag})")
-    return md, [*write_table(stem, md, tex), *save_figure(fig, figure_stem, footer)]
+    md, paths = table_outputs(table(rows), stem, f"Table 8 ({group}{tag}) — the repair frontier: mean η [95% "
+                              "cluster-bootstrap CI]; re-prefill to match = re-run fraction of layers where shallow "
+                              f"re-prefill first reaches the patch's η (sweep: {figure_stem.name}.pdf)",
+                              f"The repair frontier ({group}{tag}); mean $\\eta$ and 95\\% cluster-bootstrap CIs.",
+                              f"tab:{group}", footer, [PAPER_NOTE])
+    return md, [*paths, *save_figure(plot(rows, f"Table 8 sweep ({group}{tag})"), figure_stem, footer)]
 
 
 def main(argv: list[str] | None = None) -> None:

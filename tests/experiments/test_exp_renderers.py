@@ -193,6 +193,13 @@ def test_table8_crossing_is_interpolated():
     assert table8.crossing(np.array([0.0, 1.0 - 1e-9]), [0.0, 1.0], 1.0) == 1.0  # equal to rounding is a match
 
 
+def test_table8_needs_a_sweep_to_place_the_patch():
+    """Without shallow rows there is no frontier (the ends alone would just echo the patch's η)."""
+    rows = table8_rows()
+    line = table8.table(rows[rows["arm_name"] != "shallow_reprefill"]).loc["qwen2_5_vl_7b"]
+    assert line["re-prefill to match r64"].startswith("–") and line["patch η@64"].startswith("0.90")
+
+
 def test_table8_golden_and_sweep_figure(tmp_path):
     md, paths = table8.render(table8_rows(), "golden", tmp_path / "t8", tmp_path / "t8_sweep")
     golden("table8.md", md)
