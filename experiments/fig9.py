@@ -98,7 +98,7 @@ def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
         c.set_ylabel("blind-reuse KL (the gap)")
         c.set_title("(c) gap size")
         if len(refs):
-            c.legend(fontsize=4.5, loc="upper right")
+            c.legend(fontsize=4.5, loc="center right")
         for ax in (a, b, c):
             ax.set_xticks(x, list(bars["model"]), rotation=30, ha="right", fontsize=5)
         fig.suptitle(title, fontsize=8)
