@@ -275,11 +275,26 @@ def markdown_table(frame: pd.DataFrame, title: str, footer: str = "", notes: lis
     return "\n".join(lines) + "\n"
 
 
+LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+# the symbols tables print, as math a pdflatex document needs no package for (– and — pass as UTF-8 text)
+LATEX_SYMBOLS = {"η": r"$\eta$", "Δ": r"$\Delta$", "≈": r"$\approx$", "∼": r"$\sim$", "−": r"$-$", "×": r"$\times$",
+                 "≤": r"$\leq$", "≥": r"$\geq$", "≡": r"$\equiv$", "·": r"$\cdot$", "→": r"$\to$", "ℓ": r"$\ell$",
+                 "§": r"\S{}"}
+
+
+def latex_text(text: str) -> str:
+    """Plain text as LaTeX: special characters escaped (symbols are mapped by :func:`latex_table`)."""
+    return "".join(LATEX_ESCAPES.get(c, c) for c in text)
+
+
 def latex_table(frame: pd.DataFrame, caption: str, label: str, footer: str = "") -> str:
-    """``frame`` as a booktabs LaTeX table (cells escaped), the footer as a leading comment."""
+    """``frame`` as a booktabs LaTeX table: cells and the plain-text ``caption`` escaped, symbols as math (so
+    pdflatex compiles it), the footer as a leading comment."""
     styler = frame.rename_axis(None).style.format(escape="latex").format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
-    tex = styler.to_latex(hrules=True, caption=caption, label=label, column_format="l" + "c" * len(frame.columns),
-                          multicol_align="c", position_float="centering")
+    tex = styler.to_latex(hrules=True, caption=latex_text(caption), label=label,
+                          column_format="l" + "c" * len(frame.columns), multicol_align="c", position_float="centering")
+    tex = "".join(LATEX_SYMBOLS.get(c, c) for c in tex)
     return f"% {footer}\n{tex}" if footer else tex
 
 

@@ -75,7 +75,7 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tupl
     tag = partial_tag(footer)
     return table_outputs(wide(rows), stem, f"Table 4 ({group}{tag}) — accuracy, mean [95% cluster-bootstrap CI]; "
                          "KV bytes for B as % of its page",
-                         f"Two-page multi-hop accuracy and KV bytes per arm ({group}{tag}); mean and 95\\% "
+                         f"Two-page multi-hop accuracy and KV bytes per arm ({group}{tag}); mean and 95% "
                          "cluster-bootstrap CI over documents.", f"tab:{group}", footer, [PAPER_NOTE])
 
 

@@ -72,7 +72,7 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tupl
     tag = partial_tag(footer)
     return table_outputs(wide(rows), stem, f"Table 5 ({group}{tag}) — flip-recover on the items blind reuse flips, "
                          "mean [95% cluster-bootstrap CI]; mean KL to re-prefill",
-                         f"Answer-flip recovery per subset and pooled, and mean KL ({group}{tag}); mean and 95\\% "
+                         f"Answer-flip recovery per subset and pooled, and mean KL ({group}{tag}); mean and 95% "
                          "cluster-bootstrap CI over flipped items.", f"tab:{group}", footer, [PAPER_NOTE])
 
 

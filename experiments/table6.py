@@ -97,8 +97,8 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tupl
     tag = partial_tag(footer)
     return table_outputs(frame, stem, f"Table 6 ({group}{tag}) — share of the conditioning loss closed (η) at a "
                          "matched KV-byte budget, mean [95% cluster-bootstrap CI]",
-                         f"Share of the conditioning loss closed at matched KV bytes ({group}{tag}); mean $\\eta$ and "
-                         "95\\% cluster-bootstrap CI. " + "; ".join(lines).replace("%", "\\%"), f"tab:{group}", footer,
+                         f"Share of the conditioning loss closed at matched KV bytes ({group}{tag}); mean η and "
+                         "95% cluster-bootstrap CI. " + "; ".join(lines), f"tab:{group}", footer,
                          ["Paired bootstrap of Δη on the items both methods have:\n" + "\n".join(f"- {x}" for x in lines),
                           PAPER_NOTE])
 

@@ -105,7 +105,7 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tupl
     return table_outputs(table(rows), stem, f"Table 7 ({group}{tag}) — the deficit by 4D-mask isolation: mean [95% "
                          "cluster-bootstrap CI]; gap@m = median over items with a measurable loss-KL",
                          f"Cross-chunk conditioning deficit per backbone, 4D-mask isolation ({group}{tag}); means "
-                         "(gap@m: medians) with 95\\% cluster-bootstrap CIs.", f"tab:{group}", footer, [PAPER_NOTE])
+                         "(gap@m: medians) with 95% cluster-bootstrap CIs.", f"tab:{group}", footer, [PAPER_NOTE])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -173,7 +173,7 @@ def render(rows: pd.DataFrame, group: str, stem: Path, figure_stem: Path, footer
     md, paths = table_outputs(table(rows), stem, f"Table 8 ({group}{tag}) — the repair frontier: mean η [95% "
                               "cluster-bootstrap CI]; re-prefill to match = re-run fraction of layers where shallow "
                               f"re-prefill first reaches the patch's η (sweep: {figure_stem.name}.pdf)",
-                              f"The repair frontier ({group}{tag}); mean $\\eta$ and 95\\% cluster-bootstrap CIs.",
+                              f"The repair frontier ({group}{tag}); mean η and 95% cluster-bootstrap CIs.",
                               f"tab:{group}", footer, [PAPER_NOTE])
     return md, [*paths, *save_figure(plot(rows, f"Table 8 sweep ({group}{tag})"), figure_stem, footer)]
 

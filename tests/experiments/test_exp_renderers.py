@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -358,3 +359,13 @@ def test_fig5_has_a_bootstrap_band_and_the_median():
     assert point["kl_lo"] < point["kl_mean"] < point["kl_hi"] and point["median_lo"] <= 0.1 <= point["median_hi"]
     one_document = fig5.curve(rows.assign(cluster_key="doc")).iloc[0]  # one cluster: nothing to resample
     assert one_document["kl_lo"] == one_document["kl_hi"] == pytest.approx(0.325)
+
+
+@pytest.mark.parametrize("name", ["table4", "table5", "table6", "table7", "table8"])
+def test_latex_needs_no_unicode_package(name):
+    """Cells and captions are escaped and symbols set as math, so a plain pdflatex document compiles them."""
+    tex = (GOLDEN / f"{name}.tex").read_text()
+    assert {c for c in tex if ord(c) > 127} <= {"–"}, name  # the en dash is in pdflatex's default UTF-8 input
+    body = "\n".join(line for line in tex.splitlines() if not line.startswith(("%", "\\label")))
+    text = re.sub(r"\$\\[a-zA-Z]+\$|\$-\$", "", body)  # the math symbols latex_table sets
+    assert not re.search(r"(?<!\\)[_%#$^~]", text), name
