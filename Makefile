@@ -37,7 +37,8 @@ lint: ## ruff over the package, experiments, scripts and tests
 # The paper's tables and figures: each is conf/experiment/<name>.yaml (paper scale) and <name>_tiny.yaml
 # (CPU), rendered by the renderer its config names; `make <name> [SCALE=paper] [LAUNCHER=slurm]` sweeps
 # then renders. docs/reproduction.md lists every one with its configs and the paper's values.
-ARTIFACTS := table3 fig5 fig3 fig4 fig8 fig11 fig12 table1 table2 turnover appd appe
+ARTIFACTS := table3 fig5 table4 table5 table6 table7 table8 fig6 fig7 fig9 fig10 \
+             fig3 fig4 fig8 fig11 fig12 table1 table2 turnover appd appe
 
 artifacts: ## list the table / figure targets (each: make <name> [SCALE=paper] [LAUNCHER=slurm] [ARGS=…])
 	@echo $(ARTIFACTS)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
+import re
 import sys
 import textwrap
 from collections.abc import Callable
@@ -29,6 +31,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 from kamera.metrics import bootstrap_ci
@@ -38,6 +41,8 @@ from kamera.sweep import SweepError, compose_config
 from kamera.track import Tracker
 
 STYLE = Path(__file__).resolve().parent / "paper.mplstyle"
+FULL_WIDTH = 6.75  # inches: a multi-panel figure spans two of the style's 3.25 in columns and the gap between
+ERRORBAR = {"elinewidth": 0.6, "capsize": 1.0, "capthick": 0.6}  # error bars of bar charts (95% CIs)
 
 # The paper's numbers (EXPERIMENTS.md), keyed by our model / subset / arm names.
 PAPER_TABLE3 = {
@@ -148,10 +153,12 @@ def publish(exp: Experiment, paths: list[Path]) -> None:
     tracker.finish()
 
 
-def ci_cell(values, seed: int = 0) -> str:
-    """'0.59 [0.46, 0.71]': the mean and its seeded 95% bootstrap interval."""
-    mean, lo, hi = bootstrap_ci(list(values), seed=seed)
-    return "–" if pd.isna(mean) else f"{mean:.2f} [{lo:.2f}, {hi:.2f}]"
+def ci_cell(values, seed: int = 0, clusters: list | None = None, fmt: Callable[[float], str] = "{:.2f}".format,
+            stat: Callable[[np.ndarray], float] = np.mean) -> str:
+    """'0.59 [0.46, 0.71]': the statistic (mean by default) and its seeded 95% bootstrap interval, over
+    items or over ``clusters`` (one label per value, see :func:`cluster_labels`); '–' when no value."""
+    mean, lo, hi = bootstrap_ci(list(values), stat, seed=seed, clusters=clusters)
+    return "–" if pd.isna(mean) else f"{fmt(mean)} [{fmt(lo)}, {fmt(hi)}]"
 
 
 def write_text(path: Path, text: str) -> Path:
@@ -174,6 +181,154 @@ def save_figure(fig: plt.Figure, stem: Path, footer: str = "") -> list[Path]:
     fig.savefig(png, metadata={"Software": None}, dpi=300, **opts)
     plt.close(fig)
     return [pdf, png]
+
+
+# ----- what the renderers of Tables 4–8 and Figs. 6, 7, 9, 10 share -------------------------------
+def cli(doc: str, default: str, draw: Callable[[Experiment], tuple[str, list[Path]]],
+        argv: list[str] | None = None) -> None:
+    """A renderer's ``main``: load the experiment's rows, ``draw`` them, print the markdown, publish."""
+    exp = load(doc.split("\n\n")[0], default, argv)
+    md, paths = draw(exp)
+    print(md)
+    publish(exp, paths)
+
+
+def with_job_columns(exp: Experiment, rows: pd.DataFrame, columns: dict[str, Callable]) -> pd.DataFrame:
+    """``rows`` with columns read off each row's job config (``columns[name](cfg)``), joined on config_key.
+
+    Rows name their job's identity but not every config key (e.g. ``canonical_context``): a renderer
+    that compares jobs of one sweep by such a key adds it here, from exactly the jobs ``load`` read."""
+    configs = {j.key: j.cfg for j in exp.jobs}
+    out = rows.copy()
+    for name, read in columns.items():
+        out[name] = [read(configs[k]) for k in out["config_key"]]
+    return out
+
+
+def partial_tag(footer: str) -> str:
+    """', partial' when the footer says some jobs were incomplete (the title then says so too)."""
+    return ", partial" if footer.startswith("PARTIAL") else ""
+
+
+def cluster_labels(rows: pd.DataFrame) -> list[str]:
+    """One bootstrap cluster per row: its ``cluster_key`` (several questions on one document or video are
+    resampled together), else its own item (every item its own cluster)."""
+    keys = rows["cluster_key"] if "cluster_key" in rows else [None] * len(rows)
+    return [k if isinstance(k, str) and k else f"item:{i}" for k, i in zip(keys, rows["item_id"], strict=True)]
+
+
+def interval(rows: pd.DataFrame, column: str, stat: Callable[[np.ndarray], float] = np.mean,
+             seed: int = 0) -> tuple[float, float, float]:
+    """(statistic, low, high) of ``rows[column]``: the cluster bootstrap over the rows' items (NaNs dropped)."""
+    return bootstrap_ci(rows[column].astype(float).tolist(), stat, seed=seed, clusters=cluster_labels(rows))
+
+
+def row_cell(rows: pd.DataFrame, column: str, fmt: Callable[[float], str] = "{:.2f}".format,
+             stat: Callable[[np.ndarray], float] = np.mean) -> str:
+    """:func:`ci_cell` of ``rows[column]`` with the rows' clusters."""
+    return ci_cell(rows[column].astype(float).tolist(), clusters=cluster_labels(rows), fmt=fmt, stat=stat)
+
+
+def kl_fmt(value: float) -> str:
+    """A KL in two significant digits: '0.025', '1.2e-05'."""
+    return f"{value:.2g}"
+
+
+def pct_fmt(value: float) -> str:
+    """A fraction as a percentage: '68%'."""
+    return f"{100 * value:.0f}%"
+
+
+def with_paper(cell: str, paper: float | str | None, fmt: Callable[[float], str] = "{:.2f}".format) -> str:
+    """``cell`` with the paper's value beside it, '0.41 [0.3, 0.5] (paper 0.41)', where the paper has one."""
+    if paper is None or (isinstance(paper, float) and np.isnan(paper)):
+        return cell
+    return f"{cell} (paper {paper if isinstance(paper, str) else fmt(paper)})"
+
+
+def params(rows: pd.DataFrame) -> pd.Series:
+    """Each row's arm parameters (its knobs and what the arm reported) as a dict."""
+    return rows["params"].map(json.loads)
+
+
+def natural_order(labels, first: list[str] = ()) -> list[str]:
+    """The labels of ``first`` (and their knob variants, ``shallow_reprefill[reuse_layers=1]``) in its order,
+    then the rest in natural order (patch_r8 < patch_r16 < patch_full)."""
+    def key(label: str) -> list:
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(label).replace("_full", "_r1000000"))]
+
+    present = sorted(dict.fromkeys(labels), key=key)
+    head = [a for f in first for a in present if str(a).split("[", 1)[0] == f]
+    return head + [a for a in present if a not in head]
+
+
+def markdown_table(frame: pd.DataFrame, title: str, footer: str = "", notes: list[str] = ()) -> str:
+    """A titled markdown table of ``frame`` (index = first column; tuple column names joined by ' · '),
+    notes below it and the footer last."""
+    names = [" · ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in frame.columns]
+    lines = [f"**{title}**", "", "| " + " | ".join([str(frame.index.name or ""), *names]) + " |",
+             "|---" * (len(names) + 1) + "|"]
+    lines += ["| " + " | ".join([str(i), *map(str, row)]) + " |" for i, row in frame.iterrows()]
+    lines += [f"\n{n}" for n in notes]
+    if footer:
+        lines.append(f"\n_{footer}_")
+    return "\n".join(lines) + "\n"
+
+
+LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+# the symbols tables print, as math a pdflatex document needs no package for (– and — pass as UTF-8 text)
+LATEX_SYMBOLS = {"η": r"$\eta$", "Δ": r"$\Delta$", "≈": r"$\approx$", "∼": r"$\sim$", "−": r"$-$", "×": r"$\times$",
+                 "≤": r"$\leq$", "≥": r"$\geq$", "≡": r"$\equiv$", "·": r"$\cdot$", "→": r"$\to$", "ℓ": r"$\ell$",
+                 "§": r"\S{}"}
+
+
+def latex_text(text: str) -> str:
+    """Plain text as LaTeX: special characters escaped (symbols are mapped by :func:`latex_table`)."""
+    return "".join(LATEX_ESCAPES.get(c, c) for c in text)
+
+
+def latex_table(frame: pd.DataFrame, caption: str, label: str, footer: str = "") -> str:
+    """``frame`` as a booktabs LaTeX table: cells and the plain-text ``caption`` escaped, symbols as math (so
+    pdflatex compiles it), the footer as a leading comment."""
+    styler = frame.rename_axis(None).style.format(escape="latex").format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
+    tex = styler.to_latex(hrules=True, caption=latex_text(caption), label=label,
+                          column_format="l" + "c" * len(frame.columns), multicol_align="c", position_float="centering")
+    tex = "".join(LATEX_SYMBOLS.get(c, c) for c in tex)
+    return f"% {footer}\n{tex}" if footer else tex
+
+
+def require_rows(rows: pd.DataFrame, group: str) -> None:
+    if rows.empty:
+        raise SystemExit(f"{group} has no rows")
+
+
+def arm_table(columns: dict[tuple[str, str], dict[str, str]], counts: dict[tuple[str, str], str],
+              arms: list[str]) -> pd.DataFrame:
+    """Arms × (model, column) cells ('–' where an arm has none), with a last row ``n`` of counts."""
+    frame = pd.DataFrame(columns).reindex(arms).fillna("–")
+    frame.loc["n"] = pd.Series(counts)
+    frame.index.name = "arm"
+    frame.columns = pd.MultiIndex.from_tuples(list(columns), names=["model", ""])
+    return frame
+
+
+def table_outputs(frame: pd.DataFrame, stem: Path, title: str, caption: str, label: str, footer: str = "",
+                  notes: list[str] = ()) -> tuple[str, list[Path]]:
+    """A table's markdown (title, notes, footer) and booktabs LaTeX, written to <stem>.md and <stem>.tex."""
+    md = markdown_table(frame, title, footer, notes)
+    tex = latex_table(frame, caption, label, footer)
+    return md, [write_text(stem.with_suffix(".md"), md), write_text(stem.with_suffix(".tex"), tex)]
+
+
+def figure_outputs(fig: plt.Figure, md: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+    """A figure's <stem>.pdf (byte-stable) and .png, and its data table <stem>.md."""
+    return md, [*save_figure(fig, stem, footer), write_text(stem.with_suffix(".md"), md)]
+
+
+def suffixed(stem: Path, suffix: str) -> Path:
+    """A companion output beside ``stem``: ``figures/table8`` → ``figures/table8_sweep``."""
+    return stem.with_name(stem.name + suffix)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,6 +8,9 @@ holding a Python list literal, 1-based, e.g. ``"[19, 20]"``), ``evidence_sources
 ``answer_format`` (Int / Float / Str / List / None). List answers are list literals in a string too.
 Recipe: keep rows with exactly two distinct evidence pages and an answer other than "Not answerable";
 pages are rendered with PyMuPDF at 144 dpi (as lmms-eval) and cached; A = page e1, B = page e2 (e1 < e2).
+Subset ``one_page`` (the single-hop control of Table 4, §1: "single-hop accuracy is unchanged under
+reuse"): rows with exactly one evidence page e; B = e and A = one other page of the document, chosen
+deterministically from the item id, so the answer is read from B alone.
 Variants: ``order="reversed"`` (A = e2, B = e1); ``n_distractors=k`` adds k non-evidence pages as
 filler A chunks, placed with e1 in page order (all before B).
 Prompt (lmms-eval ``mmlongbench_doc.yaml``): the evidence pages, then the question and
@@ -39,6 +42,7 @@ from kamera.data.schema import (
 from kamera.data.scorers import mmlb_normalise, parse_literal_list
 from kamera.data.selection import Row
 
+ONE_PAGE = "one_page"
 PROMPT = PromptTemplate(
     source="EvolvingLMMs-Lab/lmms-eval lmms_eval/tasks/mmlongbench_doc/mmlongbench_doc.yaml (post_prompt)",
     post="\nAnswer with a single word or phrase. If the answer is not in the document, answer 'Not answerable'.",
@@ -61,9 +65,14 @@ def _build(
     if not pdf.exists():
         raise ItemError(f"document missing: {pdf}")
     n_pages = pdf_page_count(pdf)
-    e1, e2 = _pages(row)
-    if e2 > n_pages or e1 < 1:
-        raise ItemError(f"no B chunk: evidence pages {[e1, e2]} outside the PDF's {n_pages} pages")
+    evidence = _pages(row)
+    if evidence[-1] > n_pages or evidence[0] < 1:
+        raise ItemError(f"no B chunk: evidence pages {evidence} outside the PDF's {n_pages} pages")
+    if ctx.subset == ONE_PAGE:  # A = a page without the evidence, B = the evidence page
+        others = [p for p in range(1, n_pages + 1) if p != evidence[0]]
+        e1, e2 = pick_distractors(others, 1, f"{item_id}#A")[0], evidence[0]
+    else:
+        e1, e2 = evidence
     fillers = pick_distractors(
         [p for p in range(1, n_pages + 1) if p not in (e1, e2)], n_distractors, item_id
     )
@@ -93,7 +102,8 @@ def _build(
         meta={
             "doc_id": doc_id,
             "doc_type": row.get("doc_type"),
-            "evidence_pages": [e1, e2],
+            "evidence_pages": evidence,
+            "a_page": e1,
             "evidence_sources": parse_literal_list(row.get("evidence_sources")),
             "answer_format_raw": fmt,
             "n_doc_pages": n_pages,
@@ -151,7 +161,7 @@ def rows(
         answer = str(row.get("answer", ""))
         if str(row.get("answer_format")) == "None" or answer.strip().lower() == "not answerable":
             ctx.report.filter("not answerable")
-        elif len(pages) != 2:
+        elif len(pages) != (1 if ctx.subset == ONE_PAGE else 2):
             ctx.report.filter(f"{len(pages)} evidence pages")
         else:
             digest = hashlib.sha1(json.dumps([row["question"], answer, pages]).encode()).hexdigest()[:10]
@@ -240,7 +250,7 @@ SPEC = Benchmark(
         "data/samples.json + data/documents/<doc_id>.pdf (GitHub)",
         "or data/train-*.parquet + documents/<doc_id>.pdf (HF)",
     ),
-    subsets=("two_page",),
+    subsets=("two_page", ONE_PAGE),
     default_subsets=("two_page",),
     splits=("train",),
     default_split="train",
