@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -102,17 +101,9 @@ def _check_engine_support(adapter: Adapter) -> None:
         )
 
 
-@contextmanager
 def eager_attention(adapter: Adapter):
     """Run the language model with eager attention (so attention weights exist) and restore it after."""
-    before = adapter.lm.config._attn_implementation
-    if before != "eager":
-        adapter.lm.set_attn_implementation("eager")
-    try:
-        yield
-    finally:
-        if before != "eager":
-            adapter.lm.set_attn_implementation(before)
+    return adapter.attention_kernel("eager")
 
 
 class LayerDriver:
