@@ -17,7 +17,7 @@ define sweep
 	$(PYTHON) -m kamera.run -m experiment=$(1) $(launch) $(ARGS)
 endef
 
-.PHONY: help test test-slow lint bench table3 fig5 demo manifest sync
+.PHONY: help test test-slow lint bench table3 fig5 demo manifest sync rehearse
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -54,3 +54,10 @@ sync: ## upload offline wandb runs (run on a node with internet)
 
 bench: ## time B's prefill vs relocate + patch on a mid-size random model (prints a table)
 	$(PYTHON) scripts/bench_reuse.py
+
+# rehearse: every paper experiment at n_items=1 on shaped checkpoints (real configs, random 2-layer weights)
+# and fixture data, on this machine's CPU. Real tokenizers from KAMERA_TOKENIZERS (qwen2/, llama2/) when set.
+REHEARSE_DIR ?= outputs/rehearse
+REHEARSE ?=
+rehearse: ## every paper experiment end to end on shaped checkpoints + fixtures (CPU; REHEARSE=table3,fig5 to pick; prints H100-hour estimates)
+	$(PYTHON) -m kamera.shaped.rehearse --out $(REHEARSE_DIR) $(if $(REHEARSE),--experiments $(REHEARSE))

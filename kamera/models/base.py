@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -140,16 +142,24 @@ def additive_mask(allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 @dataclass
 class ForwardOut:
-    """What a language-model forward leaves: the cache it filled and the float32 logits of its last token.
+    """What a language-model forward leaves: the cache it filled and the final hidden state of its last token;
+    ``logits`` [vocab] float32 are computed from it on first use (many forwards, e.g. B's canonical
+    prefill, are run only for their cache and never pay for the LM head).
 
     ``attn_implementation`` is the attention kernel that produced them (a forward under a 4D mask runs
     ``sdpa`` even when the model was loaded with flash-attention 2; rows can say so).
     """
 
     cache: DynamicCache
-    logits: torch.Tensor  # [vocab] float32
+    hidden: torch.Tensor  # [hidden] final hidden state of the last token (after the final norm)
     positions: torch.Tensor  # [P, q] the positions this forward used
+    head: Callable[[torch.Tensor], torch.Tensor] = field(repr=False, default=lambda h: h)
     attn_implementation: str = ""
+
+    @cached_property
+    def logits(self) -> torch.Tensor:
+        """Next-token logits [vocab], float32 (the LM head applied in float32, see :meth:`Adapter.logits`)."""
+        return self.head(self.hidden)
 
 
 MASK_KERNELS = ("sdpa", "eager")  # kernels that take an arbitrary 4D additive mask
@@ -176,6 +186,7 @@ class Adapter:
         self.forwards: Counter[str] = Counter()
         self.kernels: Counter[str] = Counter()  # forwards per attention kernel actually used
         self.video_pixels: tuple[int, int] | None = None  # (min, max) pixels per video frame, if set
+        self.checkpoint: Path | None = None  # the checkpoint directory a paper model was loaded from
 
     # ----- family hooks ------------------------------------------------------------------------
     def _language_model(self) -> torch.nn.Module:
@@ -211,8 +222,9 @@ class Adapter:
         return VisionPiece(ids, visual, feats, pixels.get("image_grid_thw", [None])[0], deep)
 
     def _local_positions(self, ids: torch.Tensor, pieces: list[VisionPiece]) -> torch.Tensor:
-        """Positions [P, n] of a span encoded alone, starting at 0 (1-D RoPE by default)."""
-        return torch.arange(ids.numel(), device=ids.device)[None]
+        """Positions [P, n + 1] of a span encoded alone from 0, plus the position a text token following it
+        would take (the span's extent: where the next span starts). 1-D RoPE by default."""
+        return torch.arange(ids.numel() + 1, device=ids.device)[None]
 
     def _forward_extras(self, placed: Placed) -> dict:
         """Family-specific language-model kwargs for a forward over ``placed`` (e.g. deepstack)."""
@@ -348,8 +360,8 @@ class Adapter:
             deepstack = [
                 torch.cat([p.deepstack[k] for p in pieces]).to(dev, embeds.dtype) for k in range(len(pieces[0].deepstack))
             ]
-        local = self._local_positions(ids_t, pieces)
-        return EncodedSpan(span, ids_t, embeds, local, int(local.max()) + 1, vis_t, deepstack)
+        pos = self._local_positions(ids_t, pieces)
+        return EncodedSpan(span, ids_t, embeds, pos[:, :-1], int(pos[:, -1].max()), vis_t, deepstack)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Input embeddings of ``ids`` in the stack's compute dtype (rows are gathered, then upcast)."""
@@ -410,7 +422,7 @@ class Adapter:
             )
         self.forwards[tag] += 1
         self.kernels[impl] += 1
-        return ForwardOut(cache, self.logits(out.last_hidden_state[0, -1]), pos, impl)
+        return ForwardOut(cache, out.last_hidden_state[0, -1], pos, self.logits, impl)
 
     # ----- cache <-> ChunkKV -------------------------------------------------------------------
     def read(self, cache: DynamicCache, start: int, stop: int, positions: torch.Tensor) -> ChunkKV:

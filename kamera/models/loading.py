@@ -152,6 +152,7 @@ def load_native(
     adapter = e.adapter(model, tokenizer, image_processor, name=e.name)
     if widen:
         upcast_except_vocab(adapter, dtype)
+    adapter.checkpoint = ckpt
     adapter.chat = chat_from_template(tokenizer, str(ckpt))
     adapter.video_pixels = video_pixels(ckpt)
     log.info("%s: loaded %s from %s (%s, %s, attention %s)", e.name, e.model_class, ckpt, dtype, device, attn_implementation)

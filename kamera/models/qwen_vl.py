@@ -117,9 +117,13 @@ class QwenVLAdapter(Adapter):
 
     # ----- positions ---------------------------------------------------------------------------
     def _local_positions(self, ids: torch.Tensor, pieces: list[VisionPiece]) -> torch.Tensor:
+        """The model's own rope index of the span with one text token appended: its position is where the next
+        span starts (after a video it is not max + 1: transformers 5.24 advances by the frame grid, not by
+        the scaled time row)."""
         if not pieces:
-            return torch.arange(ids.numel(), device=ids.device)[None].expand(3, -1).clone()
+            return torch.arange(ids.numel() + 1, device=ids.device)[None].expand(3, -1).clone()
         cfg = self.model.config
+        ids = torch.cat([ids, ids.new_zeros(1)])
         kinds = (ids == cfg.image_token_id).int() + 2 * (ids == cfg.video_token_id).int()
         images = [p.grid_thw for p in pieces if p.kind == "image"]
         videos = [p for p in pieces if p.kind == "video"]
@@ -192,6 +196,7 @@ class QwenOmniAdapter(QwenVLAdapter):
 
     def _rope_index(self, ids, kinds, image_grid, video_grid, seconds) -> torch.Tensor:
         pos, _ = self.model.model.get_rope_index(
-            ids, image_grid_thw=image_grid, video_grid_thw=video_grid, second_per_grids=seconds
+            ids, image_grid_thw=image_grid, video_grid_thw=video_grid, attention_mask=torch.ones_like(ids),
+            second_per_grids=seconds,
         )
         return pos

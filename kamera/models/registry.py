@@ -296,18 +296,22 @@ def checkpoint_path(name: str, path: str | Path | None = None, models_root: str 
 
 
 def model_problems(name: str, path: str | Path | None = None, models_root: str | Path | None = None) -> list[str]:
-    """Why ``name`` cannot load, found without loading anything (empty when it can): unknown name, missing
-    checkpoint, no adapter yet. For preflight."""
+    """Why ``name`` cannot load, found without loading anything (empty when it can): an unknown name, a paper
+    model with no adapter yet (said first: fetching its checkpoint would not help), a missing checkpoint."""
     try:
         e = entry(name)
-        if e.kind != "paper":
-            return []
-        ckpt = checkpoint_path(name, path, models_root)
-    except (UnknownModelError, CheckpointNotFoundError) as err:
+    except UnknownModelError as err:
         return [str(err)]
+    if e.kind != "paper":
+        return []
+    problems = []
     if not e.has_adapter:
-        return [f"model {name} ({e.family}) has no adapter yet: {e.notes or 'unverified family'} (checkpoint at {ckpt})"]
-    return []
+        problems.append(f"model {name} ({e.family}) has no adapter yet: {e.notes or 'unverified family'}")
+    try:
+        checkpoint_path(name, path, models_root)
+    except CheckpointNotFoundError as err:
+        problems.append(str(err))
+    return problems
 
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,

@@ -1,0 +1,336 @@
+"""Every native paper model on its shaped checkpoint (real dimensions, tokenizer and file layout; 2 decoder and
+2 vision layers; random weights), loaded through ``load_model(name, models_root=…)`` as a real one is.
+
+Per model: the published config survives loading; the cache is read as the paper's channels with the
+bytes the paper counts; relocation is exact (float32 to 1e-5 relative, bf16 within one ulp); the
+full-rank patch reproduces re-prefill (η ≥ 0.999) and rank 0 is blind reuse; the 4D-mask oracle equals
+blind reuse with the canonical at native positions; the chat framing gives the ids the model's own
+template and processor give. Float32 runs keep the vocabulary matrices at their stored bf16 (exact: see
+``kamera.models.loading``), so each model fits in a few GB.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+
+import pytest
+import torch
+from shaped_support import clip, item_spans, need_real_tokenizer, video_item
+
+from kamera.context import ReuseContext
+from kamera.core import ChunkKV, Deficit, Patch, relocate, rotate
+from kamera.metrics import eta, kl
+from kamera.models import load_model
+from kamera.models.base import EncodedSpan, place
+from kamera.shaped import shaped_models, shaped_writer
+from kamera.spans import Span
+
+SHAPED = shaped_models()
+QWEN = [n for n in SHAPED if n.startswith("qwen")]
+
+
+def rel_err(a: ChunkKV, b: ChunkKV, channel: int) -> float:
+    """Worst layer of ‖a − b‖ / ‖b‖ on one channel."""
+    return max(float((x[channel].double() - y[channel].double()).norm() / y[channel].double().norm())
+               for x, y in zip(a.layers, b.layers, strict=True))
+
+
+def rotary(adapter) -> int:
+    return next(i for i, s in enumerate(adapter.specs) if s.rotary is not None)
+
+
+def content(adapter) -> int:
+    return next(i for i, s in enumerate(adapter.specs) if s.rotary is None)
+
+
+def prefill_alone(adapter, span: Span | EncodedSpan, start: int) -> ChunkKV:
+    """The span prefilled alone from ``start`` (an encoded span is reused: its vision features are not recomputed)."""
+    enc = span if isinstance(span, EncodedSpan) else adapter.encode_span(span)
+    out = adapter.forward([(enc, start)])
+    return adapter.read(out.cache, 0, enc.n_tokens, enc.local_pos + start)
+
+
+def head_scale_ulps(err: torch.Tensor, ref: torch.Tensor) -> float:
+    """Largest error in bf16 ulps at each token-head's scale (the ulp of its largest |value|)."""
+    return float((err.abs() / bf16_ulp(ref.abs().amax(-1, keepdim=True))).max())
+
+
+@pytest.fixture(scope="module", params=SHAPED)
+def fp32(request, shaped_root):
+    """The shaped model loaded in float32 (on an idle machine with the CPU threads it has while it lives)."""
+    name = request.param
+    need_real_tokenizer(name)
+    threads = torch.get_num_threads()
+    if os.getloadavg()[0] < (os.cpu_count() or 1) - 0.5:  # spare cores; threads only slow a loaded machine
+        torch.set_num_threads(os.cpu_count() or 1)
+    adapter = load_model(name, models_root=shaped_root(name), dtype="float32")
+    yield adapter
+    del adapter
+    gc.collect()
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def item(fp32):
+    return ReuseContext(fp32, item_spans(fp32.name))
+
+
+def native_of(ctx: ReuseContext) -> ReuseContext:
+    """The same item with the canonical at B's native positions, sharing the re-prefill already run."""
+    native = ReuseContext(ctx.adapter, ctx.enc, canonical_context="native")
+    native.__dict__["full"] = ctx.full  # the full prefill does not depend on where the canonical sits
+    return native
+
+
+# ----- what was loaded --------------------------------------------------------------------------------
+def _leaves(d: dict, path: tuple = ()):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _leaves(v, (*path, k))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            yield (*path, k), v
+
+
+def _lookup(node, path: tuple):
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else getattr(node, key, None)
+        if node is None:
+            return None
+    return node
+
+
+def test_published_config_survives_loading(fp32):
+    """Every number of the published config (but the shortened layer counts) is what the loaded model uses."""
+    spec = shaped_writer(fp32.name).spec
+    shaped = spec.shaped_config(2, 2)
+    changed = {tuple(p.split(".")) for p in (*spec.text_layers, *spec.vision_layers)}
+    config = fp32.model.config
+    if spec.model.startswith("qwen3_omni"):  # the adapter wraps the thinker; its config is thinker_config
+        shaped, changed = shaped["thinker_config"], {p[1:] for p in changed}
+    text = config.get_text_config(decoder=True)
+    checked = 0
+    for path, value in _leaves(shaped):
+        if path in changed or "rope_scaling" in path:
+            continue
+        got = _lookup(config, path)
+        if got is None and len(path) == 1:  # a flat published config: text fields live in text_config now
+            got = _lookup(text, path)
+        if got is None and path[-1] == "rope_theta":
+            got = _lookup(text if len(path) == 1 else config, (*path[:-1], "rope_parameters"))["rope_theta"]
+        if got is not None:
+            assert got == pytest.approx(value), (path, got, value)
+            checked += 1
+    assert checked >= 12
+    assert fp32.n_layers == 2
+
+
+def test_channels_and_patch_bytes_at_n_b_500(fp32):
+    """K/V (GQA, MHA) as [kv_heads, head_dim]; a rank-m patch costs m·(n_B + width) per layer-channel against a
+    page of n_B·width: at n_B = 500 and width 512 (Qwen2.5-VL, InternVL3, Qwen3-Omni) rank 16 / 64 are the
+    paper's ≈ 6 % / 25 %."""
+    t = fp32.text_config
+    head_dim = getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads
+    width = (t.num_key_value_heads or t.num_attention_heads) * head_dim
+    assert [s.name for s in fp32.specs] == ["k", "v"]
+    assert all(s.width == width for s in fp32.specs) and fp32.specs[0].rotary.rotary_dim == head_dim
+    n_b = 500
+    g = torch.Generator().manual_seed(0)
+    layer = tuple(torch.randn(n_b, s.heads, s.dim, generator=g) for s in fp32.specs)
+    zeros = ChunkKV(fp32.specs, [tuple(torch.zeros_like(x) for x in layer)] * 2, torch.arange(n_b)[None])
+    delta = Deficit(fp32.specs, [layer] * 2, torch.arange(n_b)[None])
+    patch = Patch.form(delta)
+    for m in (16, 64):
+        frac = patch.truncate(m).bytes_fraction(zeros)
+        assert frac == pytest.approx(m * (n_b + width) / (n_b * width))
+        if width == 512:
+            assert (0.055 <= frac <= 0.065) if m == 16 else (0.23 <= frac <= 0.26)
+
+
+# ----- relocation -------------------------------------------------------------------------------------
+def test_relocation_is_exact_in_fp32(fp32, item):
+    """B prefilled alone and moved by R(δ) = B prefilled alone at +δ: keys to 1e-5 relative at δ = 97 and
+    3e-5 at δ = 1000 (the model forms p·θ in float32 itself, ~1e-5 of angle rounding at p ≈ 1.6k), values
+    untouched; and on text, layer-0 keys moved by R(δ) match a float64-angle rotation to 1e-6."""
+    b = item.enc.spans[item.b]
+    base = prefill_alone(fp32, b, 0)
+    k, v = rotary(fp32), content(fp32)
+    for delta, tol in ((97, 1e-5), (1000, 3e-5)):
+        moved = relocate(base, delta)
+        assert rel_err(moved, prefill_alone(fp32, b, delta), k) <= tol, delta
+        assert all(m[v] is x[v] for m, x in zip(moved.layers, base.layers, strict=True))
+    text = prefill_alone(fp32, Span("B", ("the key waits under the red cup",)), 0)
+    spec = fp32.specs[k].rotary
+    keys0 = text.layers[0][k].double()
+    unroped = torch.stack([rotate(keys0[t], -t, spec) for t in range(text.n_tokens)])
+    exact = torch.stack([rotate(unroped[t], 1000 + t, spec) for t in range(text.n_tokens)])
+    assert float((relocate(text, 1000).layers[0][k].double() - exact).norm() / exact.norm()) <= 1e-6
+
+
+def bf16_ulp(x: torch.Tensor) -> torch.Tensor:
+    return torch.exp2(torch.floor(torch.log2(x.abs().clamp_min(1e-30))) - 7)
+
+
+def test_relocation_in_bf16_is_one_ulp_from_exact(fp32, item, shaped_root):
+    """In bf16, at layer 0 (keys depend on position only through RoPE), at each token-head's scale: B's keys
+    moved by R(δ) are within one ulp of the exact rotation of the same keys (relocation adds one rounding),
+    and within four of the model's own bf16 prefill at +δ, whose rotary rounds cos and sin to bf16 and so
+    sits two to three ulps from exact itself."""
+    adapter = load_model(fp32.name, models_root=shaped_root(fp32.name), dtype="bfloat16")
+    b = adapter.encode_span(item.enc.spans[item.b].span)
+    base = prefill_alone(adapter, b, 0)
+    k = rotary(adapter)
+    spec = adapter.specs[k].rotary
+    keys = base.layers[0][k].double()
+    delta = 1000
+    moved = relocate(base, delta).layers[0][k].float()
+    exact = torch.stack([rotate(keys[t], delta, spec) for t in range(base.n_tokens)]).float()
+    assert head_scale_ulps(moved - exact, exact) <= 1.0
+    target = prefill_alone(adapter, b, delta).layers[0][k].float()
+    assert head_scale_ulps(moved - target, target) <= 4.0
+    del adapter
+    gc.collect()
+
+
+# ----- the patch and the oracle -----------------------------------------------------------------------
+def test_full_rank_patch_is_re_prefill_and_rank_zero_is_blind(item):
+    ref = item.reprefill_logits
+    kl_blind = kl(ref, item.blind.logits)
+    assert kl_blind > 1e-6  # measurable (SmolVLM2's deficit is small, as the paper finds)
+    full = item.patch.apply(item.relocated)
+    assert all(rel_err(full, item.conditioned, c) <= 1e-5 for c in range(2))
+    assert eta(kl(ref, item.query(full).logits), kl_blind) >= 0.999
+    zero = item.query(item.patch.truncate(0).apply(item.relocated))
+    assert torch.equal(zero.hidden, item.blind.hidden)
+
+
+def test_oracle_equals_blind_with_the_canonical_at_native_positions(fp32, item):
+    native = native_of(item)
+    assert native.delta == 0
+    assert all(rel_err(native.oracle_b, native.canonical, c) <= 1e-5 for c in range(2))
+    torch.testing.assert_close(native.blind.hidden, native.oracle.hidden, rtol=1e-4, atol=1e-4)
+    assert math.isfinite(item.ctrl_kl()) and item.ctrl_kl() > 0 and item.loss_kl() > 0
+
+
+# ----- video (the Qwen families' own video input) ------------------------------------------------------
+@pytest.fixture(scope="module")
+def video(fp32):
+    if not fp32.takes_video:
+        pytest.skip(f"{fp32.name} reads a clip's frames as images")
+    return ReuseContext(fp32, video_item())
+
+
+def test_video_chunk_identities(fp32, video):
+    """A clip as B: relocation exact, full rank = re-prefill, rank 0 = blind, oracle = blind at native positions."""
+    b = video.enc.spans[video.b]
+    assert b.n_tokens > 0 and bool((b.input_ids == fp32.model.config.video_token_id).any())
+    base = prefill_alone(fp32, b, 0)
+    assert rel_err(relocate(base, 57), prefill_alone(fp32, b, 57), rotary(fp32)) <= 1e-5
+    ref, kl_blind = video.reprefill_logits, kl(video.reprefill_logits, video.blind.logits)
+    assert eta(kl(ref, video.query(video.patch.apply(video.relocated)).logits), kl_blind) >= 0.999
+    assert torch.equal(video.query(video.patch.truncate(0).apply(video.relocated)).hidden, video.blind.hidden)
+    native = native_of(video)
+    torch.testing.assert_close(native.blind.hidden, native.oracle.hidden, rtol=1e-4, atol=1e-4)
+
+
+def test_video_positions_are_the_models_own(fp32, video):
+    """Span-wise positions placed end to end = the model's rope index over the whole item, with the clips as
+    videos (temporal patches; time rows scaled by seconds for Qwen2.5-VL and Omni, frame stamps for Qwen3-VL)."""
+    ids = torch.cat([s.input_ids for s in video.enc.spans])[None]
+    cfg = fp32.model.config
+    pieces = [fp32._video(p) for s in video_item() for p in s.parts if not isinstance(p, str)]
+    grids = torch.stack([p.grid_thw for p in pieces])
+    kinds = ((ids == cfg.image_token_id).int() + 2 * (ids == cfg.video_token_id).int())
+    whole = fp32._rope_index(ids, kinds, None, grids, torch.tensor([p.second_per_grid for p in pieces]))
+    ours = torch.cat([s.local_pos + start for s, start in place(video.enc.spans)], dim=-1)
+    assert torch.equal(ours, whole[:, 0])
+    assert int(grids[0, 0]) == 2  # 4 frames, temporal patch 2
+
+
+def test_a_still_clip_is_the_image_it_repeats(fp32):
+    """Two identical frames form one temporal patch whose pixels are the image processor's for that frame
+    (images are tiled over time the same way): the video layout matches the processors' channel/time order."""
+    if not fp32.takes_video:
+        pytest.skip("no video input")
+    frame = clip(3, n=1).frames[0]
+    video, _ = fp32._video_pixels(type(clip(3))((frame, frame), (0.0, 0.5)))
+    h, w = fp32._frame_size(2, frame.height, frame.width)
+    image = fp32.image_processor(images=[frame.resize((w, h), 3)], do_resize=False, return_tensors="pt")
+    torch.testing.assert_close(video["pixel_values_videos"], image["pixel_values"], rtol=0, atol=0)
+    assert video["video_grid_thw"].tolist() == image["image_grid_thw"].tolist()
+
+
+# ----- the chat template ------------------------------------------------------------------------------
+# Per family: the text the checkpoint's template renders for one image, the placeholder token its processor
+# expands, the processor class whose expansion rule (replace_image_token) is the reference, and the image
+# processor arguments that processor passes.
+IMAGE_TEXT = {
+    "qwen": ("<|vision_start|><|image_pad|><|vision_end|>", "<|image_pad|>"),
+    "llava": ("<image>", "<image>"),
+    "deepseek_vl": ("<image_placeholder>", "<image_placeholder>"),
+    "internvl": ("<IMG_CONTEXT>", "<IMG_CONTEXT>"),
+    "smolvlm": ("<image>", "<image>"),
+}
+PROCESSOR = {
+    "qwen2_5_vl_7b": "Qwen2_5_VLProcessor", "qwen3_vl_8b": "Qwen3VLProcessor",
+    "qwen3_omni_30b_a3b": "Qwen3OmniMoeProcessor", "llava_1_5_7b": "LlavaProcessor",
+    "deepseek_vl_7b": "DeepseekVLHybridProcessor", "internvl3_8b": "InternVLProcessor", "smolvlm2": "SmolVLMProcessor",
+}
+
+
+def _expansion(adapter, image) -> str:
+    """The family processor's own expansion of one image placeholder (its replace_image_token, run on the
+    checkpoint's image processor and tokenizer without building the processor, whose video half needs
+    torchvision)."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import transformers as tf
+
+    ckpt = Path(adapter.checkpoint)
+    proc = json.loads((ckpt / "processor_config.json").read_text()) if (ckpt / "processor_config.json").is_file() else {}
+    tok = adapter.tokenizer
+    ns = SimpleNamespace(
+        image_processor=adapter.image_processor, image_token=IMAGE_TEXT[_kind(adapter.name)][1],
+        patch_size=proc.get("patch_size"), num_additional_image_tokens=proc.get("num_additional_image_tokens", 0),
+        vision_feature_select_strategy=proc.get("vision_feature_select_strategy"),
+        num_image_tokens=proc.get("num_image_tokens"), image_seq_length=proc.get("image_seq_length"),
+        image_seq_len=proc.get("image_seq_len"), start_image_token="<img>", end_image_token="</img>",
+        fake_image_token="<fake_token_around_image>", global_image_token="<global-img>",
+    )
+    kwargs = {"internvl": {"crop_to_patches": True}, "smolvlm": {"return_row_col_info": True}}.get(_kind(adapter.name), {})
+    images = [[image]] if _kind(adapter.name) == "smolvlm" else [image]
+    inputs = adapter.image_processor(images=images, return_tensors="np", **kwargs)
+    assert tok.convert_tokens_to_ids(ns.image_token) != tok.unk_token_id
+    return getattr(tf, PROCESSOR[adapter.name]).replace_image_token(ns, inputs, 0)
+
+
+def _kind(name: str) -> str:
+    return next(k for k in IMAGE_TEXT if name.startswith(k)) if not name.startswith("deepseek") else "deepseek_vl"
+
+
+def test_chat_ids_equal_the_template_and_the_processor(fp32):
+    """A single-turn text + image + text prompt: the harness's ids (chat header in the prefix, image in B, text
+    and footer in the query) equal the checkpoint's own ``apply_chat_template`` text with the image placeholder
+    expanded by the family processor's rule, tokenized as the processor tokenizes it."""
+    from shaped_support import picture
+
+    image = picture(5, (448, 112) if fp32.name == "smolvlm2" else (112, 112))
+    message = [{"role": "user", "content": [{"type": "text", "text": "Look."}, {"type": "image"},
+                                             {"type": "text", "text": "What is shown?"}]}]
+    tok = fp32.tokenizer
+    rendered = tok.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
+    image_text, placeholder = IMAGE_TEXT[_kind(fp32.name)]
+    assert rendered.count(image_text) == 1, rendered
+    before, after = rendered.split(image_text)
+    header, footer = fp32.chat
+    bos = tok.bos_token or ""
+    assert (bos + before if header.startswith(bos) and not before.startswith(bos) else before).startswith(header)
+    assert after.endswith(footer)
+    pre = (bos + before)[len(header):] if header.startswith(bos) and not before.startswith(bos) else before[len(header):]
+    spans = [*([Span("A", (pre,))] if pre else []), Span("B", (image,)), Span("query", (after[: len(after) - len(footer)],))]
+    ours = torch.cat([s.input_ids for s in fp32.encode(spans).spans]).tolist()
+    expanded = rendered.replace(placeholder, _expansion(fp32, image))
+    assert ours == tok(expanded)["input_ids"]
