@@ -33,7 +33,9 @@ from kamera.spans import Clip, Span, validate_spans
 log = logging.getLogger(__name__)
 
 
-HEAD_CHUNK = 8192  # vocabulary rows upcast at a time when a low-precision LM head is applied in float32
+# Bytes of float32 LM-head rows upcast at a time when a low-precision head is applied in float32: on a CPU a
+# chunk that stays in cache makes the upcast nearly free; on a GPU large chunks keep kernel launches few.
+HEAD_CHUNK_BYTES = {"cpu": 4 << 20, "other": 256 << 20}
 
 
 @dataclass
@@ -377,19 +379,20 @@ class Adapter:
         """Next-token logits [vocab] in float32 from one final hidden state [hidden].
 
         The LM head is applied in float32 whatever the model dtype (the paper's KL is float32): the
-        hidden state is upcast and the head's rows are upcast ``HEAD_CHUNK`` at a time, so a bf16 head
-        of 152k rows never needs a full float32 copy. Equal to an fp32 head on the same weights.
+        hidden state is upcast and the head's rows are upcast a chunk at a time (``HEAD_CHUNK_BYTES``), so
+        a bf16 head of 152k rows never needs a full float32 copy. Equal to an fp32 head on the same weights.
         """
         w = self.head.weight
         bias = getattr(self.head, "bias", None)
         h = hidden.to(w.device, torch.float32)
         if w.dtype == torch.float32:
-            out = F.linear(h, w, bias)
+            out = torch.mv(w, h)
         else:
-            out = torch.cat([F.linear(h, w[i : i + HEAD_CHUNK].float()) for i in range(0, w.shape[0], HEAD_CHUNK)])
-            if bias is not None:
-                out = out + bias.float()
-        return out
+            rows = max(1, HEAD_CHUNK_BYTES["cpu" if w.device.type == "cpu" else "other"] // (4 * w.shape[1]))
+            out = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
+            for i in range(0, w.shape[0], rows):
+                torch.mv(w[i : i + rows].float(), h, out=out[i : i + rows])
+        return out if bias is None else out + bias.float()
 
     @torch.no_grad()
     def forward(

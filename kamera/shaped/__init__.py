@@ -47,13 +47,21 @@ def default_cache() -> Path:
 
 
 def cache_key(name: str, layers: int, vision_layers: int, seed: int) -> str:
-    """``<model>-L<layers>-V<vision>-s<seed>-<digest>``: the digest covers the writer's spec and whether real
-    tokenizer files are given, so a changed writer or tokenizer never reuses an old copy."""
+    """``<model>-L<layers>-V<vision>-s<seed>-<digest>``: the digest covers what the writer writes (its spec, or
+    for a writer without one the source of its module) and whether real tokenizer files are given, so a
+    changed writer or tokenizer never reuses an old copy."""
+    import inspect
+    import sys
+
     fn = shaped_writer(name)
     spec = getattr(fn, "spec", None)
+    if spec is not None:
+        what, bases = spec.fingerprint(), [spec.tokenizer.base] if spec.tokenizer.base else []
+    else:
+        what, bases = hashlib.sha256(inspect.getsource(sys.modules[fn.__module__]).encode()).hexdigest(), ["qwen2", "llama2"]
     tokens = os.environ.get("KAMERA_TOKENIZERS") or ""
-    real = spec is not None and spec.tokenizer.base and (Path(tokens) / spec.tokenizer.base / "tokenizer.json").is_file()
-    digest = hashlib.sha256(f"{spec.fingerprint() if spec else entry(name).shaped}|{bool(real)}".encode()).hexdigest()[:10]
+    real = [b for b in bases if (Path(tokens) / b / "tokenizer.json").is_file()]
+    digest = hashlib.sha256(f"{what}|{bool(real) if spec is not None else real}".encode()).hexdigest()[:10]
     return f"{name}-L{layers}-V{vision_layers}-s{seed}-{digest}"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from kamera.shaped.tokenizers import QWEN_SPECIALS, qwen_tokenizer_config
 from kamera.shaped.writer import ShapedSpec, TokenizerSpec, remap_indices, writer_for
 
+QWEN_GENERATION = {"bos_token_id": 151643, "pad_token_id": 151643, "eos_token_id": [151645, 151643]}
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
@@ -133,7 +134,7 @@ QWEN2_5_VL_7B_SPEC = ShapedSpec(
             "image_mean": CLIP_MEAN, "image_std": CLIP_STD,
             "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
         },
-        "generation_config.json": {"bos_token_id": 151643, "pad_token_id": 151643, "eos_token_id": [151645, 151643]},
+        "generation_config.json": QWEN_GENERATION,
     },
     chat_template=QWEN25_TEMPLATE,
     tokenizer=TokenizerSpec("qwen2", 152064, {}, qwen_tokenizer_config(), base_specials=QWEN_SPECIALS),
@@ -216,7 +217,7 @@ QWEN3_VL_8B_SPEC = ShapedSpec(
             "min_frames": 4, "max_frames": 768, "video_processor_type": "Qwen3VLVideoProcessor",
             "processor_class": "Qwen3VLProcessor",
         },
-        "generation_config.json": {"bos_token_id": 151643, "pad_token_id": 151643, "eos_token_id": [151645, 151643]},
+        "generation_config.json": QWEN_GENERATION,
     },
     chat_template=QWEN3_TEMPLATE,
     tokenizer=TokenizerSpec("qwen2", 151936, {}, qwen_tokenizer_config(), base_specials=QWEN_SPECIALS),
@@ -370,7 +371,7 @@ QWEN3_OMNI_30B_A3B_SPEC = ShapedSpec(
             "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
             "video_processor_type": "Qwen2VLVideoProcessor", "processor_class": "Qwen3OmniMoeProcessor",
         },
-        "generation_config.json": {"bos_token_id": 151643, "pad_token_id": 151643, "eos_token_id": [151645, 151643]},
+        "generation_config.json": QWEN_GENERATION,
     },
     chat_template=QWEN3_TEMPLATE,
     tokenizer=TokenizerSpec("qwen2", 152064, OMNI_AUDIO_SPECIALS, qwen_tokenizer_config(), keep_below=151669,
