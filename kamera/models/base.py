@@ -23,7 +23,6 @@ from functools import cached_property
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from transformers import DynamicCache
 
