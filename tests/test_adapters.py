@@ -24,6 +24,7 @@ def model_inputs(adapter, spans):
         kwargs["image_grid_thw"] = torch.cat([p["image_grid_thw"] for p in pix])
     if adapter.position_rows == 3:
         kwargs["mm_token_type_ids"] = (ids == adapter.model.config.image_token_id).int()
+    kwargs["attention_mask"] = torch.ones_like(ids)  # Qwen3-Omni builds its M-RoPE index only when given a mask
     return enc, ids, kwargs
 
 
@@ -39,14 +40,12 @@ def test_spanwise_encoding_matches_the_models_own_forward(tiny, name):
     torch.testing.assert_close(ours, ref, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe"])
+@pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe", "tiny_qwen3_omni"])
 def test_mrope_positions_compose_per_span(tiny, name):
     """Each span's rope index alone, offset by the previous spans' extents, is the whole item's index."""
     adapter = tiny(name)
     enc, ids, kwargs = model_inputs(adapter, standard_spans(adapter))
-    whole, _ = adapter.model.model.get_rope_index(
-        ids, mm_token_type_ids=kwargs["mm_token_type_ids"], image_grid_thw=kwargs["image_grid_thw"]
-    )
+    whole = adapter._rope_index(ids, kwargs["mm_token_type_ids"], kwargs["image_grid_thw"], None, None)
     ours = torch.cat([s.local_pos + start for s, start in place(enc.spans)], dim=-1)
     assert torch.equal(ours, whole[:, 0])
     assert enc.spans[1].local_pos.shape[0] == 3 and not torch.equal(enc.spans[1].local_pos[1], enc.spans[1].local_pos[0])

@@ -4,7 +4,8 @@ Tiny models are built from the real transformers config classes (the same code p
 models) with widths chosen so rank sweeps up to 128 are meaningful: the content channel (K/V
 width, or the MLA latent) is ≥ 128 wide. Paper models load from a local directory only:
 ``path=`` or ``$KAMERA_MODELS/<repo name>``; a missing checkpoint names the path tried and the
-command that fetches it.
+command that fetches it. How entries name loaders, shaped-checkpoint writers and extra entries:
+:class:`kamera.models.entry.ModelEntry`; the loading path: :mod:`kamera.models.loading`.
 """
 
 from __future__ import annotations
@@ -95,6 +96,19 @@ def _qwen3_moe_config():
     return tf.Qwen3VLMoeConfig(text_config=_qwen3_text(**moe), vision_config=QWEN3_VISION, **SPECIAL_IDS)
 
 
+def _qwen3_omni_config():
+    """The Qwen3-Omni thinker's shape: MoE decoder with interleaved M-RoPE, deepstack vision tower, audio tower."""
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, decoder_sparse_step=1)
+    return tf.Qwen3OmniMoeThinkerConfig(
+        text_config=_qwen3_text(**moe),
+        vision_config=dict(QWEN3_VISION, spatial_merge_size=2, temporal_patch_size=2),
+        audio_config=dict(d_model=64, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=128, output_dim=256,
+                          num_mel_bins=16, downsample_hidden_size=32),
+        audio_token_id=VOCAB - 5, audio_start_token_id=VOCAB - 6, audio_end_token_id=VOCAB - 7,
+        position_id_per_seconds=13, **SPECIAL_IDS,
+    )
+
+
 def _kimi_config():
     return tf.Kimi_K25Config(
         text_config=dict(MLA_TEXT, model_type="deepseek_v3", n_group=1, topk_group=1),
@@ -148,9 +162,9 @@ def _siglip_pixels():
     return tf.DeepseekVLImageProcessorPil(size={"height": 56, "width": 56})
 
 
-# Tiny models' fixed chat framing: what a chat template puts around a single-turn prompt (a system
-# header before the context, the assistant cue after the question), so a tiny item has the same shape
-# as a paper-scale one: every item has a prefix, and the canonical KV(B|∅) sits behind it.
+# Tiny models' fixed chat framing: what a chat template puts around a single-turn prompt (a user-turn header
+# before the context, the assistant cue after the question, as Qwen3-VL's template renders them), so a tiny
+# item has the shape of a paper-scale one: every item has a prefix, and the canonical KV(B|∅) sits behind it.
 TINY_CHAT = ("<|user|>\n", "\n<|assistant|>\n")
 
 # Checkpoints whose writer is in kamera.shaped: "kamera.shaped.<family module>:<model>".
@@ -164,6 +178,8 @@ _ENTRIES = [
                _qwen3_config, _qwen_pixels(16), chat=TINY_CHAT),
     ModelEntry("tiny_qwen3_vl_moe", "qwen3_vl_moe", "GQA", Qwen3VLMoeAdapter, "Qwen3VLMoeForConditionalGeneration",
                _qwen3_moe_config, _qwen_pixels(16), chat=TINY_CHAT),
+    ModelEntry("tiny_qwen3_omni", "qwen3_omni_moe", "GQA", QwenOmniAdapter, "Qwen3OmniMoeThinkerForConditionalGeneration",
+               _qwen3_omni_config, _qwen_pixels(16), chat=TINY_CHAT, notes="the thinker; audio tower built, not read"),
     ModelEntry("tiny_kimi", "kimi_k25", "MLA", KimiK25Adapter, "Kimi_K25ForConditionalGeneration", _kimi_config,
                chat=TINY_CHAT),
     ModelEntry("tiny_deepseek_v2", "deepseek_v2", "MLA", DeepseekV2Adapter, "DeepseekV2ForCausalLM",

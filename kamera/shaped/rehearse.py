@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -62,6 +63,8 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
     out = out.resolve()
     log = out / "rehearse.log"
     out.mkdir(parents=True, exist_ok=True)
+    for old in ("results", "outputs"):  # a rehearsal runs every job again (the runner would skip stored rows)
+        shutil.rmtree(out / old, ignore_errors=True)
     log.write_text("")
     jobs = {exp: sweep_jobs(exp) for exp in experiments}
     ready = sorted({m for js in jobs.values() for m, _ in js if entry(m).has_adapter and entry(m).shaped})
@@ -85,7 +88,7 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
         names = sorted({m for m, _ in jobs[exp] if m in ready})
         skipped = sorted({m for m, _ in jobs[exp] if m not in ready})
         if skipped:
-            print(f"  {exp}: not run for {', '.join(skipped)} (no adapter yet; see below)")
+            print(f"  {exp}: not run for {', '.join(skipped)} (see below)")
         if not names:
             print(f"  {exp}: no model of this sweep has an adapter yet; nothing to rehearse")
             continue
@@ -104,7 +107,9 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
         if code != 0:
             failed.append(f"{exp}: run exit {code}")
     for m in missing:
-        print(f"  not rehearsed: {m} ({entry(m).family}) has no adapter yet: {entry(m).notes or 'unverified family'}")
+        e = entry(m)
+        why = f"has no adapter yet: {e.notes or 'unverified family'}" if not e.has_adapter else "has no shaped-checkpoint writer"
+        print(f"  not rehearsed: {m} ({e.family}) {why}")
     for exp in experiments:
         _, hours = experiment_hours([f"experiment={exp}"])
         stated = compose_config([f"experiment={exp}"]).get("cost", {}).get("h100_hours")

@@ -14,7 +14,7 @@ from kamera.metrics import eta, kl
 from kamera.models import place
 from kamera.spans import Clip, Span
 
-QWEN_TINY = ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe"]
+QWEN_TINY = ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe", "tiny_qwen3_omni"]
 
 
 @pytest.mark.parametrize("name", QWEN_TINY)
@@ -27,9 +27,12 @@ def test_a_clip_is_one_video_with_temporal_patches(tiny, name):
     assert int(grid[0]) == 3 and n_video == int(grid.prod()) // 4
     assert not bool((enc.input_ids == cfg.image_token_id).any())
     stamps = adapter.decode(enc.input_ids.tolist())
-    if name == "tiny_qwen2_5_vl":  # one block, time on the t row: patch k sits at k · (2 frames / 2 fps) · tokens_per_second
-        t = enc.local_pos[0][enc.input_ids == cfg.video_token_id].unique()
-        assert t.tolist() == [1, 1 + 1 * cfg.vision_config.tokens_per_second, 1 + 2 * cfg.vision_config.tokens_per_second]
+    t = enc.local_pos[0][enc.input_ids == cfg.video_token_id].unique().tolist()
+    # one block, time on the t row: patch k sits k · (2 frames / 2 fps) seconds later
+    if name == "tiny_qwen2_5_vl":  # … times tokens_per_second, after <|vision_start|>
+        assert t == [1, 1 + cfg.vision_config.tokens_per_second, 1 + 2 * cfg.vision_config.tokens_per_second]
+    elif name == "tiny_qwen3_omni":  # … times position_id_per_seconds (absolute seconds)
+        assert t == pytest.approx([1, 1 + cfg.position_id_per_seconds, 1 + 2 * cfg.position_id_per_seconds])
     else:  # Qwen3-VL: one block per temporal patch behind its mean time, as text
         assert [s for s in ("<4.2 seconds>", "<5.2 seconds>", "<6.0 seconds>") if s in stamps] == [
             "<4.2 seconds>", "<5.2 seconds>", "<6.0 seconds>"]
