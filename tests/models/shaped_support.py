@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from kamera.core import ChunkKV
 from kamera.models import entry
+from kamera.models.base import EncodedSpan
 from kamera.shaped import shaped_writer
 from kamera.spans import Clip, Span
 
@@ -70,3 +72,20 @@ def video_item() -> list[Span]:
 
 def repo(name: str) -> str:
     return entry(name).repo_dir
+
+
+def rotary(adapter) -> int:
+    """Index of the rotating channel (K)."""
+    return next(i for i, s in enumerate(adapter.specs) if s.rotary is not None)
+
+
+def content(adapter) -> int:
+    """Index of the content channel (V)."""
+    return next(i for i, s in enumerate(adapter.specs) if s.rotary is None)
+
+
+def prefill_alone(adapter, span: Span | EncodedSpan, start: int) -> ChunkKV:
+    """The span prefilled alone from ``start`` (an encoded span is reused: its vision features are not recomputed)."""
+    enc = span if isinstance(span, EncodedSpan) else adapter.encode_span(span)
+    out = adapter.forward([(enc, start)])
+    return adapter.read(out.cache, 0, enc.n_tokens, enc.local_pos + start)

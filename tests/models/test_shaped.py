@@ -18,13 +18,20 @@ import os
 
 import pytest
 import torch
-from shaped_support import BF16_ONLY, item_spans, need_real_tokenizer, video_item
+from shaped_support import (
+    BF16_ONLY,
+    content,
+    item_spans,
+    need_real_tokenizer,
+    prefill_alone,
+    rotary,
+    video_item,
+)
 
 from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Deficit, Patch, relocate, rotate
 from kamera.metrics import eta, kl
 from kamera.models import load_model
-from kamera.models.base import EncodedSpan
 from kamera.shaped import shaped_models, shaped_writer
 from kamera.spans import Span
 
@@ -35,21 +42,6 @@ def rel_err(a: ChunkKV, b: ChunkKV, channel: int) -> float:
     """Worst layer of ‖a − b‖ / ‖b‖ on one channel."""
     return max(float((x[channel].double() - y[channel].double()).norm() / y[channel].double().norm())
                for x, y in zip(a.layers, b.layers, strict=True))
-
-
-def rotary(adapter) -> int:
-    return next(i for i, s in enumerate(adapter.specs) if s.rotary is not None)
-
-
-def content(adapter) -> int:
-    return next(i for i, s in enumerate(adapter.specs) if s.rotary is None)
-
-
-def prefill_alone(adapter, span: Span | EncodedSpan, start: int) -> ChunkKV:
-    """The span prefilled alone from ``start`` (an encoded span is reused: its vision features are not recomputed)."""
-    enc = span if isinstance(span, EncodedSpan) else adapter.encode_span(span)
-    out = adapter.forward([(enc, start)])
-    return adapter.read(out.cache, 0, enc.n_tokens, enc.local_pos + start)
 
 
 @pytest.fixture(scope="module", params=FP32)

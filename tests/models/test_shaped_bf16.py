@@ -13,13 +13,22 @@ from types import SimpleNamespace
 import pytest
 import torch
 import transformers as tf
-from shaped_support import BF16_ONLY, clip, item_spans, need_real_tokenizer, picture, video_item
+from shaped_support import (
+    BF16_ONLY,
+    clip,
+    item_spans,
+    need_real_tokenizer,
+    picture,
+    prefill_alone,
+    rotary,
+    video_item,
+)
 
 from kamera.context import ReuseContext
-from kamera.core import ChunkKV, relocate, rotate
+from kamera.core import relocate, rotate
 from kamera.metrics import eta, kl
 from kamera.models import load_model
-from kamera.models.base import EncodedSpan, place
+from kamera.models.base import place
 from kamera.shaped import shaped_models
 from kamera.spans import Span
 
@@ -43,15 +52,6 @@ def bf16_ulp(x: torch.Tensor) -> torch.Tensor:
 def head_scale_ulps(err: torch.Tensor, ref: torch.Tensor) -> float:
     """Largest error in bf16 ulps at each token-head's scale (the ulp of its largest |value|)."""
     return float((err.abs() / bf16_ulp(ref.abs().amax(-1, keepdim=True))).max())
-
-
-def prefill_alone(adapter, enc: EncodedSpan, start: int) -> ChunkKV:
-    out = adapter.forward([(enc, start)])
-    return adapter.read(out.cache, 0, enc.n_tokens, enc.local_pos + start)
-
-
-def rotary(adapter) -> int:
-    return next(i for i, s in enumerate(adapter.specs) if s.rotary is not None)
 
 
 def test_relocation_in_bf16_is_one_ulp_from_exact(bf16):
