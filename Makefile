@@ -20,7 +20,7 @@ define sweep
 endef
 render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(if $(PARTIAL),--allow-partial)
 
-.PHONY: help test test-slow lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync
+.PHONY: help test test-slow lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -77,3 +77,10 @@ sync: ## upload offline wandb runs (run on a node with internet)
 
 bench: ## operator vs minimal rotate + GEMM, vs prefill, and bytes (BENCH_ARGS="--device cuda --dtype bf16")
 	$(PYTHON) scripts/bench_reuse.py $(BENCH_ARGS)
+
+# rehearse: every paper experiment at n_items=1 on shaped checkpoints (real configs, random 2-layer weights)
+# and fixture data, on this machine's CPU. Real tokenizers from KAMERA_TOKENIZERS (qwen2/, llama2/) when set.
+REHEARSE_DIR ?= outputs/rehearse
+REHEARSE ?=
+rehearse: ## every paper experiment end to end on shaped checkpoints + fixtures (CPU; REHEARSE=table3,fig5 to pick; prints H100-hour estimates)
+	$(PYTHON) -m kamera.shaped.rehearse --out $(REHEARSE_DIR) $(if $(REHEARSE),--experiments $(REHEARSE))

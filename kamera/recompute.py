@@ -29,15 +29,15 @@ from all cells run (lead-ins, probes). Every pass is counted in ``adapter.forwar
 own tag; shared per-item results (the canonical hidden states, attention probes) are cached per
 context in :func:`shared`, so however many arms run on a context, each is computed once.
 
-Requirements: ``sdpa`` or ``eager`` attention (a 4D additive mask must reach the kernel), and no
-sliding-window layers (a partial forward would need the window in its mask).
+Requirements: a 4D additive mask must reach the kernel, so the engine's layers run ``sdpa`` (or ``eager``
+when that is loaded) even on a model loaded with flash-attention 2; and no sliding-window layers (a
+partial forward would need the window in its mask).
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -45,7 +45,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from kamera.context import ReuseContext
 from kamera.core import ChunkKV
-from kamera.models.base import Adapter, EncodedSpan, additive_mask
+from kamera.models.base import MASK_KERNELS, Adapter, EncodedSpan, additive_mask
 
 Rows = torch.Tensor | Sequence[int]
 
@@ -88,12 +88,6 @@ class SlotCache(Cache):
 
 # ----- the layer driver -----------------------------------------------------------------------------
 def _check_engine_support(adapter: Adapter) -> None:
-    impl = adapter.lm.config._attn_implementation
-    if impl not in ("sdpa", "eager"):
-        raise NotImplementedError(
-            f"the partial-forward engine needs 'sdpa' or 'eager' attention (a 4D additive mask); "
-            f"{adapter.name} runs {impl!r}"
-        )
     types = getattr(adapter.text_config, "layer_types", None) or ()
     if any(t != "full_attention" for t in types):
         raise NotImplementedError(
@@ -102,17 +96,9 @@ def _check_engine_support(adapter: Adapter) -> None:
         )
 
 
-@contextmanager
 def eager_attention(adapter: Adapter):
     """Run the language model with eager attention (so attention weights exist) and restore it after."""
-    before = adapter.lm.config._attn_implementation
-    if before != "eager":
-        adapter.lm.set_attn_implementation("eager")
-    try:
-        yield
-    finally:
-        if before != "eager":
-            adapter.lm.set_attn_implementation(before)
+    return adapter.attention_kernel("eager")
 
 
 class LayerDriver:
@@ -181,14 +167,17 @@ class LayerDriver:
         pos = a.position_ids(self.positions[:, rows])
         h = hidden[None]
         pe = a.lm.rotary_emb(h, pos)
-        out = a.lm.layers[layer](
-            h,
-            attention_mask=self.mask(rows),
-            position_embeddings=pe,
-            position_ids=pos if a.position_rows == 1 else None,
-            cache=self.cache,
-            use_cache=True,
-        )
+        impl = a.attn_implementation if a.attn_implementation in MASK_KERNELS else "sdpa"  # its row mask is 4D
+        with a.attention_kernel(impl):
+            out = a.lm.layers[layer](
+                h,
+                attention_mask=self.mask(rows),
+                position_embeddings=pe,
+                position_ids=pos if a.position_rows == 1 else None,
+                cache=self.cache,
+                use_cache=True,
+            )
+        a.kernels[impl] += 1
         if isinstance(out, tuple):
             out = out[0]
         out = out[0]

@@ -2,7 +2,9 @@
 
 A benchmark item becomes ``[prefix?, A_1, …, A_k, B, query]``; an adapter turns each span into
 token embeddings and positions so any span can be prefilled alone at any position. Images (and
-video frames, and rendered PDF pages) travel as ``PIL.Image.Image`` parts inside a span.
+rendered PDF pages) travel as ``PIL.Image.Image`` parts inside a span; frames sampled from one video
+travel as a :class:`Clip` (the Qwen families read it as their own video input, with temporal patches
+and time positions; other families read its frames as images).
 """
 
 from __future__ import annotations
@@ -13,7 +15,33 @@ from typing import Literal
 from PIL import Image
 
 Role = Literal["prefix", "A", "B", "query"]
-Part = str | Image.Image
+
+
+@dataclass(frozen=True)
+class Clip:
+    """Consecutive frames of one video: ``frames`` (RGB images of one size) and the time of each in the
+    source video, ``timestamps`` (seconds, increasing)."""
+
+    frames: tuple[Image.Image, ...]
+    timestamps: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.frames:
+            raise ValueError("a clip needs at least one frame")
+        if len(self.frames) != len(self.timestamps):
+            raise ValueError(f"a clip has {len(self.frames)} frames but {len(self.timestamps)} timestamps")
+        if any(not isinstance(f, Image.Image) for f in self.frames):
+            raise TypeError("clip frames must be PIL images")
+        if any(b <= a for a, b in zip(self.timestamps, self.timestamps[1:], strict=False)):
+            raise ValueError(f"clip timestamps must increase, got {list(self.timestamps)}")
+        if len({f.size for f in self.frames}) != 1:
+            raise ValueError(f"clip frames differ in size: {sorted({f.size for f in self.frames})}")
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+
+Part = str | Image.Image | Clip
 
 ROLES: tuple[str, ...] = ("prefix", "A", "B", "query")
 
@@ -37,12 +65,16 @@ class Span:
         if isinstance(self.parts, (str, Image.Image)):
             raise TypeError("Span.parts must be a tuple of parts, not a single str/image")
         for p in self.parts:
-            if not isinstance(p, (str, Image.Image)):
-                raise TypeError(f"span part must be str or PIL.Image, got {type(p).__name__}")
+            if not isinstance(p, (str, Image.Image, Clip)):
+                raise TypeError(f"span part must be str, PIL.Image or Clip, got {type(p).__name__}")
 
     @property
     def n_images(self) -> int:
         return sum(isinstance(p, Image.Image) for p in self.parts)
+
+    @property
+    def n_frames(self) -> int:
+        return sum(len(p) for p in self.parts if isinstance(p, Clip))
 
     def is_empty(self) -> bool:
         return all(isinstance(p, str) and p == "" for p in self.parts)

@@ -24,6 +24,7 @@ def model_inputs(adapter, spans):
         kwargs["image_grid_thw"] = torch.cat([p["image_grid_thw"] for p in pix])
     if adapter.position_rows == 3:
         kwargs["mm_token_type_ids"] = (ids == adapter.model.config.image_token_id).int()
+    kwargs["attention_mask"] = torch.ones_like(ids)  # Qwen3-Omni builds its M-RoPE index only when given a mask
     return enc, ids, kwargs
 
 
@@ -39,14 +40,12 @@ def test_spanwise_encoding_matches_the_models_own_forward(tiny, name):
     torch.testing.assert_close(ours, ref, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe"])
+@pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe", "tiny_qwen3_omni"])
 def test_mrope_positions_compose_per_span(tiny, name):
     """Each span's rope index alone, offset by the previous spans' extents, is the whole item's index."""
     adapter = tiny(name)
     enc, ids, kwargs = model_inputs(adapter, standard_spans(adapter))
-    whole, _ = adapter.model.model.get_rope_index(
-        ids, mm_token_type_ids=kwargs["mm_token_type_ids"], image_grid_thw=kwargs["image_grid_thw"]
-    )
+    whole = adapter._rope_index(ids, kwargs["mm_token_type_ids"], kwargs["image_grid_thw"], None, None)
     ours = torch.cat([s.local_pos + start for s, start in place(enc.spans)], dim=-1)
     assert torch.equal(ours, whole[:, 0])
     assert enc.spans[1].local_pos.shape[0] == 3 and not torch.equal(enc.spans[1].local_pos[1], enc.spans[1].local_pos[0])
@@ -123,7 +122,7 @@ def test_missing_checkpoint_names_the_path_and_how_to_fetch(tmp_path, monkeypatc
     with pytest.raises(CheckpointNotFoundError) as err:
         load_model("qwen2_5_vl_7b")
     msg = str(err.value)
-    assert str(tmp_path / "Qwen2.5-VL-7B-Instruct") in msg and "huggingface-cli download Qwen/Qwen2.5-VL-7B-Instruct" in msg
+    assert str(tmp_path / "Qwen2.5-VL-7B-Instruct") in msg and "hf download Qwen/Qwen2.5-VL-7B-Instruct" in msg and "huggingface-cli" not in msg
     with pytest.raises(CheckpointNotFoundError, match="/nowhere/ckpt"):
         load_model("llava_1_5_7b", path="/nowhere/ckpt")
     monkeypatch.delenv("KAMERA_MODELS")
@@ -142,3 +141,31 @@ def test_text_only_family_refuses_images(tiny):
     assert is_text_only(adapter)
     with pytest.raises(NotImplementedError, match="does not take images"):
         adapter.encode_span(Span("B", (noise_image(0),)))
+
+
+# ----- float32 logits ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_kimi"])
+def test_logits_are_an_fp32_head_on_a_bf16_model(tiny, name):
+    """The LM head is applied in float32 (rows upcast in chunks): equal to an fp32 head on the bf16
+    weights to 1e-6, where the bf16 head the model would apply itself is off by far more."""
+    import torch.nn.functional as F
+
+    from kamera.models import base
+
+    adapter = tiny(name, "bfloat16")
+    enc = adapter.encode(standard_spans(adapter))
+    with torch.no_grad():
+        h = adapter.lm(inputs_embeds=torch.cat([s.embeds for s in enc.spans])[None],
+                       position_ids=adapter.position_ids(torch.cat([s.local_pos + p for s, p in place(enc.spans)], -1)),
+                       use_cache=False).last_hidden_state[0, -1]
+        exact = F.linear(h.float(), adapter.head.weight.float())
+        bf16_head = adapter.head(h).float()
+    chunk, base.HEAD_CHUNK_BYTES = base.HEAD_CHUNK_BYTES, {"cpu": 100 * 4 * h.numel(), "other": 1}
+    try:
+        ours = adapter.logits(h)  # 100 rows at a time: six chunks on a 512-token vocabulary
+    finally:
+        base.HEAD_CHUNK_BYTES = chunk
+    assert ours.dtype == torch.float32
+    torch.testing.assert_close(ours, exact, rtol=0, atol=1e-6)
+    assert float((bf16_head - exact).abs().max()) > 1e-4
+    assert torch.equal(adapter.forward(place(enc.spans)).logits, adapter.logits(h))

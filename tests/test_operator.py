@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from tinyfamilies import TINY, standard_spans
+from tinyfamilies import TINY, is_text_only, standard_spans
 
 from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Patch, relocate, rotate
@@ -211,3 +211,40 @@ def test_shared_forwards_run_once(tiny):
 def test_eta_floor_and_nan():
     assert math.isnan(eta(0.0, 5e-5))
     assert eta(0.25, 1.0) == pytest.approx(0.75)
+
+
+# ----- the position control on a prefix-less benchmark --------------------------------------------
+@pytest.fixture(scope="module")
+def prefixless_items(tmp_path_factory):
+    """MM-NIAH (no benchmark prefix) and MuSiQue without its instruction prefix: items that start with A."""
+    from kamera.data import load_items, make_fixture
+
+    root = tmp_path_factory.mktemp("data")
+    make_fixture("mm_niah", root, n=2, seed=0)
+    make_fixture("musique", root, n=2, seed=0)
+    images = load_items("mm_niah", root=root / "MM-NIAH", subset="retrieval-image", n_items=1, seed=0)[0].spans()
+    text = load_items("musique", root=root / "MuSiQue", n_items=1, seed=0)[0].spans(with_prefix=False)
+    assert images[0].role == "A" and text[0].role == "A"
+    return {"images": images, "text": text}
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_position_control_can_fail_on_a_prefix_less_item(tiny, prefixless_items, name):
+    """Tiny models frame every item as a chat template would, so a benchmark without a prefix still puts
+    B behind a header: the canonical sits behind it, relocation changes the header ↔ B distance, and
+    ctrl-KL measures what that adds (above rounding) while staying below the conditioning loss. Without
+    the framing, canonical = B alone = the oracle's B and ctrl-KL is 0 by construction (checked too)."""
+    adapter = tiny(name)
+    spans = prefixless_items["text" if is_text_only(adapter) else "images"]
+    ctx = ReuseContext(adapter, spans)
+    assert ctx.has_prefix and ctx.enc.spans[0].span.name == "chat"
+    ctrl, loss = ctx.ctrl_kl(), ctx.loss_kl()
+    assert 1e-9 < ctrl < loss, (ctrl, loss)
+    alone = ReuseContext(adapter, spans, canonical_context="none")
+    assert alone.canonical_start == 0 and alone.delta == alone.b_start
+    chat, adapter.chat = adapter.chat, None
+    try:
+        bare = ReuseContext(adapter, spans)
+        assert not bare.has_prefix and bare.ctrl_kl() < 1e-12
+    finally:
+        adapter.chat = chat

@@ -82,7 +82,7 @@ def test_bad_names_and_missing_paths_fail_before_any_forward(tmp_path, monkeypat
         "model.name=qwen9": "registered models: tiny_qwen2_5_vl",
         "bench.name=nope": "valid names: ['egoschema'",
         "bench=mm_niah_reasoning": "KAMERA_DATA is not set",
-        "model=qwen2_5_vl_7b": "download Qwen/Qwen2.5-VL-7B-Instruct",
+        "model=qwen2_5_vl_7b": "hf download Qwen/Qwen2.5-VL-7B-Instruct",
         "probes=[nope]": "conf/probe has: deficit_heads, deficit_norms",
     }
     for override, message in cases.items():

@@ -45,3 +45,13 @@ def test_bad_layouts_are_refused(vocab, specials, match):
 def test_a_named_bos_must_be_a_special():
     with pytest.raises(ValueError, match="not among the special tokens"):
         standin_tokenizer(1000, {"<x>": 900}, bos_token="<s>")
+
+
+def test_a_llama_style_stand_in_adds_bos_only_when_asked(tmp_path):
+    path = write_standin_tokenizer(tmp_path, 1024, {"<s>": 1000, "</s>": 1001}, bos_token="<s>", eos_token="</s>",
+                                   add_bos_token=True)
+    tok = AutoTokenizer.from_pretrained(path)
+    assert tok("hi")["input_ids"] == [1000, *tok.encode("hi", add_special_tokens=False)]
+    assert tok.encode("hi", add_special_tokens=False)[0] != 1000
+    with pytest.raises(ValueError, match="needs a bos_token"):
+        standin_tokenizer(1024, {"<s>": 1000}, add_bos_token=True)

@@ -30,7 +30,7 @@ from PIL import Image
 
 from kamera.data import media as _media
 from kamera.data.errors import ItemError
-from kamera.spans import Span, validate_spans
+from kamera.spans import Clip, Span, validate_spans
 
 IMAGE_TOKEN = "<image>"
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -224,6 +224,29 @@ def pick_distractors(candidates: Sequence[int], n: int, key: str) -> list[int]:
     return sorted(rng.sample(list(candidates), n))
 
 
+def _load_parts(parts: Sequence[str | MediaRef]) -> tuple:
+    """Decode media parts: images as images, each run of consecutive frames of one video as a Clip."""
+    out: list = []
+    run: list[MediaRef] = []
+
+    def flush() -> None:
+        if run:
+            out.append(Clip(tuple(r.load() for r in run), tuple(float(r.timestamp_s or 0.0) for r in run)))
+            run.clear()
+
+    for p in parts:
+        if isinstance(p, MediaRef) and p.kind == "video_frame" and (not run or run[-1].path == p.path):
+            run.append(p)
+            continue
+        flush()
+        if isinstance(p, MediaRef) and p.kind == "video_frame":
+            run.append(p)
+        else:
+            out.append(p.load() if isinstance(p, MediaRef) else p)
+    flush()
+    return tuple(out)
+
+
 @dataclass
 class ChunkedItem:
     """One benchmark item cut into prefix / A / B / query, with its gold answer and scorer.
@@ -303,9 +326,10 @@ class ChunkedItem:
         return plan
 
     def spans(self, *, with_prefix: bool = True, with_filler: bool = True) -> list[Span]:
-        """``[prefix?, A_1..A_k, B, query]`` as ``kamera.spans.Span`` with media decoded to RGB images."""
+        """``[prefix?, A_1..A_k, B, query]`` as ``kamera.spans.Span`` with media decoded to RGB images; consecutive
+        frames of one video in a span become one :class:`~kamera.spans.Clip` (a video chunk)."""
         out = [
-            Span(role, tuple(p.load() if isinstance(p, MediaRef) else p for p in parts), name, meta)  # type: ignore[arg-type]
+            Span(role, _load_parts(parts), name, meta)
             for role, name, meta, parts in self._plan(with_prefix, with_filler)
         ]
         validate_spans(out)

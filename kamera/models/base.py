@@ -16,27 +16,43 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 
 import torch
 from PIL import Image
 from transformers import DynamicCache
 
 from kamera.core import ChannelSpec, ChunkKV, RotarySpec
-from kamera.spans import Span, validate_spans
+from kamera.spans import Clip, Span, validate_spans
 
 log = logging.getLogger(__name__)
 
 
+# Bytes of float32 LM-head rows upcast at a time when a low-precision head is applied in float32: on a CPU a
+# chunk that stays in cache makes the upcast nearly free; on a GPU large chunks keep kernel launches few.
+HEAD_CHUNK_BYTES = {"cpu": 4 << 20, "other": 256 << 20}
+
+
 @dataclass
 class VisionPiece:
-    """One image as the language model sees it: its token ids and the features for its visual slots."""
+    """One image (or one video clip) as the language model sees it: its token ids, which of them carry
+    features, and the features for those slots.
+
+    ``kind`` is "image" or "video"; ``grid_thw`` [3] and, for video, ``second_per_grid`` (seconds
+    spanned by one temporal patch) are what M-RoPE families need to place it.
+    """
 
     ids: list[int]
     visual: list[bool]
     features: torch.Tensor  # [n_visual, hidden]
     grid_thw: torch.Tensor | None = None  # [3], M-RoPE families
     deepstack: list[torch.Tensor] | None = None  # per deepstack layer, [n_visual, hidden]
+    kind: str = "image"
+    second_per_grid: float | None = None
 
 
 @dataclass
@@ -127,11 +143,27 @@ def additive_mask(allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 @dataclass
 class ForwardOut:
-    """What a language-model forward leaves: the cache it filled and the float32 logits of its last token."""
+    """What a language-model forward leaves: the cache it filled and the final hidden state of its last token;
+    ``logits`` [vocab] float32 are computed from it on first use (many forwards, e.g. B's canonical
+    prefill, are run only for their cache and never pay for the LM head).
+
+    ``attn_implementation`` is the attention kernel that produced them (a forward under a 4D mask runs
+    ``sdpa`` even when the model was loaded with flash-attention 2; rows can say so).
+    """
 
     cache: DynamicCache
-    logits: torch.Tensor  # [vocab] float32
+    hidden: torch.Tensor  # [hidden] final hidden state of the last token (after the final norm)
     positions: torch.Tensor  # [P, q] the positions this forward used
+    head: Callable[[torch.Tensor], torch.Tensor] = field(repr=False, default=lambda h: h)
+    attn_implementation: str = ""
+
+    @cached_property
+    def logits(self) -> torch.Tensor:
+        """Next-token logits [vocab], float32 (the LM head applied in float32, see :meth:`Adapter.logits`)."""
+        return self.head(self.hidden)
+
+
+MASK_KERNELS = ("sdpa", "eager")  # kernels that take an arbitrary 4D additive mask
 
 
 class Adapter:
@@ -140,6 +172,7 @@ class Adapter:
     family: str = ""
     attention: str = ""  # "GQA", "MHA" or "MLA"
     position_rows: int = 1  # 3 for M-RoPE
+    takes_video: bool = False  # a Clip part is the model's own video input; otherwise its frames are images
     chat: tuple[str, str] | None = None  # (header, footer) wrapped around the item for instruct checkpoints
 
     def __init__(self, model: torch.nn.Module, tokenizer, image_processor=None, name: str = "") -> None:
@@ -152,6 +185,9 @@ class Adapter:
         self.head = model.get_output_embeddings()
         self.specs: tuple[ChannelSpec, ...] = self._channel_specs()
         self.forwards: Counter[str] = Counter()
+        self.kernels: Counter[str] = Counter()  # forwards per attention kernel actually used
+        self.video_pixels: tuple[int, int] | None = None  # (min, max) pixels per video frame, if set
+        self.checkpoint: Path | None = None  # the checkpoint directory a paper model was loaded from
 
     # ----- family hooks ------------------------------------------------------------------------
     def _language_model(self) -> torch.nn.Module:
@@ -169,19 +205,27 @@ class Adapter:
         """Vision features [n_visual, hidden] of one image, and its deepstack features if the family has them."""
         raise NotImplementedError
 
-    def _image_ids(self, n: int) -> tuple[list[int], list[bool]]:
-        """Token ids an image of n visual tokens occupies, and which of them carry features."""
+    def _image_ids(self, n: int, pixels: dict[str, torch.Tensor]) -> tuple[list[int], list[bool]]:
+        """Token ids an image of n visual tokens occupies (as the family's processor expands its image
+        placeholder), and which of them carry features."""
         raise NotImplementedError
+
+    def _video(self, clip: Clip) -> VisionPiece:
+        """One clip as the model's own video input (families with ``takes_video``)."""
+        raise NotImplementedError(f"{type(self).__name__} ({self.family}) has no video input")
 
     def _vision(self, image: Image.Image) -> VisionPiece:
         pixels = {k: v.to(self.device) for k, v in self._pixels(image).items()}
         feats, deep = self._features(pixels)
-        ids, visual = self._image_ids(int(feats.shape[0]))
+        ids, visual = self._image_ids(int(feats.shape[0]), pixels)
+        if sum(visual) != feats.shape[0]:
+            raise RuntimeError(f"{self.name}: {sum(visual)} image slots for {feats.shape[0]} feature rows")
         return VisionPiece(ids, visual, feats, pixels.get("image_grid_thw", [None])[0], deep)
 
     def _local_positions(self, ids: torch.Tensor, pieces: list[VisionPiece]) -> torch.Tensor:
-        """Positions [P, n] of a span encoded alone, starting at 0 (1-D RoPE by default)."""
-        return torch.arange(ids.numel(), device=ids.device)[None]
+        """Positions [P, n + 1] of a span encoded alone from 0, plus the position a text token following it
+        would take (the span's extent: where the next span starts). 1-D RoPE by default."""
+        return torch.arange(ids.numel() + 1, device=ids.device)[None]
 
     def _forward_extras(self, placed: Placed) -> dict:
         """Family-specific language-model kwargs for a forward over ``placed`` (e.g. deepstack)."""
@@ -190,11 +234,13 @@ class Adapter:
     # ----- properties --------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the device of the input embeddings (the first of a multi-GPU split)."""
+        return self.lm.get_input_embeddings().weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return next(self.lm.parameters()).dtype
+        """The compute dtype of the decoder stack (the vocabulary matrices may be stored narrower)."""
+        return next(self.lm.layers.parameters()).dtype
 
     @property
     def n_layers(self) -> int:
@@ -204,6 +250,10 @@ class Adapter:
     def max_positions(self) -> int:
         return int(getattr(self.text_config, "max_position_embeddings", 1 << 30))
 
+    @property
+    def attn_implementation(self) -> str:
+        return str(self.lm.config._attn_implementation)
+
     def rotary(self) -> RotarySpec:
         """The rotary spec of the rotating channel, from the model's own inverse frequencies."""
         inv_freq = self.lm.rotary_emb.inv_freq.detach().float().cpu()
@@ -211,6 +261,18 @@ class Adapter:
 
     def rotary_layout(self) -> str:
         return "half"
+
+    @contextmanager
+    def attention_kernel(self, impl: str) -> Iterator[None]:
+        """Run the language model with attention kernel ``impl`` inside the block, then restore the loaded one."""
+        before = self.attn_implementation
+        if impl != before:
+            self.lm.set_attn_implementation(impl)
+        try:
+            yield
+        finally:
+            if impl != before:
+                self.lm.set_attn_implementation(before)
 
     # ----- text --------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -257,27 +319,40 @@ class Adapter:
         spans[-1] = Span("query", (*q.parts, footer), q.name, q.meta)
         return spans
 
+    def runs(self, span: Span) -> list[str | Image.Image | Clip]:
+        """A span's parts as the model reads them: adjacent text joined into one run (a SentencePiece
+        tokenizer gives different ids for "a" + " b" tokenized apart than for "a b"), empty text dropped,
+        and a clip split into its frames (as separate images) unless the family takes video."""
+        out: list[str | Image.Image | Clip] = []
+        for part in span.parts:
+            pieces = part.frames if isinstance(part, Clip) and not self.takes_video else (part,)
+            for p in pieces:
+                if isinstance(p, str) and out and isinstance(out[-1], str):
+                    out[-1] += p
+                else:
+                    out.append(p)
+        return [p for p in out if not (isinstance(p, str) and p == "")]
+
     def encode_span(self, span: Span) -> EncodedSpan:
         ids: list[int] = []
         visual: list[bool] = []
         pieces: list[VisionPiece] = []
-        for part in span.parts:
+        for part in self.runs(span):
             if isinstance(part, str):
                 t = self.tokenize(part)
                 ids += t
                 visual += [False] * len(t)
-            else:
-                piece = self._vision(part.convert("RGB"))
-                pieces.append(piece)
-                ids += piece.ids
-                visual += piece.visual
+                continue
+            piece = self._video(part) if isinstance(part, Clip) else self._vision(part.convert("RGB"))
+            pieces.append(piece)
+            ids += piece.ids
+            visual += piece.visual
         if not ids:
             raise ValueError(f"span {span.role!r} {span.name!r} encodes to no tokens")
         dev = self.device
         ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
         vis_t = torch.tensor(visual, dtype=torch.bool, device=dev)
-        embed = self.lm.get_input_embeddings()
-        embeds = embed(ids_t.masked_fill(vis_t, 0))
+        embeds = self.embed(ids_t.masked_fill(vis_t, 0))
         if pieces:
             feats = torch.cat([p.features for p in pieces]).to(dev, embeds.dtype)
             embeds = embeds.masked_scatter(vis_t[:, None], feats)
@@ -286,13 +361,37 @@ class Adapter:
             deepstack = [
                 torch.cat([p.deepstack[k] for p in pieces]).to(dev, embeds.dtype) for k in range(len(pieces[0].deepstack))
             ]
-        local = self._local_positions(ids_t, pieces)
-        return EncodedSpan(span, ids_t, embeds, local, int(local.max()) + 1, vis_t, deepstack)
+        pos = self._local_positions(ids_t, pieces)
+        return EncodedSpan(span, ids_t, embeds, pos[:, :-1], int(pos[:, -1].max()), vis_t, deepstack)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Input embeddings of ``ids`` in the stack's compute dtype (rows are gathered, then upcast)."""
+        return self.lm.get_input_embeddings()(ids.to(self.device)).to(self.dtype)
 
     # ----- forwards ----------------------------------------------------------------------------
     def position_ids(self, pos: torch.Tensor) -> torch.Tensor:
         """[P, q] positions → the model's ``position_ids`` ([1, q] or [3, 1, q])."""
         return pos[0][None] if self.position_rows == 1 else pos[:, None, :]
+
+    @torch.no_grad()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits [vocab] in float32 from one final hidden state [hidden].
+
+        The LM head is applied in float32 whatever the model dtype (the paper's KL is float32): the
+        hidden state is upcast and the head's rows are upcast a chunk at a time (``HEAD_CHUNK_BYTES``), so
+        a bf16 head of 152k rows never needs a full float32 copy. Equal to an fp32 head on the same weights.
+        """
+        w = self.head.weight
+        bias = getattr(self.head, "bias", None)
+        h = hidden.to(w.device, torch.float32)
+        if w.dtype == torch.float32:
+            out = torch.mv(w, h)
+        else:
+            rows = max(1, HEAD_CHUNK_BYTES["cpu" if w.device.type == "cpu" else "other"] // (4 * w.shape[1]))
+            out = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
+            for i in range(0, w.shape[0], rows):
+                torch.mv(w[i : i + rows].float(), h, out=out[i : i + rows])
+        return out if bias is None else out + bias.float()
 
     @torch.no_grad()
     def forward(
@@ -302,23 +401,30 @@ class Adapter:
         mask: torch.Tensor | None = None,
         tag: str = "forward",
     ) -> ForwardOut:
-        """Run the language model over ``placed`` spans (appending to ``cache``, or a fresh one)."""
+        """Run the language model over ``placed`` spans (appending to ``cache``, or a fresh one).
+
+        A 4D ``mask`` needs a kernel that takes one: under flash-attention 2 such a forward runs
+        ``sdpa`` (and says so in ``ForwardOut.attn_implementation``)."""
         if not placed:
             raise ValueError("forward needs at least one span")
         embeds = torch.cat([s.embeds for s, _ in placed])[None]
         pos = torch.cat([s.local_pos + start for s, start in placed], dim=-1)
         cache = cache if cache is not None else DynamicCache(config=self.text_config)
-        out = self.lm(
-            inputs_embeds=embeds,
-            position_ids=self.position_ids(pos),
-            cache=cache,
-            attention_mask=mask,
-            use_cache=True,
-            **self._forward_extras(placed),
-        )
+        impl = self.attn_implementation
+        if mask is not None and impl not in MASK_KERNELS:
+            impl = "sdpa"
+        with self.attention_kernel(impl):
+            out = self.lm(
+                inputs_embeds=embeds,
+                position_ids=self.position_ids(pos),
+                cache=cache,
+                attention_mask=mask,
+                use_cache=True,
+                **self._forward_extras(placed),
+            )
         self.forwards[tag] += 1
-        logits = self.head(out.last_hidden_state[:, -1]).float()[0]
-        return ForwardOut(cache, logits, pos)
+        self.kernels[impl] += 1
+        return ForwardOut(cache, out.last_hidden_state[0, -1], pos, self.logits, impl)
 
     # ----- cache <-> ChunkKV -------------------------------------------------------------------
     def read(self, cache: DynamicCache, start: int, stop: int, positions: torch.Tensor) -> ChunkKV:
@@ -350,7 +456,6 @@ class Adapter:
             ddp_cache_data=[(layer.keys, layer.values) for layer in out.cache.layers], config=self.text_config
         )
         logits, nxt = out.logits, int(out.positions.max()) + 1
-        embed = self.lm.get_input_embeddings()
         for _ in range(max_new_tokens):
             tok = int(logits.argmax())
             if tok in stop_ids:
@@ -358,13 +463,13 @@ class Adapter:
             tokens.append(tok)
             pos = torch.full((self.position_rows, 1), nxt, dtype=torch.long, device=self.device)
             h = self.lm(
-                inputs_embeds=embed(torch.tensor([[tok]], device=self.device)),
+                inputs_embeds=self.embed(torch.tensor([[tok]], device=self.device)),
                 position_ids=self.position_ids(pos),
                 cache=cache,
                 use_cache=True,
             ).last_hidden_state
             self.forwards["decode"] += 1
-            logits = self.head(h[:, -1]).float()[0]
+            logits = self.logits(h[0, -1])
             nxt += 1
         return tokens
 

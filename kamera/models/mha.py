@@ -32,7 +32,7 @@ class MHAAdapter(Adapter):
     def _image_features(self, pixel_values: torch.Tensor):
         return self.model.model.get_image_features(pixel_values).pooler_output
 
-    def _image_ids(self, n: int) -> tuple[list[int], list[bool]]:
+    def _image_ids(self, n: int, pixels: dict[str, torch.Tensor]) -> tuple[list[int], list[bool]]:
         return [self._image_token_id()] * n, [True] * n
 
 
@@ -50,3 +50,19 @@ class LlavaAdapter(MHAAdapter):
 
 class DeepseekVLAdapter(MHAAdapter):
     family = "deepseek_vl"
+
+
+class DeepseekVLHybridAdapter(MHAAdapter):
+    """DeepSeek-VL-7B (``deepseek_vl_hybrid``): a low-resolution SigLIP tower (384 px) and a high-resolution
+    SAM tower (1024 px) whose features an aligner fuses into one run of image tokens per image (576),
+    in front of a Llama MHA decoder. Both towers' inputs come from the family's image processor."""
+
+    family = "deepseek_vl_hybrid"
+
+    def _pixels(self, image: Image.Image) -> dict[str, torch.Tensor]:
+        px = self.image_processor(images=[image], return_tensors="pt")
+        return {"pixel_values": px["pixel_values"].to(self.dtype), "high_res_pixel_values": px["high_res_pixel_values"].to(self.dtype)}
+
+    def _features(self, pixels: dict[str, torch.Tensor]) -> tuple[torch.Tensor, None]:
+        out = self.model.model.get_image_features(pixels["pixel_values"], pixels["high_res_pixel_values"])
+        return out.pooler_output.reshape(-1, out.pooler_output.shape[-1]), None

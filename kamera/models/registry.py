@@ -4,7 +4,8 @@ Tiny models are built from the real transformers config classes (the same code p
 models) with widths chosen so rank sweeps up to 128 are meaningful: the content channel (K/V
 width, or the MLA latent) is ≥ 128 wide. Paper models load from a local directory only:
 ``path=`` or ``$KAMERA_MODELS/<repo name>``; a missing checkpoint names the path tried and the
-command that fetches it.
+command that fetches it. How entries name loaders, shaped-checkpoint writers and extra entries:
+:class:`kamera.models.entry.ModelEntry`; the loading path: :mod:`kamera.models.loading`.
 """
 
 from __future__ import annotations
@@ -12,17 +13,19 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import transformers as tf
 
 from kamera.models.base import Adapter
-from kamera.models.mha import DeepseekVLAdapter, LlavaAdapter
+from kamera.models.entry import ModelEntry, resolve
+from kamera.models.internvl import InternVLAdapter
+from kamera.models.loading import load_native, resolve_attention, resolve_device
+from kamera.models.mha import DeepseekVLAdapter, DeepseekVLHybridAdapter, LlavaAdapter
 from kamera.models.mla import DeepseekV2Adapter, KimiK25Adapter
-from kamera.models.qwen_vl import Qwen3VLAdapter, Qwen3VLMoeAdapter, QwenVLAdapter
+from kamera.models.qwen_vl import Qwen3VLAdapter, Qwen3VLMoeAdapter, QwenOmniAdapter, QwenVLAdapter
+from kamera.models.smolvlm import SmolVLMAdapter
 from kamera.models.tokenizer import ByteTokenizer
 
 VOCAB = 512
@@ -68,32 +71,6 @@ class CheckpointNotFoundError(FileNotFoundError):
     """A paper-scale checkpoint missing from the local models root."""
 
 
-@dataclass(frozen=True)
-class ModelEntry:
-    """One registered model: its family adapter and either a tiny config or a Hugging Face id."""
-
-    name: str
-    family: str
-    attention: str
-    adapter: type[Adapter] | None
-    model_class: str
-    tiny_config: Callable[[], object] | None = None
-    image_processor: Callable[[], object] | None = None
-    hf_id: str | None = None
-    remote_code: bool = False
-    chat: tuple[str, str] | None = None
-    notes: str = ""
-    loader: str | None = None  # "module:function" building the adapter itself (shipped weights)
-    weights: str | None = None  # shipped weights, relative to the kamera package (fingerprinted into job hashes)
-
-    @property
-    def kind(self) -> str:
-        """"tiny" (random, from a config), "toy" (shipped trained weights) or "paper" (local checkpoint)."""
-        if self.tiny_config is not None:
-            return "tiny"
-        return "toy" if self.loader is not None else "paper"
-
-
 def _qwen25_config():
     return tf.Qwen2_5_VLConfig(
         text_config=dict(TEXT, rope_parameters=dict(rope_type="default", rope_theta=1e6, mrope_section=[8, 12, 12])),
@@ -117,6 +94,19 @@ def _qwen3_config():
 def _qwen3_moe_config():
     moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, decoder_sparse_step=1)
     return tf.Qwen3VLMoeConfig(text_config=_qwen3_text(**moe), vision_config=QWEN3_VISION, **SPECIAL_IDS)
+
+
+def _qwen3_omni_config():
+    """The Qwen3-Omni thinker's shape: MoE decoder with interleaved M-RoPE, deepstack vision tower, audio tower."""
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, decoder_sparse_step=1)
+    return tf.Qwen3OmniMoeThinkerConfig(
+        text_config=_qwen3_text(**moe),
+        vision_config=dict(QWEN3_VISION, spatial_merge_size=2, temporal_patch_size=2),
+        audio_config=dict(d_model=64, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=128, output_dim=256,
+                          num_mel_bins=16, downsample_hidden_size=32),
+        audio_token_id=VOCAB - 5, audio_start_token_id=VOCAB - 6, audio_end_token_id=VOCAB - 7,
+        position_id_per_seconds=13, **SPECIAL_IDS,
+    )
 
 
 def _kimi_config():
@@ -172,56 +162,99 @@ def _siglip_pixels():
     return tf.DeepseekVLImageProcessorPil(size={"height": 56, "width": 56})
 
 
-QWEN_CHAT = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n")
+# Tiny models' fixed chat framing: what a chat template puts around a single-turn prompt (a user-turn header
+# before the context, the assistant cue after the question, as Qwen3-VL's template renders them), so a tiny
+# item has the shape of a paper-scale one: every item has a prefix, and the canonical KV(B|∅) sits behind it.
+TINY_CHAT = ("<|user|>\n", "\n<|assistant|>\n")
 
-MODELS: dict[str, ModelEntry] = {
-    e.name: e
-    for e in [
-        # ----- tiny random twins (CPU) -----
-        ModelEntry("tiny_qwen2_5_vl", "qwen2_5_vl", "GQA", QwenVLAdapter, "Qwen2_5_VLForConditionalGeneration",
-                   _qwen25_config, _qwen_pixels(14)),
-        ModelEntry("tiny_qwen3_vl", "qwen3_vl", "GQA", Qwen3VLAdapter, "Qwen3VLForConditionalGeneration",
-                   _qwen3_config, _qwen_pixels(16)),
-        ModelEntry("tiny_qwen3_vl_moe", "qwen3_vl_moe", "GQA", Qwen3VLMoeAdapter, "Qwen3VLMoeForConditionalGeneration",
-                   _qwen3_moe_config, _qwen_pixels(16)),
-        ModelEntry("tiny_kimi", "kimi_k25", "MLA", KimiK25Adapter, "Kimi_K25ForConditionalGeneration", _kimi_config),
-        ModelEntry("tiny_deepseek_v2", "deepseek_v2", "MLA", DeepseekV2Adapter, "DeepseekV2ForCausalLM",
-                   _deepseek_v2_config, notes="text only; k_pe interleaved"),
-        ModelEntry("tiny_llava", "llava", "MHA", LlavaAdapter, "LlavaForConditionalGeneration", _llava_config,
-                   _clip_pixels),
-        ModelEntry("tiny_deepseek_vl", "deepseek_vl", "MHA", DeepseekVLAdapter, "DeepseekVLForConditionalGeneration",
-                   _deepseek_vl_config, _siglip_pixels),
-        # ----- the embedded toy binding model (trained in-repo, weights shipped in kamera/toy) -----
-        ModelEntry("toy_binding", "qwen2_5_vl", "GQA", None, "Qwen2_5_VLForConditionalGeneration",
-                   loader="kamera.toy.model:load_image", weights="toy/weights/image",
-                   notes="A and B drawn as images through a tiny Qwen2.5-VL tower, M-RoPE; trained in-repo (kamera/toy)"),
-        ModelEntry("toy_binding_text", "text", "GQA", None, "Qwen2ForCausalLM", loader="kamera.toy.model:load_text",
-                   weights="toy/weights/text",
-                   notes="2-layer Qwen2 trained on the binding task with A and B as words (kamera/toy)"),
-        ModelEntry("toy_window", "text", "GQA", None, "Qwen2ForCausalLM", loader="kamera.toy.model:load_window",
-                   weights="toy/weights/window", notes="2-layer Qwen2 trained on the toy window task (kamera/toy/window_task.py)"),
-        # ----- the paper's checkpoints (local copies only) -----
-        ModelEntry("qwen2_5_vl_7b", "qwen2_5_vl", "GQA", QwenVLAdapter, "Qwen2_5_VLForConditionalGeneration",
-                   hf_id="Qwen/Qwen2.5-VL-7B-Instruct", chat=QWEN_CHAT),
-        ModelEntry("qwen3_vl_8b", "qwen3_vl", "GQA", Qwen3VLAdapter, "Qwen3VLForConditionalGeneration",
-                   hf_id="Qwen/Qwen3-VL-8B-Instruct", chat=QWEN_CHAT),
-        ModelEntry("kimi_vl_a3b", "kimi_vl", "MLA", None, "AutoModelForCausalLM",
-                   hf_id="moonshotai/Kimi-VL-A3B-Instruct", remote_code=True,
-                   notes="remote code; its DeepSeek-V3 attention caches expanded per-head K/V, not the MLA latent"),
-        ModelEntry("qwen3_omni_30b_a3b", "qwen3_omni_moe", "GQA", None, "Qwen3OmniMoeForConditionalGeneration",
-                   hf_id="Qwen/Qwen3-Omni-30B-A3B-Instruct", chat=QWEN_CHAT),
-        ModelEntry("deepseek_vl_7b", "deepseek_vl_hybrid", "MHA", None, "DeepseekVLHybridForConditionalGeneration",
-                   hf_id="deepseek-community/deepseek-vl-7b-chat"),
-        ModelEntry("phi3_5_vision", "phi3_v", "MHA", None, "AutoModelForCausalLM",
-                   hf_id="microsoft/Phi-3.5-vision-instruct", remote_code=True),
-        ModelEntry("internvl3_8b", "internvl", "GQA", None, "InternVLForConditionalGeneration",
-                   hf_id="OpenGVLab/InternVL3-8B-hf"),
-        ModelEntry("llava_1_5_7b", "llava", "MHA", LlavaAdapter, "LlavaForConditionalGeneration",
-                   hf_id="llava-hf/llava-1.5-7b-hf", chat=("USER: ", "\nASSISTANT:")),
-        ModelEntry("smolvlm2", "smolvlm", "GQA", None, "SmolVLMForConditionalGeneration",
-                   hf_id="HuggingFaceTB/SmolVLM2-2.2B-Instruct"),
-    ]
-}
+# Checkpoints whose writer is in kamera.shaped: "kamera.shaped.<family module>:<model>".
+_SHAPED = "kamera.shaped.{}:{}"
+
+_ENTRIES = [
+    # ----- tiny random twins (CPU) -----
+    ModelEntry("tiny_qwen2_5_vl", "qwen2_5_vl", "GQA", QwenVLAdapter, "Qwen2_5_VLForConditionalGeneration",
+               _qwen25_config, _qwen_pixels(14), chat=TINY_CHAT),
+    ModelEntry("tiny_qwen3_vl", "qwen3_vl", "GQA", Qwen3VLAdapter, "Qwen3VLForConditionalGeneration",
+               _qwen3_config, _qwen_pixels(16), chat=TINY_CHAT),
+    ModelEntry("tiny_qwen3_vl_moe", "qwen3_vl_moe", "GQA", Qwen3VLMoeAdapter, "Qwen3VLMoeForConditionalGeneration",
+               _qwen3_moe_config, _qwen_pixels(16), chat=TINY_CHAT),
+    ModelEntry("tiny_qwen3_omni", "qwen3_omni_moe", "GQA", QwenOmniAdapter, "Qwen3OmniMoeThinkerForConditionalGeneration",
+               _qwen3_omni_config, _qwen_pixels(16), chat=TINY_CHAT, notes="the thinker; audio tower built, not read"),
+    ModelEntry("tiny_kimi", "kimi_k25", "MLA", KimiK25Adapter, "Kimi_K25ForConditionalGeneration", _kimi_config,
+               chat=TINY_CHAT),
+    ModelEntry("tiny_deepseek_v2", "deepseek_v2", "MLA", DeepseekV2Adapter, "DeepseekV2ForCausalLM",
+               _deepseek_v2_config, chat=TINY_CHAT, notes="text only; k_pe interleaved"),
+    ModelEntry("tiny_llava", "llava", "MHA", LlavaAdapter, "LlavaForConditionalGeneration", _llava_config,
+               _clip_pixels, chat=TINY_CHAT),
+    ModelEntry("tiny_deepseek_vl", "deepseek_vl", "MHA", DeepseekVLAdapter, "DeepseekVLForConditionalGeneration",
+               _deepseek_vl_config, _siglip_pixels, chat=TINY_CHAT),
+    # ----- the embedded toy binding model (trained in-repo, weights shipped in kamera/toy) -----
+    ModelEntry("toy_binding", "qwen2_5_vl", "GQA", model_class="Qwen2_5_VLForConditionalGeneration",
+               loader="kamera.toy.model:load_image", weights="toy/weights/image",
+               notes="A and B drawn as images through a tiny Qwen2.5-VL tower, M-RoPE; trained in-repo (kamera/toy)"),
+    ModelEntry("toy_binding_text", "text", "GQA", model_class="Qwen2ForCausalLM", loader="kamera.toy.model:load_text",
+               weights="toy/weights/text",
+               notes="2-layer Qwen2 trained on the binding task with A and B as words (kamera/toy)"),
+    ModelEntry("toy_window", "text", "GQA", model_class="Qwen2ForCausalLM", loader="kamera.toy.model:load_window",
+               weights="toy/weights/window", notes="2-layer Qwen2 trained on the toy window task (kamera/toy/window_task.py)"),
+    # ----- the paper's checkpoints (local copies only) -----
+    ModelEntry("qwen2_5_vl_7b", "qwen2_5_vl", "GQA", QwenVLAdapter, "Qwen2_5_VLForConditionalGeneration",
+               hf_id="Qwen/Qwen2.5-VL-7B-Instruct", shaped=_SHAPED.format("qwen", "qwen2_5_vl_7b")),
+    ModelEntry("qwen3_vl_8b", "qwen3_vl", "GQA", Qwen3VLAdapter, "Qwen3VLForConditionalGeneration",
+               hf_id="Qwen/Qwen3-VL-8B-Instruct", shaped=_SHAPED.format("qwen", "qwen3_vl_8b")),
+    ModelEntry("kimi_vl_a3b", "kimi_vl", "MLA", hf_id="moonshotai/Kimi-VL-A3B-Instruct", remote_code=True,
+               notes="remote code on the Hub; its native-class loader is separate work (kamera.models.kimi_vl)"),
+    ModelEntry("qwen3_omni_30b_a3b", "qwen3_omni_moe", "GQA", QwenOmniAdapter, "Qwen3OmniMoeForConditionalGeneration",
+               hf_id="Qwen/Qwen3-Omni-30B-A3B-Instruct", shaped=_SHAPED.format("qwen", "qwen3_omni_30b_a3b"),
+               load_kwargs=(("enable_audio_output", False),), submodule="thinker",
+               notes="the thinker only (text, images, video; MoE); the talker and code2wav are not loaded"),
+    ModelEntry("deepseek_vl_7b", "deepseek_vl_hybrid", "MHA", DeepseekVLHybridAdapter,
+               "DeepseekVLHybridForConditionalGeneration", hf_id="deepseek-community/deepseek-vl-7b-chat",
+               shaped=_SHAPED.format("deepseek_vl", "deepseek_vl_7b")),
+    ModelEntry("phi3_5_vision", "phi3_v", "MHA", hf_id="microsoft/Phi-3.5-vision-instruct", remote_code=True,
+               notes="remote code on the Hub; its native-class loader is separate work (kamera.models.phi3_v)"),
+    ModelEntry("internvl3_8b", "internvl", "GQA", InternVLAdapter, "InternVLForConditionalGeneration",
+               hf_id="OpenGVLab/InternVL3-8B-hf", shaped=_SHAPED.format("internvl", "internvl3_8b")),
+    ModelEntry("llava_1_5_7b", "llava", "MHA", LlavaAdapter, "LlavaForConditionalGeneration",
+               hf_id="llava-hf/llava-1.5-7b-hf", shaped=_SHAPED.format("llava", "llava_1_5_7b")),
+    ModelEntry("smolvlm2", "smolvlm", "MHA", SmolVLMAdapter, "SmolVLMForConditionalGeneration",
+               hf_id="HuggingFaceTB/SmolVLM2-2.2B-Instruct", shaped=_SHAPED.format("smolvlm", "smolvlm2")),
+]
+
+# Modules contributing further entries: every module-level ModelEntry (or list / tuple of them) is
+# merged. An entry may take the name of a registered placeholder (a paper model with no adapter and no
+# loader); any other clash is an error.
+EXTRA_MODULES: tuple[str, ...] = ("kamera.models.extras",)
+
+
+def _merge(entries: list[ModelEntry], modules: tuple[str, ...]) -> dict[str, ModelEntry]:
+    merged: dict[str, ModelEntry] = {}
+    for e in entries:
+        if e.name in merged:
+            raise ValueError(f"model {e.name!r} is registered twice")
+        merged[e.name] = e
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name == name:
+                continue  # an optional contribution that is not installed
+            raise
+        found: list[ModelEntry] = []
+        for value in vars(module).values():
+            if isinstance(value, ModelEntry):
+                found.append(value)
+            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, ModelEntry) for v in value):
+                found.extend(value)
+        for e in dict.fromkeys(found):
+            old = merged.get(e.name)
+            if old is not None and old.has_adapter:
+                raise ValueError(f"{name} registers {e.name!r}, which is already registered with an adapter")
+            merged[e.name] = e
+    return merged
+
+
+MODELS: dict[str, ModelEntry] = _merge(_ENTRIES, EXTRA_MODULES)
 
 
 def weights_fingerprint(name: str) -> str | None:
@@ -230,10 +263,14 @@ def weights_fingerprint(name: str) -> str | None:
     if e.weights is None:
         return None
     digest = hashlib.sha256()
-    for f in sorted((Path(__file__).resolve().parent.parent / e.weights).glob("*")):
+    for f in sorted(_package_path(e.weights).glob("*")):
         digest.update(f.name.encode())
         digest.update(f.read_bytes())
     return digest.hexdigest()[:12]
+
+
+def _package_path(rel: str) -> Path:
+    return Path(__file__).resolve().parent.parent / rel
 
 
 def model_names(kind: str | None = None) -> list[str]:
@@ -249,31 +286,67 @@ def entry(name: str) -> ModelEntry:
     return MODELS[name]
 
 
+def fetch_hint(e: ModelEntry, where: str | Path) -> str:
+    """The command that fetches a checkpoint (huggingface_hub's ``hf`` CLI)."""
+    return f"hf download {e.hf_id} --local-dir {where}"
+
+
 def checkpoint_path(name: str, path: str | Path | None = None, models_root: str | Path | None = None) -> Path:
     """Where a paper model's local checkpoint must be: ``path``, else ``<models_root or $KAMERA_MODELS>/<repo>``."""
     e = entry(name)
     if e.hf_id is None:
-        raise ValueError(f"{name} is a tiny model built from its config; it has no checkpoint")
+        raise ValueError(f"{name} is a {e.kind} model; it has no checkpoint")
     if path is None:
         root = models_root or os.environ.get("KAMERA_MODELS")
         if not root:
             raise CheckpointNotFoundError(
                 f"{name}: no checkpoint path given and KAMERA_MODELS is not set; set KAMERA_MODELS to the directory "
-                f"holding {e.hf_id.split('/')[-1]}/ (fetch it with: huggingface-cli download {e.hf_id} "
-                f"--local-dir $KAMERA_MODELS/{e.hf_id.split('/')[-1]})"
+                f"holding {e.repo_dir}/ (fetch it with: {fetch_hint(e, '$KAMERA_MODELS/' + e.repo_dir)})"
             )
-        path = Path(root) / e.hf_id.split("/")[-1]
+        path = Path(root) / e.repo_dir
     path = Path(path)
     if not (path / "config.json").is_file():
         raise CheckpointNotFoundError(
             f"{name}: no checkpoint at {path} (config.json missing); fetch it on a machine with internet with: "
-            f"huggingface-cli download {e.hf_id} --local-dir {path}"
+            f"{fetch_hint(e, path)}"
         )
     return path
 
 
+def model_problems(name: str, path: str | Path | None = None, models_root: str | Path | None = None) -> list[str]:
+    """Why ``name`` cannot load, found without loading anything (empty when it can): an unknown name, a paper
+    model with no adapter yet (said first: fetching its checkpoint would not help), a missing checkpoint."""
+    try:
+        e = entry(name)
+    except UnknownModelError as err:
+        return [str(err)]
+    if e.kind != "paper":
+        return []
+    problems = []
+    if not e.has_adapter:
+        problems.append(f"model {name} ({e.family}) has no adapter yet: {e.notes or 'unverified family'}")
+    try:
+        checkpoint_path(name, path, models_root)
+    except CheckpointNotFoundError as err:
+        problems.append(str(err))
+    return problems
+
+
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _one_device(device: str) -> str:
+    """Small models live on one device: "auto" (which only survives resolution with CUDA) is the first GPU."""
+    return "cuda" if device == "auto" else device
 
 
 def load_model(
@@ -286,35 +359,35 @@ def load_model(
     attn_implementation: str = "sdpa",
     seed: int = 0,
 ) -> Adapter:
-    """Build (tiny) or load (paper) a registered model and wrap it in its family adapter."""
+    """Build (tiny) or load (toy, paper) a registered model and wrap it in its family adapter.
+
+    ``device``: "cpu", "cuda", "cuda:1", … or "auto" (all visible GPUs through accelerate's
+    ``device_map="auto"``, so a model larger than one GPU spreads over a node; the CPU without CUDA).
+    ``attn_implementation``: "sdpa", "eager", "flash_attention_2" or "auto" (flash-attention 2 on CUDA
+    when installed, else sdpa); forwards under a 4D mask always run a kernel that takes one.
+    """
     e = entry(name)
-    if isinstance(dtype, str):
-        if dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
-        dtype = DTYPES[dtype]
-    if e.loader is not None:
-        module, func = e.loader.split(":")
-        adapter = getattr(importlib.import_module(module), func)(
-            dtype=dtype, device=device, attn_implementation=attn_implementation
-        )
-    elif e.kind == "tiny":
+    dtype = parse_dtype(dtype)
+    device = resolve_device(device)
+    attn = resolve_attention(attn_implementation, device)
+    if e.kind == "tiny":
         torch.manual_seed(seed)
         cls = getattr(tf, e.model_class)
-        model = cls._from_config(e.tiny_config(), attn_implementation=attn_implementation, dtype=dtype)
+        model = cls._from_config(e.tiny_config(), attn_implementation=attn, dtype=dtype)
         processor = e.image_processor() if e.image_processor else None
-        adapter = e.adapter(model.to(device), ByteTokenizer(), processor, name=name)
-    else:
-        ckpt = checkpoint_path(name, path, models_root)
-        if e.adapter is None:
-            raise NotImplementedError(
-                f"{name} ({e.family}) is registered but has no adapter yet ({e.notes or 'its cache/vision path is unverified'}); "
-                f"checkpoint found at {ckpt}"
-            )
-        cls = getattr(tf, e.model_class)
-        model = cls.from_pretrained(
-            ckpt, dtype=dtype, attn_implementation=attn_implementation, trust_remote_code=e.remote_code
-        ).to(device)
-        processor = tf.AutoProcessor.from_pretrained(ckpt, trust_remote_code=e.remote_code)
-        adapter = e.adapter(model, processor.tokenizer, getattr(processor, "image_processor", None), name=name)
-    adapter.chat = e.chat
-    return adapter
+        adapter = e.adapter(model.to(_one_device(device)), ByteTokenizer(), processor, name=name)
+        adapter.chat = e.chat
+        return adapter
+    if e.kind == "toy":
+        return resolve(e.loader, f"{name} loader")(
+            path=_package_path(e.weights), dtype=dtype, device=_one_device(device), attn_implementation=attn,
+        )
+    ckpt = checkpoint_path(name, path, models_root)
+    if not e.has_adapter:
+        raise NotImplementedError(
+            f"{name} ({e.family}) is registered but has no adapter yet ({e.notes or 'its cache/vision path is unverified'}); "
+            f"checkpoint found at {ckpt}"
+        )
+    if e.loader is not None:
+        return resolve(e.loader, f"{name} loader")(ckpt, dtype=dtype, device=device, attn_implementation=attn)
+    return load_native(e, ckpt, dtype=dtype, device=device, attn_implementation=attn)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 
@@ -30,11 +30,14 @@ def standin_tokenizer(
     pad_token: str | None = None,
     unk_token: str | None = None,
     chat_template: str | None = None,
+    add_bos_token: bool = False,
 ) -> PreTrainedTokenizerFast:
     """A byte-level tokenizer of ``vocab_size`` ids with ``specials`` (token → id) at their ids.
 
     ``bos_token`` … ``unk_token`` name tokens of ``specials`` the tokenizer reports as its
-    bos / eos / pad / unk; ``chat_template`` is stored as the tokenizer's template.
+    bos / eos / pad / unk; ``chat_template`` is stored as the tokenizer's template;
+    ``add_bos_token`` makes encoding with special tokens start with the BOS token, as Llama-style
+    tokenizers do.
     """
     if vocab_size < 256 + len(specials):
         raise ValueError(f"vocab_size {vocab_size} cannot hold 256 byte tokens and {len(specials)} specials")
@@ -48,6 +51,8 @@ def standin_tokenizer(
     missing = {k: v for k, v in named.items() if v not in specials}
     if missing:
         raise ValueError(f"{missing} are not among the special tokens {sorted(specials)}")
+    if add_bos_token and bos_token is None:
+        raise ValueError("add_bos_token needs a bos_token")
 
     taken = set(specials.values())
     free = (i for i in range(vocab_size) if i not in taken)
@@ -58,6 +63,9 @@ def standin_tokenizer(
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in sorted(specials, key=specials.get)])
+    if add_bos_token:
+        bos = (bos_token, specials[bos_token])
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos[0]} $A", pair=f"{bos[0]} $A $B", special_tokens=[bos])
     out = PreTrainedTokenizerFast(tokenizer_object=tok, **named)
     if chat_template is not None:
         out.chat_template = chat_template

@@ -14,7 +14,7 @@ from PIL import Image
 from kamera.data import IMAGE_TOKEN, ChunkedItem, MediaRef, load_items, score
 from kamera.data.fixtures import read_index
 from kamera.data.mm_niah import _needle_index
-from kamera.spans import validate_spans
+from kamera.spans import Clip, validate_spans
 
 
 def roles(item: ChunkedItem) -> list[tuple[str, str, int]]:
@@ -29,13 +29,9 @@ def check_common(item: ChunkedItem) -> None:
     """Span shape, decodable media, and the gold scoring right and a wrong answer wrong."""
     spans = item.spans()
     validate_spans(spans)
-    assert all(
-        isinstance(p, Image.Image) and p.mode == "RGB"
-        for s in spans
-        for p in s.parts
-        if not isinstance(p, str)
-    )
-    assert sum(s.n_images for s in spans) == len(item.media_refs())
+    pictures = [f for s in spans for p in s.parts if not isinstance(p, str) for f in (p.frames if isinstance(p, Clip) else (p,))]
+    assert all(isinstance(p, Image.Image) and p.mode == "RGB" for p in pictures)
+    assert len(pictures) == sum(s.n_images + s.n_frames for s in spans) == len(item.media_refs())
     if item.answer_format == "letter":
         wrong = next(c for c in item.choice_letters if c != item.gold_letter)
         assert score(item, item.gold_letter) == 1.0
@@ -180,6 +176,10 @@ def check_video(item: ChunkedItem, n_frames: int) -> None:
     assert [r.frame_index for r in a + b] == idx and idx == sorted(set(idx)) and idx[0] == 0
     assert idx[-1] == item.meta["video_frames"] - 1
     assert [read_index(r.load()) for r in a + b] == idx  # the decoded frame is the frame asked for
+    # each chunk of frames reaches the model as one clip, with the frames' times in the video
+    clips = [p for s in item.spans() if s.role in ("A", "B") for p in s.parts if isinstance(p, Clip)]
+    assert [f.size for c in clips for f in c.frames] == [r.load().size for r in a + b]
+    assert [t for c in clips for t in c.timestamps] == pytest.approx([i / item.meta["fps"] for i in idx])
 
 
 def test_videomme(bench_root, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,90 @@
+"""One registered model: what it is, how it loads, and how its shaped checkpoint is written.
+
+Kept apart from the registry so that modules contributing entries (``kamera.models.extras``) can
+import :class:`ModelEntry` without importing the registry that merges them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kamera.models.base import Adapter
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A registered model.
+
+    Three kinds (:attr:`kind`): ``tiny`` (random weights from ``tiny_config``, CPU tests), ``toy``
+    (trained weights shipped in the package, ``weights``) and ``paper`` (a local checkpoint named as on
+    the Hub, ``hf_id``). A paper model loads either through the native path (``adapter`` +
+    ``model_class``: transformers' own class, tokenizer and PIL image processor from the checkpoint) or
+    through its own ``loader``.
+
+    ``loader`` and ``shaped`` are ``"module:function"`` references, resolved only when used:
+
+    - ``loader(path: Path, *, dtype: torch.dtype, device: str, attn_implementation: str) -> Adapter``
+      with ``path`` the checkpoint directory (paper) or the shipped weights directory (toy);
+    - ``shaped(out: Path, *, layers: int, vision_layers: int, seed: int) -> Path`` writes the model's
+      shaped checkpoint (real dimensions, random weights, few layers) into ``out`` and returns it.
+
+    ``chat`` is a fixed (header, footer) for tiny models, whose byte tokenizer has no chat template;
+    paper checkpoints read theirs from the checkpoint's template at load time.
+    ``load_kwargs`` are extra ``from_pretrained`` arguments and ``submodule`` the attribute of the
+    loaded model that the adapter wraps (Qwen3-Omni: the thinker of the full model).
+    """
+
+    name: str
+    family: str
+    attention: str
+    adapter: type[Adapter] | None = None
+    model_class: str = ""
+    tiny_config: Callable[[], object] | None = None
+    image_processor: Callable[[], object] | None = None
+    hf_id: str | None = None
+    remote_code: bool = False
+    chat: tuple[str, str] | None = None
+    notes: str = ""
+    loader: str | None = None
+    weights: str | None = None
+    shaped: str | None = None
+    load_kwargs: tuple[tuple[str, object], ...] = ()
+    submodule: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """"tiny" (random, from a config), "toy" (shipped trained weights) or "paper" (local checkpoint)."""
+        if self.tiny_config is not None:
+            return "tiny"
+        return "toy" if self.weights is not None else "paper"
+
+    @property
+    def has_adapter(self) -> bool:
+        """Whether the harness can load this model (a native adapter or a loader of its own)."""
+        return self.kind != "paper" or self.adapter is not None or self.loader is not None
+
+    @property
+    def repo_dir(self) -> str:
+        """The checkpoint's directory name under the models root (the Hub repo name)."""
+        if self.hf_id is None:
+            raise ValueError(f"{self.name} is not a checkpoint-backed model")
+        return self.hf_id.split("/")[-1]
+
+
+def resolve(ref: str, what: str) -> Callable:
+    """The function a ``"module:function"`` reference names; ValueError naming the reference otherwise."""
+    import importlib
+
+    module, sep, func = ref.partition(":")
+    if not sep or not module or not func:
+        raise ValueError(f"{what} {ref!r} must look like 'package.module:function'")
+    try:
+        fn = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"{what} {ref!r} cannot be resolved: {e}") from e
+    if not callable(fn):
+        raise ValueError(f"{what} {ref!r} is not callable")
+    return fn

@@ -1,0 +1,103 @@
+"""Shaped DeepSeek-VL-7B-chat in its transformers layout (``deepseek-community/deepseek-vl-7b-chat``,
+``deepseek_vl_hybrid``): a SigLIP-L tower at 384 px and a SAM-B tower at 1024 px fused into 576 image
+tokens, in front of DeepSeek-LLM-7B (Llama MHA, 30 × 4096, vocabulary 102,400).
+
+Numbers, image processor settings, tokenizer specials and the chat format are those of transformers'
+conversion script for this checkpoint; the config leaves the rest at the config classes' defaults
+(including tied input and output embeddings), as the converted checkpoint does.
+"""
+
+from __future__ import annotations
+
+from kamera.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+CONVERTER = "huggingface/transformers src/transformers/models/deepseek_vl_hybrid/convert_deepseek_vl_hybrid_weights_to_hf.py"
+
+SOURCES = {
+    "config.json": f"{CONVERTER} (convert_model: text, SigLIP and SAM sizes); huggingface.co/deepseek-community/"
+                   "deepseek-vl-7b-chat/blob/main/config.json",
+    "preprocessor_config.json": f"{CONVERTER} (ImageNet-standard mean/std at 384 px bilinear, CLIP mean/std at 1024 px)",
+    "processor": "huggingface/transformers src/transformers/models/deepseek_vl_hybrid/processing_deepseek_vl_hybrid.py "
+                 "(576 <image_placeholder> tokens per image)",
+    "chat_template": f"{CONVERTER} (CHAT_TEMPLATE, adopted from deepseek-ai/DeepSeek-VL deepseek_vl/utils/conversation.py)",
+    "tokenizer": "stand-in: DeepSeek-LLM's 102,400-token vocabulary with <｜begin▁of▁sentence｜> 100000, "
+                 "<｜end▁of▁sentence｜> 100001 and <image_placeholder> 100015 (image_token_id of the config class)",
+}
+
+DEEPSEEK_VL_7B = {
+    "architectures": ["DeepseekVLHybridForConditionalGeneration"],
+    "model_type": "deepseek_vl_hybrid",
+    "image_token_id": 100015,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "text_config": {
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "max_position_embeddings": 16384,
+        "num_attention_heads": 32, "num_hidden_layers": 30, "vocab_size": 102400,
+    },
+    "vision_config": {
+        "model_type": "siglip_vision_model", "hidden_size": 1024, "intermediate_size": 4096, "image_size": 384,
+        "patch_size": 16, "hidden_act": "gelu", "vision_use_head": False, "num_attention_heads": 16,
+        "num_hidden_layers": 24,
+    },
+    "high_res_vision_config": {
+        "model_type": "sam_vision_model", "hidden_size": 768, "intermediate_size": 3072, "mlp_dim": 3072,
+        "image_size": 1024, "patch_size": 16, "num_attention_heads": 12, "num_hidden_layers": 12,
+        "global_attn_indexes": [2, 5, 8, 11], "window_size": 14, "output_channels": 256,
+    },
+}
+
+
+def _remap(cfg: dict, layers: int, vision_layers: int) -> None:
+    """SAM's last block attends globally (as in the 12-block tower); the others keep their 14 × 14 windows."""
+    cfg["high_res_vision_config"]["global_attn_indexes"] = [vision_layers - 1]
+
+
+TEMPLATE = (
+    "You are a helpful language and vision assistant. You are able to understand the visual content that the user "
+    "provides, and assist the user with a variety of tasks using natural language.\n\n"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}User: {% elif message['role'] == 'assistant' %}Assistant: "
+    "{% else %}{{ message['role'].capitalize() }}: {% endif %}"
+    "{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<image_placeholder>"
+    "{% elif part['type'] == 'text' %}{% set text = part['text'] %}"
+    "{% if loop.first %}{% set text = text.lstrip() %}{% endif %}{% if loop.last %}{% set text = text.rstrip() %}{% endif %}"
+    "{% if not loop.first and message['content'][loop.index0 - 1]['type'] == 'text' %} {% endif %}{{ text }}"
+    "{% endif %}{% endfor %}"
+    "{% if not loop.last or add_generation_prompt %}"
+    "{% if message['role'] == 'user' %}{{ '\\n\\n' }}{% else %}<｜end▁of▁sentence｜>{% endif %}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+DEEPSEEK_VL_7B_SPEC = ShapedSpec(
+    model="deepseek_vl_7b",
+    model_class="DeepseekVLHybridForConditionalGeneration",
+    config=DEEPSEEK_VL_7B,
+    sources=SOURCES,
+    text_layers=("text_config.num_hidden_layers",),
+    vision_layers=("vision_config.num_hidden_layers", "high_res_vision_config.num_hidden_layers"),
+    remap=_remap,
+    files={
+        "preprocessor_config.json": {
+            "image_processor_type": "DeepseekVLHybridImageProcessor", "processor_class": "DeepseekVLHybridProcessor",
+            "do_resize": True, "size": {"height": 384, "width": 384}, "high_res_size": {"height": 1024, "width": 1024},
+            "resample": 2, "high_res_resample": 3, "min_size": 14, "do_rescale": True, "rescale_factor": 1 / 255,
+            "do_normalize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "high_res_image_mean": CLIP_MEAN, "high_res_image_std": CLIP_STD, "do_convert_rgb": True,
+        },
+        "processor_config.json": {"num_image_tokens": 576, "processor_class": "DeepseekVLHybridProcessor"},
+        "generation_config.json": {"bos_token_id": 100000, "eos_token_id": 100001, "pad_token_id": 100001},
+    },
+    chat_template=TEMPLATE,
+    tokenizer=TokenizerSpec(
+        None, 102400,
+        {"<｜begin▁of▁sentence｜>": 100000, "<｜end▁of▁sentence｜>": 100001, "<image_placeholder>": 100015},
+        {"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": True, "bos_token": "<｜begin▁of▁sentence｜>",
+         "eos_token": "<｜end▁of▁sentence｜>", "pad_token": "<｜end▁of▁sentence｜>",
+         "extra_special_tokens": {"image_token": "<image_placeholder>"}, "model_max_length": 16384},
+    ),
+)
+
+deepseek_vl_7b = writer_for(DEEPSEEK_VL_7B_SPEC)

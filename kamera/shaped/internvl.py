@@ -1,0 +1,91 @@
+"""Shaped InternVL3-8B in its transformers layout (``OpenGVLab/InternVL3-8B-hf``): InternViT-300M (24 × 1024, 448-px
+tiles, pixel shuffle 0.5 → 256 tokens per tile) in front of Qwen2.5-7B (GQA 28/4 heads, 3584 wide,
+dynamic NTK RoPE ×2 beyond 32k, vocabulary 151,674 with InternVL's image tokens from 151665).
+"""
+
+from __future__ import annotations
+
+from kamera.shaped.tokenizers import QWEN_SPECIALS, qwen_tokenizer_config
+from kamera.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+
+CONVERTER = "huggingface/transformers src/transformers/models/internvl/convert_internvl_weights_to_hf.py"
+SOURCES = {
+    "config.json": "huggingface.co/OpenGVLab/InternVL3-8B-hf/blob/main/config.json (language model: the Qwen2.5-7B "
+                   f"llm_config of OpenGVLab/InternVL3-8B; image_token_id 151667 and eos 151645 set by {CONVERTER})",
+    "preprocessor_config.json": f"{CONVERTER} (write_image_processor: 448 × 448 tiles, ImageNet mean/std); tiles up "
+                                "to max_patches 12 plus a thumbnail (GotOcr2 image processor, crop_to_patches set "
+                                "by InternVLProcessor)",
+    "tokenizer": f"{CONVERTER} (write_tokenizer: the Qwen2.5 tokenizer plus <img> </img> <IMG_CONTEXT> <quad> </quad> "
+                 "<ref> </ref> <box> </box> from 151665)",
+    "chat_template": "huggingface.co/OpenGVLab/InternVL3-8B-hf/blob/main/chat_template.json (<IMG_CONTEXT> per image, "
+                     "no default system turn)",
+}
+
+INTERNVL3_8B = {
+    "architectures": ["InternVLForConditionalGeneration"],
+    "model_type": "internvl",
+    "downsample_ratio": 0.5,
+    "image_seq_length": 256,
+    "image_token_id": 151667,
+    "projector_hidden_act": "gelu",
+    "vision_feature_layer": -1,
+    "vision_feature_select_strategy": "default",
+    "torch_dtype": "bfloat16",
+    "text_config": {
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "attention_dropout": 0.0,
+        "bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": 3584,
+        "initializer_range": 0.02, "intermediate_size": 18944, "max_position_embeddings": 32768,
+        "max_window_layers": 70, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-06, "rope_scaling": {"factor": 2.0, "rope_type": "dynamic", "type": "dynamic"},
+        "rope_theta": 1000000.0, "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "use_cache": True, "use_sliding_window": False, "vocab_size": 151674,
+    },
+    "vision_config": {
+        "model_type": "internvl_vision", "architectures": ["InternVisionModel"], "attention_bias": True,
+        "attention_dropout": 0.0, "hidden_act": "gelu", "hidden_size": 1024, "image_size": [448, 448],
+        "intermediate_size": 4096, "layer_norm_eps": 1e-06, "layer_scale_init_value": 0.1, "norm_type": "layer_norm",
+        "num_attention_heads": 16, "num_channels": 3, "num_hidden_layers": 24, "patch_size": [14, 14],
+        "projection_dropout": 0.0, "use_absolute_position_embeddings": True, "use_mask_token": False,
+        "use_mean_pooling": True, "use_qk_norm": False,
+    },
+}
+
+TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<IMG_CONTEXT>\n{% elif part['type'] == 'video' %}<video>\n"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+INTERNVL_SPECIALS = {tok: 151665 + i for i, tok in enumerate(
+    ["<img>", "</img>", "<IMG_CONTEXT>", "<quad>", "</quad>", "<ref>", "</ref>", "<box>", "</box>"])}
+
+INTERNVL3_8B_SPEC = ShapedSpec(
+    model="internvl3_8b",
+    model_class="InternVLForConditionalGeneration",
+    config=INTERNVL3_8B,
+    sources=SOURCES,
+    text_layers=("text_config.num_hidden_layers",),
+    vision_layers=("vision_config.num_hidden_layers",),
+    files={
+        "preprocessor_config.json": {
+            "image_processor_type": "GotOcr2ImageProcessorFast", "processor_class": "InternVLProcessor",
+            "do_resize": True, "size": {"height": 448, "width": 448}, "do_rescale": True, "rescale_factor": 1 / 255,
+            "do_normalize": True, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225],
+            "do_convert_rgb": True, "crop_to_patches": False, "min_patches": 1, "max_patches": 12,
+        },
+        "processor_config.json": {"image_seq_length": 256, "processor_class": "InternVLProcessor"},
+        "generation_config.json": {"bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643},
+    },
+    chat_template=TEMPLATE,
+    tokenizer=TokenizerSpec(
+        "qwen2", 151674, INTERNVL_SPECIALS,
+        qwen_tokenizer_config(model_max_length=8192, extra_special_tokens={
+            "start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+            "video_token": "<video>"}),
+        keep_below=151665, base_specials={k: v for k, v in QWEN_SPECIALS.items() if v < 151665},
+    ),
+)
+
+internvl3_8b = writer_for(INTERNVL3_8B_SPEC)

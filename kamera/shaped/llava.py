@@ -1,0 +1,100 @@
+"""Shaped LLaVA-1.5-7B (``llava-hf/llava-1.5-7b-hf``): Vicuna-7B (Llama-2 MHA, 32 × 4096) behind CLIP ViT-L/14 at
+336 px, 576 image tokens, a two-layer GELU projector.
+
+The text config states only what differs from Llama's defaults (the published file relies on
+``LlamaConfig`` defaults for hidden 4096, intermediate 11008, 32 layers and 32 heads), so the shaped
+config sets ``num_hidden_layers`` explicitly. Weights are stored in float16, as the published config states.
+"""
+
+from __future__ import annotations
+
+from kamera.shaped.tokenizers import LLAMA_SPECIALS
+from kamera.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+
+SOURCES = {
+    "config.json": "huggingface.co/llava-hf/llava-1.5-7b-hf/blob/main/config.json; the vision and projector "
+                   "defaults of huggingface/transformers src/transformers/models/llava/configuration_llava.py "
+                   "(LlavaConfig, documented as llava-1.5-7b) agree",
+    "preprocessor_config.json": "huggingface.co/llava-hf/llava-1.5-7b-hf/blob/main/preprocessor_config.json "
+                                "(CLIP: shortest edge 336, center crop 336, bicubic, CLIP mean/std)",
+    "chat_template": "huggingface.co/llava-hf/llava-1.5-7b-hf/blob/main/chat_template.json "
+                     "(USER: <image>\\n… ASSISTANT:)",
+    "tokenizer": "Llama-2 SentencePiece BPE (32,000 tokens) plus <image> 32000 and <pad> 32001 "
+                 "(huggingface.co/llava-hf/llava-1.5-7b-hf/blob/main/tokenizer_config.json)",
+}
+
+LLAVA_1_5_7B = {
+    "architectures": ["LlavaForConditionalGeneration"],
+    "ignore_index": -100,
+    "image_token_index": 32000,
+    "model_type": "llava",
+    "pad_token_id": 32001,
+    "projector_hidden_act": "gelu",
+    "text_config": {
+        "_name_or_path": "lmsys/vicuna-7b-v1.5",
+        "architectures": ["LlamaForCausalLM"],
+        "max_position_embeddings": 4096,
+        "model_type": "llama",
+        "num_hidden_layers": 32,
+        "rms_norm_eps": 1e-05,
+        "torch_dtype": "float16",
+        "vocab_size": 32064,
+    },
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "vision_config": {
+        "hidden_size": 1024,
+        "image_size": 336,
+        "intermediate_size": 4096,
+        "model_type": "clip_vision_model",
+        "num_attention_heads": 16,
+        "num_hidden_layers": 24,
+        "patch_size": 14,
+        "projection_dim": 768,
+        "vocab_size": 32000,
+    },
+    "vision_feature_layer": -2,
+    "vision_feature_select_strategy": "default",
+    "vocab_size": 32064,
+}
+
+# one user turn: the images first ("<image>\n" each), then the texts each followed by a space
+TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] != 'system' %}{{ message['role'].upper() + ': ' }}{% endif %}"
+    "{% for part in message['content'] | selectattr('type', 'equalto', 'image') %}{{ '<image>\\n' }}{% endfor %}"
+    "{% for part in message['content'] | selectattr('type', 'equalto', 'text') %}{{ part['text'] + ' ' }}{% endfor %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
+)
+
+LLAVA_1_5_7B_SPEC = ShapedSpec(
+    model="llava_1_5_7b",
+    model_class="LlavaForConditionalGeneration",
+    config=LLAVA_1_5_7B,
+    sources=SOURCES,
+    text_layers=("text_config.num_hidden_layers",),
+    vision_layers=("vision_config.num_hidden_layers",),
+    files={
+        "preprocessor_config.json": {
+            "crop_size": {"height": 336, "width": 336}, "do_center_crop": True, "do_convert_rgb": True,
+            "do_normalize": True, "do_rescale": True, "do_resize": True, "image_mean": CLIP_MEAN, "image_std": CLIP_STD,
+            "image_processor_type": "CLIPImageProcessor", "processor_class": "LlavaProcessor", "resample": 3,
+            "rescale_factor": 0.00392156862745098, "size": {"shortest_edge": 336},
+        },
+        "processor_config.json": {"image_token": "<image>", "num_additional_image_tokens": 1, "patch_size": 14,
+                                  "processor_class": "LlavaProcessor", "vision_feature_select_strategy": "default"},
+        "generation_config.json": {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 32001},
+    },
+    chat_template=TEMPLATE,
+    tokenizer=TokenizerSpec(
+        "llama2", 32064, {"<image>": 32000, "<pad>": 32001},
+        {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
+         "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>", "legacy": True, "padding_side": "left",
+         "clean_up_tokenization_spaces": False, "spaces_between_special_tokens": False, "model_max_length": 4096},
+        base_specials=LLAMA_SPECIALS,
+    ),
+)
+
+llava_1_5_7b = writer_for(LLAVA_1_5_7B_SPEC)

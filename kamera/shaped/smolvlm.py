@@ -1,0 +1,89 @@
+"""Shaped SmolVLM2-2.2B-Instruct (``HuggingFaceTB/SmolVLM2-2.2B-Instruct``): SigLIP-SO400M (27 × 1152, 384-px tiles,
+patch 14, pixel shuffle ×3 → 81 tokens per tile) in front of SmolLM2-1.7B (Llama, 24 × 2048, 32 heads
+and 32 KV heads: MHA), vocabulary 49,280.
+
+Images are split into up to 4 × 4 tiles of 384 px (longest edge resized to 1536) plus a global view.
+"""
+
+from __future__ import annotations
+
+from kamera.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+
+SOURCES = {
+    "config.json": "huggingface.co/HuggingFaceTB/SmolVLM2-2.2B-Instruct/blob/main/config.json",
+    "preprocessor_config.json": "huggingface.co/HuggingFaceTB/SmolVLM2-2.2B-Instruct/blob/main/preprocessor_config.json "
+                                "(split into 384-px tiles, longest edge 1536, mean/std 0.5)",
+    "processor": "huggingface/transformers src/transformers/models/smolvlm/processing_smolvlm.py (tile and global-view "
+                 "token layout; its DEFAULT_CHAT_TEMPLATE is the published template)",
+    "tokenizer": "stand-in: SmolLM2's 49,152 tokens plus <global-img> 49152, <row_r_col_c> 49153-49188, "
+                 "<fake_token_around_image> 49189, <image> 49190 and <end_of_utterance> 49279 "
+                 "(huggingface.co/HuggingFaceTB/SmolVLM2-2.2B-Instruct/blob/main/tokenizer.json)",
+}
+
+SMOLVLM2_2_2B = {
+    "architectures": ["SmolVLMForConditionalGeneration"],
+    "model_type": "smolvlm",
+    "image_token_id": 49190,
+    "pad_token_id": 128002,
+    "scale_factor": 3,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 49280,
+    "text_config": {
+        "model_type": "llama", "architectures": ["VLlama3ForCausalLM"], "head_dim": 64, "hidden_act": "silu",
+        "hidden_size": 2048, "intermediate_size": 8192, "max_position_embeddings": 16384, "num_attention_heads": 32,
+        "num_hidden_layers": 24, "num_key_value_heads": 32, "pad_token_id": 2, "rms_norm_eps": 1e-05,
+        "rope_theta": 273768.0, "tie_word_embeddings": False, "vocab_size": 49280,
+    },
+    "vision_config": {
+        "model_type": "smolvlm_vision", "hidden_size": 1152, "image_size": 384, "intermediate_size": 4304,
+        "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14,
+    },
+}
+
+TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
+    "{% if message['content'] is string %}{{ ': ' + message['content'] }}{% else %}"
+    "{% if message['content'][0]['type'] == 'image' %}{{ ':' }}{% else %}{{ ': ' }}{% endif %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% elif part['type'] == 'image' %}{{ '<image>' }}{% elif part['type'] == 'video' %}{{ '<video>' }}{% endif %}"
+    "{% endfor %}{% endif %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
+
+SPECIALS = {
+    "<|im_start|>": 1, "<|im_end|>": 2, "<|endoftext|>": 0,
+    "<global-img>": 49152,
+    **{f"<row_{r}_col_{c}>": 49153 + 6 * (r - 1) + (c - 1) for r in range(1, 7) for c in range(1, 7)},
+    "<fake_token_around_image>": 49189, "<image>": 49190, "<end_of_utterance>": 49279,
+}
+
+SMOLVLM2_SPEC = ShapedSpec(
+    model="smolvlm2",
+    model_class="SmolVLMForConditionalGeneration",
+    config=SMOLVLM2_2_2B,
+    sources=SOURCES,
+    text_layers=("text_config.num_hidden_layers",),
+    vision_layers=("vision_config.num_hidden_layers",),
+    files={
+        "preprocessor_config.json": {
+            "image_processor_type": "SmolVLMImageProcessor", "processor_class": "SmolVLMProcessor",
+            "do_image_splitting": True, "do_resize": True, "size": {"longest_edge": 1536},
+            "max_image_size": {"longest_edge": 384}, "resample": 1, "do_rescale": True, "rescale_factor": 1 / 255,
+            "do_normalize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "do_convert_rgb": True, "do_pad": True,
+        },
+        "processor_config.json": {"image_seq_len": 81, "processor_class": "SmolVLMProcessor"},
+        "generation_config.json": {"bos_token_id": 1, "eos_token_id": [2, 49279], "pad_token_id": 2},
+    },
+    chat_template=TEMPLATE,
+    tokenizer=TokenizerSpec(
+        None, 49280, SPECIALS,
+        {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|im_start|>", "eos_token": "<end_of_utterance>",
+         "pad_token": "<|im_end|>", "unk_token": "<|endoftext|>", "add_bos_token": False,
+         "extra_special_tokens": {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
+                                  "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>"},
+         "model_max_length": 16384},
+    ),
+)
+
+smolvlm2 = writer_for(SMOLVLM2_SPEC)

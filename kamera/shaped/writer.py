@@ -1,0 +1,277 @@
+"""Writing a shaped checkpoint: a paper model's real configuration and file layout, random weights, few layers.
+
+A :class:`ShapedSpec` holds what a model publishes on the Hub, as data: its ``config.json`` (every
+number the model has, with the layer counts the shaped copy replaces), its processor files, its chat
+template and how to build its tokenizer. :func:`write` turns a spec into a directory that
+``load_model(name, models_root=…)`` loads exactly as it would load the real checkpoint:
+
+- ``config.json``: the published config with ``layers`` decoder and ``vision_layers`` vision-tower
+  layers (indices that name vision layers — full-attention blocks, deepstack taps — are remapped into
+  the shortened tower, see each spec's ``remap``);
+- ``model-0000i-of-0000n.safetensors`` + ``model.safetensors.index.json``: random weights under the
+  checkpoint's own tensor names (transformers' ``revert_weight_conversion`` gives the Hub names, e.g.
+  per-expert MoE tensors), in the dtype the config states, sharded at ``SHARD_BYTES``;
+- ``generation_config.json``, the (video) preprocessor configs, ``processor_config.json``,
+  ``chat_template.jinja`` and the tokenizer files;
+- ``shaped.json``: what was shaped, the seed, the spec's sources and which tokenizer was used.
+
+Random values: every weight tensor gets random sign and mantissa at one fixed exponent
+(|w| ∈ [1/64, 1/32), standard deviation ≈ 0.024, like the usual N(0, 0.02) init), drawn from a
+generator seeded by the tensor's name, four times faster than a normal draw at these sizes; norm
+weights are 1 and biases 0. The operator's identities hold for any weights; these only need to be
+generic.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers as tf
+from safetensors.torch import save_file
+
+from kamera.models.standin_tokenizer import write_standin_tokenizer
+
+SHARD_BYTES = 2 << 30
+VERSION = 2  # bump when the writer's output changes, so cached shaped checkpoints are rebuilt
+NORM = re.compile(r"(norm|layernorm|layer_norm|ln_q|ln_post|ln_pre|(^|\.)ln\d?)[^.]*\.weight$")
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """How a shaped checkpoint's tokenizer is built.
+
+    ``base``: a folder name of real tokenizer files ("qwen2", "llama2") or None for a stand-in.
+    ``keep_below``: added tokens of the real file kept (ids below it); ``specials`` (token → id) are
+    added at their real ids. ``vocab_size`` is the model's embedding size (the stand-in's size).
+    ``config`` is the tokenizer_config.json the model publishes (without its template).
+    ``base_specials`` stand in for the real file's own special tokens when it is absent.
+    """
+
+    base: str | None
+    vocab_size: int
+    specials: dict[str, int]
+    config: dict
+    keep_below: int | None = None
+    base_specials: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShapedSpec:
+    """One paper model as published: config, processor files, chat template, tokenizer, and their sources."""
+
+    model: str
+    model_class: str
+    config: dict
+    sources: dict[str, str]
+    text_layers: tuple[str, ...]
+    vision_layers: tuple[str, ...]
+    files: dict[str, dict]
+    chat_template: str
+    tokenizer: TokenizerSpec
+    remap: Callable[[dict, int, int], None] | None = None
+    build_overrides: dict = field(default_factory=dict)  # config attributes set only to build the weights
+    omitted: str = ""  # parts of the published checkpoint whose tensors are not written, and why
+
+    def shaped_config(self, layers: int, vision_layers: int) -> dict:
+        """The published config with the shaped layer counts (and remapped layer indices)."""
+        cfg = copy.deepcopy(self.config)
+        for path in self.text_layers:
+            _set(cfg, path, layers)
+        for path in self.vision_layers:
+            _set(cfg, path, vision_layers)
+        if self.remap is not None:
+            self.remap(cfg, layers, vision_layers)
+        return cfg
+
+    def fingerprint(self) -> str:
+        """A digest of everything the spec writes, for cache keys."""
+        blob = json.dumps([VERSION, self.config, self.files, self.chat_template, self.tokenizer.__dict__],
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def _set(cfg: dict, path: str, value) -> None:
+    keys = path.split(".")
+    node = cfg
+    for k in keys[:-1]:
+        node = node[k]
+    if keys[-1] not in node:
+        raise KeyError(f"shaped config: {path} is not in the published config")
+    node[keys[-1]] = value
+
+
+def remap_indices(indices: list[int], depth: int, layers: int) -> list[int]:
+    """Layer indices of a ``depth``-layer tower mapped into a ``layers``-layer one, keeping their order and
+    count where possible: index i → ⌊i · layers / depth⌋, deduplicated; never empty (the last layer)."""
+    out = sorted({min(layers - 1, i * layers // depth) for i in indices})
+    return out or [layers - 1]
+
+
+def dtype_of(cfg: dict) -> torch.dtype:
+    """The weights' dtype as the published config states it (top level, else the text config)."""
+    name = cfg.get("torch_dtype") or cfg.get("dtype")
+    for sub in ("text_config", "thinker_config", "llm_config"):
+        name = name or (cfg.get(sub) or {}).get("torch_dtype")
+    return getattr(torch, name or "bfloat16")
+
+
+# ----- weights --------------------------------------------------------------------------------------
+def _random(name: str, shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Random sign and mantissa at exponent 2⁻⁶ (bf16 bits), seeded by the tensor name; norms 1, biases 0."""
+    if len(shape) <= 1 and name.endswith(".bias"):
+        return torch.zeros(shape, dtype=dtype)
+    if len(shape) == 1 and NORM.search(name):
+        return torch.ones(shape, dtype=dtype)
+    gen = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:7], "little"))
+    bits = torch.empty(shape, dtype=torch.int16).random_(-(1 << 15), 1 << 15, generator=gen)
+    bits.bitwise_and_(-32641).bitwise_or_(121 << 7)  # keep sign (0x8000) and 7 mantissa bits (0x7F); exponent −6
+    t = bits.view(torch.bfloat16)
+    return t if dtype == torch.bfloat16 else t.to(dtype)
+
+
+def tensor_layout(model: torch.nn.Module) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The checkpoint's tensor names (Hub layout) with shapes and dtypes, from a model built on ``meta``."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    state = dict(model.named_parameters())  # tied parameters appear once
+    persistent = {n for n, _ in model.named_buffers()} - {
+        f"{m}.{b}" if m else b for m, mod in model.named_modules() for b in mod._non_persistent_buffers_set
+    }
+    if persistent:
+        raise NotImplementedError(f"{type(model).__name__} has persistent buffers the writer cannot fill: {sorted(persistent)[:4]}")
+    reverted = revert_weight_conversion(model, state)
+    return {k: (tuple(v.shape), v.dtype) for k, v in reverted.items()}
+
+
+def write_weights(layout: dict[str, tuple[tuple[int, ...], torch.dtype]], out: Path, seed: int) -> int:
+    """Random tensors for ``layout`` in shards of at most ``SHARD_BYTES`` plus the index; returns the parameter count."""
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, (shape, dtype) in layout.items():
+        nbytes = int(np.prod(shape or (1,))) * torch.empty((), dtype=dtype).element_size()
+        if shards[-1] and size + nbytes > SHARD_BYTES:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+    total, weight_map = 0, {}
+    for i, names in enumerate(shards, 1):
+        fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        tensors = {n: _random(n, *layout[n], seed) for n in names}
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+        save_file(tensors, str(out / fname), metadata={"format": "pt"})
+        weight_map.update({n: fname for n in names})
+        del tensors
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return sum(int(np.prod(s or (1,))) for s, _ in layout.values())
+
+
+# ----- tokenizer ------------------------------------------------------------------------------------
+def write_tokenizer(spec: TokenizerSpec, out: Path, chat_template: str, tokenizers: Path | None) -> str:
+    """The tokenizer files in ``out``; returns which tokenizer was used ("real:<base>" or "stand-in")."""
+    cfg = dict(spec.config)
+    base_dir = tokenizers / spec.base if (tokenizers is not None and spec.base) else None
+    if base_dir is not None and (base_dir / "tokenizer.json").is_file():
+        tok = json.loads((base_dir / "tokenizer.json").read_text(encoding="utf-8"))
+        keep = spec.keep_below if spec.keep_below is not None else 1 << 62
+        added = [a for a in tok["added_tokens"] if a["id"] < keep and a["content"] not in spec.specials]
+        taken = {a["id"]: a["content"] for a in added}
+        for content, i in spec.specials.items():
+            if i in taken:
+                raise ValueError(f"{content} wants id {i}, held by {taken[i]} in the {spec.base} tokenizer")
+            added.append({"id": i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True})
+        tok["added_tokens"] = sorted(added, key=lambda a: a["id"])
+        (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
+        cfg["chat_template"] = chat_template
+        (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False), encoding="utf-8")
+        used = f"real:{spec.base}"
+    else:
+        specials = {**spec.base_specials, **spec.specials}
+        names = {k: cfg.get(k) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
+        write_standin_tokenizer(out, spec.vocab_size, specials, chat_template=chat_template,
+                                add_bos_token=bool(cfg.get("add_bos_token")),
+                                **{k: v for k, v in names.items() if isinstance(v, str) and v in specials})
+        saved = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
+        extra = {k: v for k, v in cfg.items() if k not in saved and k not in ("tokenizer_class", "added_tokens_decoder")}
+        (out / "tokenizer_config.json").write_text(json.dumps({**saved, **extra}, indent=2, ensure_ascii=False),
+                                                   encoding="utf-8")
+        used = "stand-in"
+    (out / "chat_template.jinja").write_text(chat_template, encoding="utf-8")
+    return used
+
+
+# ----- the whole checkpoint -------------------------------------------------------------------------
+def build_meta(spec: ShapedSpec, cfg: dict) -> torch.nn.Module:
+    """The shaped model on the meta device (no memory), as transformers builds it from ``cfg``."""
+    config = tf.AutoConfig.for_model(**copy.deepcopy(cfg))
+    for k, v in spec.build_overrides.items():
+        setattr(config, k, v)
+    with torch.device("meta"):
+        return getattr(tf, spec.model_class)._from_config(config, dtype=dtype_of(cfg))
+
+
+def write(
+    spec: ShapedSpec, out: str | Path, *, layers: int = 2, vision_layers: int = 2, seed: int = 0,
+    tokenizers: str | Path | None = None,
+) -> Path:
+    """Write ``spec``'s shaped checkpoint into ``out`` (created; must be empty or absent); returns ``out``.
+
+    Written into a sibling temporary directory and renamed, so a killed writer never leaves a partial
+    checkpoint that looks complete."""
+    if layers < 1 or vision_layers < 1:
+        raise ValueError(f"layers and vision_layers must be >= 1, got {layers} and {vision_layers}")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not empty; shaped checkpoints are written into a new directory")
+    tokenizers = Path(tokenizers) if tokenizers else None
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        cfg = spec.shaped_config(layers, vision_layers)
+        n_params = write_weights(tensor_layout(build_meta(spec, cfg)), tmp, seed)
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
+        for name, content in spec.files.items():
+            (tmp / name).write_text(json.dumps(content, indent=2), encoding="utf-8")
+        used = write_tokenizer(spec.tokenizer, tmp, spec.chat_template, tokenizers)
+        manifest = {
+            "model": spec.model, "layers": layers, "vision_layers": vision_layers, "seed": seed,
+            "parameters": n_params, "tokenizer": used, "writer_version": VERSION, "sources": spec.sources,
+            "omitted": spec.omitted,
+        }
+        (tmp / "shaped.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        if out.exists():
+            out.rmdir()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def writer_for(spec: ShapedSpec) -> Callable[..., Path]:
+    """The registry's ``shaped`` hook for ``spec``: ``fn(out, *, layers, vision_layers, seed) -> Path``.
+
+    Real tokenizer files are read from ``$KAMERA_TOKENIZERS`` (a folder with ``qwen2/`` and
+    ``llama2/`` subfolders); without it the family's stand-in tokenizer is written."""
+
+    def write_shaped(out: Path, *, layers: int = 2, vision_layers: int = 2, seed: int = 0) -> Path:
+        return write(spec, out, layers=layers, vision_layers=vision_layers, seed=seed,
+                     tokenizers=os.environ.get("KAMERA_TOKENIZERS") or None)
+
+    write_shaped.__doc__ = f"Write the shaped {spec.model} checkpoint into ``out`` (kamera.shaped.writer.write)."
+    write_shaped.spec = spec  # type: ignore[attr-defined]
+    return write_shaped

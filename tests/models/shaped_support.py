@@ -1,0 +1,91 @@
+"""Helpers for the shaped-checkpoint tests: where the checkpoints are cached, where the real tokenizers are,
+and the standard two-image item.
+
+Shaped checkpoints are cached for the session: under ``$KAMERA_SHAPED`` when set (kept, so a developer
+builds each once), else in a session folder removed when the session ends. The real Qwen and Llama-2
+tokenizer files are read from ``../shared/tokenizers`` beside the checkout; a model whose real
+tokenizer is absent is skipped (the checkpoint would carry a stand-in).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from kamera.core import ChunkKV
+from kamera.models import entry
+from kamera.models.base import EncodedSpan
+from kamera.shaped import shaped_writer
+from kamera.spans import Clip, Span
+
+SHARED_TOKENIZERS = Path(__file__).resolve().parents[2].parent / "shared" / "tokenizers"
+
+# Models whose float32 copy does not fit this suite's memory: the identities run in bf16 at real dimensions and
+# in float32 on the tiny twin built from the same classes and adapter.
+BF16_ONLY = {
+    "qwen3_omni_30b_a3b": "its 2 × 128 experts alone are 4.8 GB in float32; float32 identities on tiny_qwen3_omni",
+}
+
+
+def need_real_tokenizer(name: str) -> None:
+    """Skip unless the model's tokenizer is a stand-in or its real files are beside the checkout."""
+    base = shaped_writer(name).spec.tokenizer.base
+    if base and not (SHARED_TOKENIZERS / base / "tokenizer.json").is_file():
+        pytest.skip(f"the real {base} tokenizer is not beside this checkout ({SHARED_TOKENIZERS / base})")
+
+
+def picture(seed: int, size: tuple[int, int] = (112, 112)) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8))
+
+
+def item_spans(name: str) -> list[Span]:
+    """[prefix, A (image + caption), B (image + caption), query]: an item with two images. SmolVLM2 gets 4:1
+    pictures (its processor upsamples every image to a 1536-px long edge and tiles it by 384 px: 5 tiles
+    rather than 17), the others squares."""
+    size = (448, 112) if name == "smolvlm2" else (112, 112)
+    return [
+        Span("prefix", ("Answer with one letter.",)),
+        Span("A", (picture(1, size), "The key is under the red cup.")),
+        Span("B", (picture(2, size), "The board shows the cups.")),
+        Span("query", ("Which cup hides the key? A, B, C or D.",)),
+    ]
+
+
+def clip(seed: int, n: int = 4, start: float = 4.0, fps: float = 2.0, size: tuple[int, int] = (64, 48)) -> Clip:
+    """``n`` frames of one video at ``fps`` from ``start`` seconds."""
+    return Clip(tuple(picture(seed + i, size) for i in range(n)), tuple(start + i / fps for i in range(n)))
+
+
+def video_item() -> list[Span]:
+    """[prefix, A (a clip), B (the next clip), query]: a video cut into two chunks of frames."""
+    return [
+        Span("prefix", ("Watch the video.",)),
+        Span("A", (clip(10, start=0.0),)),
+        Span("B", (clip(20, start=2.0), "What happens next?")),
+        Span("query", ("Answer with one letter.",)),
+    ]
+
+
+def repo(name: str) -> str:
+    return entry(name).repo_dir
+
+
+def rotary(adapter) -> int:
+    """Index of the rotating channel (K)."""
+    return next(i for i, s in enumerate(adapter.specs) if s.rotary is not None)
+
+
+def content(adapter) -> int:
+    """Index of the content channel (V)."""
+    return next(i for i, s in enumerate(adapter.specs) if s.rotary is None)
+
+
+def prefill_alone(adapter, span: Span | EncodedSpan, start: int) -> ChunkKV:
+    """The span prefilled alone from ``start`` (an encoded span is reused: its vision features are not recomputed)."""
+    enc = span if isinstance(span, EncodedSpan) else adapter.encode_span(span)
+    out = adapter.forward([(enc, start)])
+    return adapter.read(out.cache, 0, enc.n_tokens, enc.local_pos + start)
