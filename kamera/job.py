@@ -54,7 +54,7 @@ MODEL_ITEM_SOURCES = {"binding": toy_items}
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "fp16": "float16"}
 CANONICAL_CONTEXTS = ("prefix", "native", "none")
-ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+ATTENTION = ("auto", "sdpa", "eager", "flash_attention_2")  # kamera.models.loading.ATTENTION and "auto"
 TRACKING = ("disabled", "offline", "online")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 PREFLIGHT_SAMPLE = 2  # items whose media preflight decodes per job
@@ -174,18 +174,17 @@ def _is_number(v: object) -> bool:
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` → ``cuda`` when CUDA is visible, else ``cpu``; anything else as given."""
-    import torch
+    """The device a job loads on (:func:`kamera.models.loading.resolve_device`): ``cpu``, ``cuda[:i]``, or
+    ``auto`` kept only where CUDA is visible (the model is then spread over the node's GPUs), else ``cpu``."""
+    from kamera.models.loading import resolve_device as resolve
 
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
+    return resolve(device)
 
 
 def threads_for(threads: object, device: str) -> int | None:
     """Torch CPU threads: ``auto`` = 1 on CPU (tiny models run fastest on one), torch's default on a GPU."""
     if threads == "auto":
-        return None if device.startswith("cuda") else 1
+        return 1 if device == "cpu" else None
     return threads  # type: ignore[return-value]
 
 
@@ -263,17 +262,9 @@ def _bench_problems(cfg: DictConfig) -> list[str]:
 
 
 def _model_problems(cfg: DictConfig) -> list[str]:
-    from kamera.models import CheckpointNotFoundError, UnknownModelError, checkpoint_path, entry
+    from kamera.models.registry import model_problems
 
-    try:
-        e = entry(cfg.model.name)
-        if e.kind == "paper":
-            checkpoint_path(e.name, cfg.model.path, cfg.paths.models)
-            if e.adapter is None:
-                return [f"model {e.name} ({e.family}) has no adapter yet: {e.notes or 'unverified family'}"]
-    except (UnknownModelError, CheckpointNotFoundError) as err:
-        return [str(err)]
-    return []
+    return model_problems(cfg.model.name, cfg.model.path, cfg.paths.models)
 
 
 def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:

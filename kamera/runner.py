@@ -52,6 +52,7 @@ from kamera.job import (
 )
 from kamera.metrics import E90_COLUMNS, choice_argmax, e90_columns, eta, flipped, kl, recovered
 from kamera.models import Adapter, entry, load_model
+from kamera.models.loading import peak_memory_bytes
 from kamera.progress import Progress
 from kamera.registry import SHARED
 from kamera.store import Shard, digest, now, provenance
@@ -250,11 +251,13 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
     progress = Progress(len(todo), every_s=cfg.progress_every_s)
     # the item shape decides who evaluates an item: a window job's window probes (kamera/window/job.py) or the arms
     evaluate = evaluate_window_item if is_window(cfg) else evaluate_item
+    item_seconds: list[float] = []
     try:
         for item in selection.items:
             if item.item_id not in todo:
                 continue
             left = set(todo[item.item_id])
+            t_item = time.perf_counter()
             try:
                 rows, records, refused = evaluate(adapter, item, [s for s in arms if s.label in left],
                                                   [s for s in probes if s.label in left], cfg, keys)
@@ -274,9 +277,14 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
                     m["failed"].pop(i, None)
                 shard.update_meta(change)
             tracker.log({f"{r['arm']}/{m}": r[m] for r in rows for m in ("kl", "correct")}, step=progress.done)
+            item_seconds.append(time.perf_counter() - t_item)
             progress.step(f"{n} rows in {shard.path}")
         tracker.log_table("rows", shard.rows())
     finally:
         tracker.finish()
-        run_info["end"] = now()
-        shard.update_meta(lambda m: m["runs"][-1].update(end=run_info["end"], attention=run_info["attention"]))
+        run_info.update(end=now(), items_run=len(item_seconds), peak_memory_bytes=peak_memory_bytes(),
+                        seconds_per_item=sum(item_seconds) / len(item_seconds) if item_seconds else None)
+        log.info("job %s: %d item(s) at %s s/item, peak memory %.2f GiB", shard.key, len(item_seconds),
+                 f"{run_info['seconds_per_item']:.2f}" if item_seconds else "–", run_info["peak_memory_bytes"] / 2**30)
+        fields = {k: run_info[k] for k in ("end", "attention", "items_run", "peak_memory_bytes", "seconds_per_item")}
+        shard.update_meta(lambda m: m["runs"][-1].update(fields))

@@ -11,8 +11,8 @@ config (another checkpoint directory or data copy), the most recently run one is
 others are listed as superseded. Renderers read jobs through :func:`sweep_jobs` too, so a table
 shows exactly what this lists.
 
-An experiment config may carry an ``estimate:`` block; its estimated H100-hours are then shown
-per job through ``kamera.models.cost`` (omitted when the experiment has no such block).
+An experiment config may carry a ``cost:`` block (the tokens per item it assumes); its estimated
+H100-hours are then shown per job through ``kamera.models.cost`` (omitted when it has none).
 """
 
 from __future__ import annotations
@@ -85,29 +85,25 @@ def sweep_jobs(overrides: list[str]) -> list[JobView]:
 
 
 def estimate_hours(cfg: DictConfig) -> float | None:
-    """Estimated H100-hours of one job, when its experiment has an ``estimate:`` block.
-
-    The estimate itself is ``kamera.models.cost.h100_hours(cfg)`` (the model's size, the items'
-    lengths and the arms' forwards); None when the experiment declares no estimate."""
-    if cfg.get("estimate") is None:
+    """Estimated H100-hours of one job (:func:`kamera.models.cost.h100_hours`: the model's published
+    size on the experiment's stated tokens per item), when its experiment has a ``cost:`` block; None
+    otherwise, NaN for a model with no published config yet."""
+    if cfg.get("cost") is None:
         return None
-    try:
-        from kamera.models import cost  # type: ignore[attr-defined]
-    except ImportError:
-        raise ValueError(f"experiment {cfg.group} has an `estimate:` block but kamera.models.cost is not "
-                         "available to compute it") from None
-    return float(cost.h100_hours(cfg))
+    from kamera.models.cost import h100_hours
+
+    return h100_hours(cfg)
 
 
 def report(views: list[JobView]) -> list[str]:
     """The status lines of a sweep's jobs (and the reasons under each)."""
     lines = []
-    total = [h for v in views if (h := estimate_hours(v.cfg)) is not None]
-    for v in views:
+    hours = [estimate_hours(v.cfg) for v in views]
+    total = [h for h in hours if h is not None and h == h]
+    for v, h in zip(views, hours, strict=True):
         status = "corrupt" if v.error else v.state.summary()
         where = f"  {v.shard.meta_path.with_suffix('')}" if v.shard else ""
-        hours = estimate_hours(v.cfg)
-        cost = f"  ~{hours:.1f} H100-h" if hours is not None else ""
+        cost = "" if h is None else f"  ~{h:.2f} H100-h" if h == h else "  (no cost estimate: no published config yet)"
         lines.append(f"  {status:<28} {' '.join(v.overrides) or v.name}{cost}{where}")
         if v.error:
             lines.append(f"      {v.error}")
@@ -116,7 +112,7 @@ def report(views: list[JobView]) -> list[str]:
             lines.append(f"      {len(v.state.todo)} item(s) with arms or probes still to run")
         lines += [f"      superseded (same config, other checkpoint or data): {s.meta_path}" for s in v.superseded]
     if total:
-        lines.append(f"  estimated total: {sum(total):.1f} H100-hours")
+        lines.append(f"  estimated total: {sum(total):.2f} H100-hours (jobs with a published config)")
     return lines
 
 

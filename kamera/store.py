@@ -318,7 +318,9 @@ def provenance(device: str, dtype: str, attention: str) -> dict:
     """Where and with what a run computes: code version, device name, dtype, attention kernel, host, Slurm ids."""
     import torch
 
-    if device.startswith("cuda"):
+    if device == "auto":  # a model spread over every visible GPU (device_map="auto")
+        name = " + ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    elif device.startswith("cuda"):
         name = torch.cuda.get_device_name(torch.device(device))
     else:
         name = f"cpu ({platform.machine()}, {torch.get_num_threads()} thread(s))"

@@ -156,6 +156,7 @@ def test_job_rows_metrics_provenance_and_skip_on_rerun(tmp_path, caplog):
                 "end", "hostname", "slurm"):
         assert key in run, key
     assert run["dtype"] == "float32" and run["attention"] == "sdpa" and run["device"] == "cpu"
+    assert run["items_run"] == cfg.n_items and run["seconds_per_item"] > 0 and run["peak_memory_bytes"] > 2**20
     assert meta["identity"]["checkpoint"].startswith("tiny:") and meta["config_key"] == config_key(cfg)
     with caplog.at_level("INFO", logger="kamera.run"):
         assert runner.run(cfg) == path

@@ -112,27 +112,38 @@ def job_hours(name: str, shape: ItemShape, n_items: int, n_arms: int, oracle: bo
     return (n_items * (flops / (H100_BF16_FLOPS * MFU) + ITEM_S) + LOAD_S) / 3600.0
 
 
+def h100_hours(cfg) -> float:
+    """Estimated H100-hours of the composed job ``cfg`` from its experiment's ``cost.tokens``; NaN when the
+    model has no published config (no checkpoint writer yet). ValueError when no tokens are stated."""
+    spec = dict((cfg.get("cost") or {}).get("tokens", {}) or {}).get(str(cfg.bench.name))
+    if not spec or not spec.get("n"):
+        raise ValueError(f"{cfg.group}: the experiment states no cost.tokens for {cfg.bench.name}")
+    n = int(spec["n"])
+    shape = ItemShape(n=n, n_b=int(spec.get("n_b", 500)), image_tokens=int(spec.get("image_tokens", n // 2)))
+    arms = [str(a) for a in cfg.arms]
+    try:
+        return job_hours(str(cfg.model.name), shape, int(cfg.n_items), len(arms), "oracle4d" in arms)
+    except ValueError:
+        return float("nan")
+
+
 def experiment_hours(overrides: list[str], tokens: dict[str, int] | None = None) -> tuple[list[tuple[str, str, float]], float]:
     """Per job (model, bench, hours) and the total for the sweep ``overrides`` (``experiment=<name>`` and any
-    others). Jobs whose model has no published config (no writer yet) count 0 and are listed with NaN."""
+    others); ``tokens`` replaces a benchmark's stated context tokens. Jobs whose model has no published
+    config (no writer yet) count 0 and are listed with NaN."""
+    from omegaconf import open_dict
+
     from kamera.sweep import compose_config, expand
 
     rows = []
     for job in expand(overrides):
         cfg = compose_config(job)
-        stated = dict(cfg.get("cost", {}).get("tokens", {}) or {})
-        bench = str(cfg.bench.name) + (f":{cfg.bench.subset}" if cfg.bench.get("subset") else "")
-        spec = stated.get(str(cfg.bench.name)) or {}
-        n = int((tokens or {}).get(str(cfg.bench.name), spec.get("n", 0)))
-        if not n:
-            raise ValueError(f"{job}: the experiment states no cost.tokens for {cfg.bench.name}")
-        shape = ItemShape(n=n, n_b=int(spec.get("n_b", 500)), image_tokens=int(spec.get("image_tokens", n // 2)))
-        arms = [str(a) for a in cfg.arms]
-        try:
-            hours = job_hours(str(cfg.model.name), shape, int(cfg.n_items), len(arms), "oracle4d" in arms)
-        except ValueError:
-            hours = float("nan")
-        rows.append((str(cfg.model.name), bench, hours))
+        name = str(cfg.bench.name)
+        if tokens and name in tokens:
+            with open_dict(cfg):
+                cfg.cost.tokens[name].n = int(tokens[name])
+        bench = name + (f":{cfg.bench.subset}" if cfg.bench.get("subset") else "")
+        rows.append((str(cfg.model.name), bench, h100_hours(cfg)))
     return rows, sum(h for _, _, h in rows if h == h)
 
 
