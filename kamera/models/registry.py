@@ -19,9 +19,14 @@ from pathlib import Path
 import torch
 import transformers as tf
 
+from kamera.models import extras
 from kamera.models.base import Adapter
+from kamera.models.kimi_vl import CHAT as KIMI_CHAT
+from kamera.models.kimi_vl import KimiVLAdapter
 from kamera.models.mha import DeepseekVLAdapter, LlavaAdapter
 from kamera.models.mla import DeepseekV2Adapter, KimiK25Adapter
+from kamera.models.phi3_v import CHAT as PHI3_CHAT
+from kamera.models.phi3_v import Phi3VAdapter
 from kamera.models.qwen_vl import Qwen3VLAdapter, Qwen3VLMoeAdapter, QwenVLAdapter
 from kamera.models.tokenizer import ByteTokenizer
 
@@ -83,15 +88,16 @@ class ModelEntry:
     remote_code: bool = False
     chat: tuple[str, str] | None = None
     notes: str = ""
-    loader: str | None = None  # "module:function" building the adapter itself (shipped weights)
+    loader: str | None = None  # "module:function" building the adapter itself (shipped weights, or a checkpoint path)
     weights: str | None = None  # shipped weights, relative to the kamera package (fingerprinted into job hashes)
+    shaped: str | None = None  # "module:function" writing a shaped checkpoint (real layout and dims, random weights)
 
     @property
     def kind(self) -> str:
         """"tiny" (random, from a config), "toy" (shipped trained weights) or "paper" (local checkpoint)."""
         if self.tiny_config is not None:
             return "tiny"
-        return "toy" if self.loader is not None else "paper"
+        return "paper" if self.hf_id is not None else "toy"
 
 
 def _qwen25_config():
@@ -203,21 +209,25 @@ MODELS: dict[str, ModelEntry] = {
                    hf_id="Qwen/Qwen2.5-VL-7B-Instruct", chat=QWEN_CHAT),
         ModelEntry("qwen3_vl_8b", "qwen3_vl", "GQA", Qwen3VLAdapter, "Qwen3VLForConditionalGeneration",
                    hf_id="Qwen/Qwen3-VL-8B-Instruct", chat=QWEN_CHAT),
-        ModelEntry("kimi_vl_a3b", "kimi_vl", "MLA", None, "AutoModelForCausalLM",
-                   hf_id="moonshotai/Kimi-VL-A3B-Instruct", remote_code=True,
-                   notes="remote code; its DeepSeek-V3 attention caches expanded per-head K/V, not the MLA latent"),
+        ModelEntry("kimi_vl_a3b", "kimi_vl", "MLA", KimiVLAdapter, "Kimi_K25ForConditionalGeneration",
+                   hf_id="moonshotai/Kimi-VL-A3B-Instruct", chat=KIMI_CHAT,
+                   loader="kamera.models.kimi_vl:load_kimi_vl_a3b", shaped="kamera.models.kimi_vl:write_shaped_kimi_vl_a3b",
+                   notes="Hub tensors mapped onto native kimi_k25 / deepseek_v3 modules (MLA latent cache)"),
         ModelEntry("qwen3_omni_30b_a3b", "qwen3_omni_moe", "GQA", None, "Qwen3OmniMoeForConditionalGeneration",
                    hf_id="Qwen/Qwen3-Omni-30B-A3B-Instruct", chat=QWEN_CHAT),
         ModelEntry("deepseek_vl_7b", "deepseek_vl_hybrid", "MHA", None, "DeepseekVLHybridForConditionalGeneration",
                    hf_id="deepseek-community/deepseek-vl-7b-chat"),
-        ModelEntry("phi3_5_vision", "phi3_v", "MHA", None, "AutoModelForCausalLM",
-                   hf_id="microsoft/Phi-3.5-vision-instruct", remote_code=True),
+        ModelEntry("phi3_5_vision", "phi3_v", "MHA", Phi3VAdapter, "Phi3ForCausalLM",
+                   hf_id="microsoft/Phi-3.5-vision-instruct", chat=PHI3_CHAT,
+                   loader="kamera.models.phi3_v:load_phi3_5_vision", shaped="kamera.models.phi3_v:write_shaped_phi3_5_vision",
+                   notes="Hub tensors mapped onto native phi3 + CLIP modules; HD crops as the remote processor"),
         ModelEntry("internvl3_8b", "internvl", "GQA", None, "InternVLForConditionalGeneration",
                    hf_id="OpenGVLab/InternVL3-8B-hf"),
         ModelEntry("llava_1_5_7b", "llava", "MHA", LlavaAdapter, "LlavaForConditionalGeneration",
                    hf_id="llava-hf/llava-1.5-7b-hf", chat=("USER: ", "\nASSISTANT:")),
         ModelEntry("smolvlm2", "smolvlm", "GQA", None, "SmolVLMForConditionalGeneration",
                    hf_id="HuggingFaceTB/SmolVLM2-2.2B-Instruct"),
+        *extras.entries(),
     ]
 }
 
@@ -270,6 +280,12 @@ def checkpoint_path(name: str, path: str | Path | None = None, models_root: str 
     return path
 
 
+def _resolve(target: str) -> Callable:
+    """The function a ``"module:function"`` field names."""
+    module, func = target.split(":")
+    return getattr(importlib.import_module(module), func)
+
+
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
 
@@ -290,17 +306,18 @@ def load_model(
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
         dtype = DTYPES[dtype]
-    if e.loader is not None:
-        module, func = e.loader.split(":")
-        adapter = getattr(importlib.import_module(module), func)(
-            dtype=dtype, device=device, attn_implementation=attn_implementation
-        )
+    if e.loader is not None and e.kind == "toy":
+        adapter = _resolve(e.loader)(dtype=dtype, device=device, attn_implementation=attn_implementation)
     elif e.kind == "tiny":
         torch.manual_seed(seed)
         cls = getattr(tf, e.model_class)
         model = cls._from_config(e.tiny_config(), attn_implementation=attn_implementation, dtype=dtype)
         processor = e.image_processor() if e.image_processor else None
         adapter = e.adapter(model.to(device), ByteTokenizer(), processor, name=name)
+    elif e.loader is not None:  # a paper checkpoint mapped onto native modules by its own loader
+        adapter = _resolve(e.loader)(
+            checkpoint_path(name, path, models_root), dtype=dtype, device=device, attn_implementation=attn_implementation
+        )
     else:
         ckpt = checkpoint_path(name, path, models_root)
         if e.adapter is None:
