@@ -206,6 +206,14 @@ class WeightPlan:
                     del handles[shard]
 
 
+def check_specials(tokenizer, specials: dict[str, int], path: Path) -> None:
+    """Every special token an adapter writes must be one token at the model's id."""
+    for token, want in specials.items():
+        got = tokenizer.convert_tokens_to_ids(token)
+        if got != want:
+            raise CheckpointMismatchError(f"{path}: tokenizer maps {token} to {got}, the model uses id {want}")
+
+
 def native_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Parameters and persistent buffers of ``model`` by state-dict name (what a checkpoint must fill)."""
     out = dict(model.named_parameters())

@@ -51,6 +51,7 @@ from kamera.models.hub_checkpoint import (
     Load,
     WeightPlan,
     build_empty,
+    check_specials,
     random_tensors,
     read_json,
     write_sharded,
@@ -346,14 +347,6 @@ def _tokenizer(path: Path):
     if "auto_map" in read_json(path / "tokenizer_config.json"):
         return tf.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
     return tf.PreTrainedTokenizerFast.from_pretrained(path)
-
-
-def check_specials(tokenizer, specials: dict[str, int], path: Path) -> None:
-    """Every special token the adapter writes must be one token at the model's id."""
-    for token, want in specials.items():
-        got = tokenizer.convert_tokens_to_ids(token)
-        if got != want:
-            raise CheckpointMismatchError(f"{path}: tokenizer maps {token} to {got}, the model uses id {want}")
 
 
 def load_kimi_vl_a3b(path: Path, *, dtype: torch.dtype, device: str, attn_implementation: str) -> KimiVLAdapter:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -51,11 +52,11 @@ from kamera.models.hub_checkpoint import (
     Load,
     WeightPlan,
     build_empty,
+    check_specials,
     random_tensors,
     read_json,
     write_sharded,
 )
-from kamera.models.kimi_vl import check_specials
 from kamera.models.mha import MHAAdapter
 
 SHORT_FACTOR = [1.08, 1.1, 1.1300000000000001, 1.2800000000000002, 1.3100000000000003, 1.4500000000000004,
@@ -387,8 +388,6 @@ def write_shaped_phi3_5_vision(
 
     The tokenizer is the real Llama-2 one (``tokenizer_dir``, default ``$KAMERA_LLAMA2_TOKENIZER``; a
     directory AutoTokenizer loads) with Phi-3's specials added at their ids; it is never shipped here."""
-    import os
-
     if layers < 1 or vision_layers < 2:
         raise ValueError(f"need layers ≥ 1 and vision_layers ≥ 2 (the model reads CLIP's second-to-last layer), "
                          f"got {layers}, {vision_layers}")
