@@ -7,21 +7,37 @@ runs on CPU (``--device cpu``), which is how it is tested; on a GPU run it befor
 flash-attention numbers, then ``scripts/bench_reuse.py --device cuda --dtype bf16`` for timing.
 
     python scripts/gpu_check.py --device cuda
+
+``--remote-equivalence MODEL`` (kimi_vl_a3b, phi3_5_vision) instead proves a remote-code checkpoint's
+native mapping: it runs one image + text input through the native adapter and through the
+checkpoint's own remote code (``trust_remote_code``), and prints max |Δlogits| and the next-token KL.
+Where the remote code is absent (a shaped checkpoint) or does not run on this transformers, the
+reference is ``scripts/remote_reference.py``, an independent forward written from the public
+implementations' semantics; the line says which reference was used. Exit status 1 on a mismatch.
+
+    python scripts/gpu_check.py --remote-equivalence kimi_vl_a3b --device cuda   # $KAMERA_MODELS/Kimi-VL-A3B-Instruct
+    python scripts/gpu_check.py --remote-equivalence phi3_5_vision --path DIR --device cpu --dtypes float32
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import remote_reference
 import torch
 from PIL import Image
 
 from kamera.context import ReuseContext
 from kamera.core import relocate
 from kamera.metrics import kl
-from kamera.models import load_model, model_names
+from kamera.models import checkpoint_path, load_model, model_names, place
 from kamera.spans import Span
 
 
@@ -66,14 +82,113 @@ def check(name: str, dtype: str, device: str, attn: str) -> str:
             f"KL_blind {kl_blind:.2e}  full-rank KL/KL_blind {kl_full / max(kl_blind, 1e-30):.1e}")
 
 
+# ----- remote-code checkpoints: the native mapping against the model's own code -------------------------
+REFERENCES = {"kimi_vl_a3b": remote_reference.kimi_vl_logits, "phi3_5_vision": remote_reference.phi3_v_logits}
+# fp32 forwards of the same weights differ only in summation order; bf16 kernels differ in rounding too
+TOLERANCE = {"float32": (1e-4, 1e-6), "bfloat16": (5e-2, 1e-2)}  # (max|Δ| / max|logit|, KL)
+
+
+@dataclass
+class Equivalence:
+    """One remote-equivalence run: which reference, how far the native logits are from it."""
+
+    model: str
+    dtype: str
+    reference: str
+    n_tokens: int
+    max_abs: float
+    max_logit: float
+    kl: float
+    top1_agree: bool
+
+    @property
+    def ok(self) -> bool:
+        rel, kl_max = TOLERANCE[self.dtype]
+        return self.top1_agree and self.max_abs <= rel * self.max_logit and self.kl <= kl_max
+
+    def line(self) -> str:
+        return (f"{self.model} {self.dtype} vs {self.reference}: {self.n_tokens} tokens, max|Δlogits| {self.max_abs:.3e} "
+                f"(max|logit| {self.max_logit:.2f}), next-token KL {self.kl:.3e}, top-1 "
+                f"{'agrees' if self.top1_agree else 'DIFFERS'} -> {'OK' if self.ok else 'MISMATCH'}")
+
+
+def equivalence_input(adapter, size: tuple[int, int]) -> tuple[list[int], list[tuple[torch.Tensor, tuple[int, int]]], list]:
+    """One image + text in the model's chat layout: token ids, the image's pixels and grid / HD size, the spans."""
+    item = [Span("A", ("Look at the picture.",)), Span("B", (image(7).resize(size), "What is in this image?")),
+            Span("query", ("Answer in one word:",))]
+    enc = adapter.encode(item)
+    ids = torch.cat([s.input_ids for s in enc.spans]).tolist()
+    px = adapter._pixels(item[1].parts[0].convert("RGB"))
+    grid = px["image_grid_thw"][0, 1:] if "image_grid_thw" in px else px["image_sizes"]
+    return ids, [(px["pixel_values"], tuple(int(g) for g in grid.tolist()))], enc
+
+
+def remote_logits(name: str, path: Path, ids: list[int], images, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """The checkpoint's own remote code on the same ids and pixels (raises if it cannot load or run)."""
+    import transformers as tf
+
+    model = tf.AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=dtype,
+                                                    attn_implementation="eager").to(device).eval()
+    (pixels, grid), = images
+    if name == "kimi_vl_a3b":  # media_pad ids mark the features; grid as (h, w) per image
+        kwargs = dict(pixel_values=pixels.to(device, dtype), image_grid_hws=torch.tensor([grid], device=device))
+        input_ids = torch.tensor([ids], device=device)
+    else:  # Phi3V marks image rows with negative ids and takes crops padded to num_crops + 1
+        crops = int(json.loads((path / "preprocessor_config.json").read_text())["num_crops"]) + 1
+        pad = torch.zeros(crops - pixels.shape[0], *pixels.shape[1:])
+        kwargs = dict(pixel_values=torch.cat([pixels.float(), pad])[None].to(device, dtype),
+                      image_sizes=torch.tensor([grid], device=device))
+        input_ids = torch.tensor([[-1 if t == 32044 else t for t in ids]], device=device)
+    with torch.no_grad():
+        return model(input_ids=input_ids, **kwargs).logits[0, -1].float().cpu()
+
+
+def remote_equivalence(name: str, path: str | Path | None = None, device: str = "cpu", dtype: str = "float32",
+                       size: tuple[int, int] = (448, 336), num_crops: int | None = None) -> Equivalence:
+    """Native mapping vs the remote code (or the public-semantics reference) on one image + text input."""
+    if name not in REFERENCES:
+        raise ValueError(f"--remote-equivalence takes one of {sorted(REFERENCES)}, got {name!r}")
+    path = checkpoint_path(name, path)
+    adapter = load_model(name, dtype=dtype, device=device, path=path)
+    if num_crops is not None:
+        adapter.image_processor = dataclasses.replace(adapter.image_processor, num_crops=num_crops)
+    ids, images, enc = equivalence_input(adapter, size)
+    ours = adapter.forward(place(enc.spans)).logits.double().cpu()
+    reference = "public-semantics reference (scripts/remote_reference.py)"
+    theirs = None
+    if list(path.glob("modeling_*.py")):
+        try:
+            theirs = remote_logits(name, path, ids, images, adapter.dtype, device).double()
+            reference = "the checkpoint's remote code"
+        except Exception as err:  # remote code written for older transformers: say so, fall back
+            print(f"remote code did not run ({type(err).__name__}: {err}); using the public-semantics reference")
+    if theirs is None:
+        del adapter
+        theirs = REFERENCES[name](path, ids, [(p.float().cpu(), g) for p, g in images])
+    return Equivalence(name, dtype, reference, len(ids), float((ours - theirs).abs().max()), float(theirs.abs().max()),
+                       kl(theirs.float(), ours.float()), int(ours.argmax()) == int(theirs.argmax()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     ap.add_argument("--models", nargs="+", default=model_names("tiny"))
+    ap.add_argument("--remote-equivalence", metavar="MODEL", help="check a remote-code checkpoint's native mapping")
+    ap.add_argument("--path", help="checkpoint directory (default $KAMERA_MODELS/<repo name>)")
+    ap.add_argument("--image-size", nargs=2, type=int, default=(448, 336), metavar=("W", "H"))
+    ap.add_argument("--num-crops", type=int, help="Phi-3.5-V HD crops (default: the checkpoint's preprocessor)")
     args = ap.parse_args()
     print(f"torch {torch.__version__}, device {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else ""))
+    if args.remote_equivalence:
+        failed = False
+        for dtype in args.dtypes:
+            result = remote_equivalence(args.remote_equivalence, args.path, args.device, dtype, tuple(args.image_size),
+                                        args.num_crops)
+            print(result.line(), flush=True)
+            failed |= not result.ok
+        sys.exit(1 if failed else 0)
     kernels = ["sdpa", "eager"]
     try:
         import flash_attn  # noqa: F401

@@ -18,12 +18,15 @@ from pathlib import Path
 import torch
 import transformers as tf
 
+from kamera.models import extras
 from kamera.models.base import Adapter
 from kamera.models.entry import ModelEntry, resolve
 from kamera.models.internvl import InternVLAdapter
+from kamera.models.kimi_vl import KimiVLAdapter
 from kamera.models.loading import load_native, resolve_attention, resolve_device
 from kamera.models.mha import DeepseekVLAdapter, DeepseekVLHybridAdapter, LlavaAdapter
 from kamera.models.mla import DeepseekV2Adapter, KimiK25Adapter
+from kamera.models.phi3_v import Phi3VAdapter
 from kamera.models.qwen_vl import Qwen3VLAdapter, Qwen3VLMoeAdapter, QwenOmniAdapter, QwenVLAdapter
 from kamera.models.smolvlm import SmolVLMAdapter
 from kamera.models.tokenizer import ByteTokenizer
@@ -202,8 +205,10 @@ _ENTRIES = [
                hf_id="Qwen/Qwen2.5-VL-7B-Instruct", shaped=_SHAPED.format("qwen", "qwen2_5_vl_7b")),
     ModelEntry("qwen3_vl_8b", "qwen3_vl", "GQA", Qwen3VLAdapter, "Qwen3VLForConditionalGeneration",
                hf_id="Qwen/Qwen3-VL-8B-Instruct", shaped=_SHAPED.format("qwen", "qwen3_vl_8b")),
-    ModelEntry("kimi_vl_a3b", "kimi_vl", "MLA", hf_id="moonshotai/Kimi-VL-A3B-Instruct", remote_code=True,
-               notes="remote code on the Hub; its native-class loader is separate work (kamera.models.kimi_vl)"),
+    ModelEntry("kimi_vl_a3b", "kimi_vl", "MLA", KimiVLAdapter, "Kimi_K25ForConditionalGeneration",
+               hf_id="moonshotai/Kimi-VL-A3B-Instruct", loader="kamera.models.kimi_vl:load_kimi_vl_a3b",
+               shaped="kamera.models.kimi_vl:write_shaped_kimi_vl_a3b",
+               notes="Hub tensors mapped onto native kimi_k25 / deepseek_v3 modules (MLA latent cache), no remote code"),
     ModelEntry("qwen3_omni_30b_a3b", "qwen3_omni_moe", "GQA", QwenOmniAdapter, "Qwen3OmniMoeForConditionalGeneration",
                hf_id="Qwen/Qwen3-Omni-30B-A3B-Instruct", shaped=_SHAPED.format("qwen", "qwen3_omni_30b_a3b"),
                load_kwargs=(("enable_audio_output", False),), submodule="thinker",
@@ -211,8 +216,10 @@ _ENTRIES = [
     ModelEntry("deepseek_vl_7b", "deepseek_vl_hybrid", "MHA", DeepseekVLHybridAdapter,
                "DeepseekVLHybridForConditionalGeneration", hf_id="deepseek-community/deepseek-vl-7b-chat",
                shaped=_SHAPED.format("deepseek_vl", "deepseek_vl_7b")),
-    ModelEntry("phi3_5_vision", "phi3_v", "MHA", hf_id="microsoft/Phi-3.5-vision-instruct", remote_code=True,
-               notes="remote code on the Hub; its native-class loader is separate work (kamera.models.phi3_v)"),
+    ModelEntry("phi3_5_vision", "phi3_v", "MHA", Phi3VAdapter, "Phi3ForCausalLM",
+               hf_id="microsoft/Phi-3.5-vision-instruct", loader="kamera.models.phi3_v:load_phi3_5_vision",
+               shaped="kamera.models.phi3_v:write_shaped_phi3_5_vision",
+               notes="Hub tensors mapped onto native phi3 + CLIP modules; HD crops as the remote processor, no remote code"),
     ModelEntry("internvl3_8b", "internvl", "GQA", InternVLAdapter, "InternVLForConditionalGeneration",
                hf_id="OpenGVLab/InternVL3-8B-hf", shaped=_SHAPED.format("internvl", "internvl3_8b")),
     ModelEntry("llava_1_5_7b", "llava", "MHA", LlavaAdapter, "LlavaForConditionalGeneration",
