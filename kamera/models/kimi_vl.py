@@ -335,7 +335,7 @@ class KimiVLAdapter(KimiK25Adapter):
         patches, (gh, gw) = self.image_processor(image)
         return {"pixel_values": patches.to(self.dtype), "image_grid_thw": torch.tensor([[1, gh, gw]])}
 
-    def _image_ids(self, n: int) -> tuple[list[int], list[bool]]:
+    def _image_ids(self, n: int, pixels: dict[str, torch.Tensor]) -> tuple[list[int], list[bool]]:
         head = [SPECIALS[MEDIA_START], *self.tokenize("image"), SPECIALS[MEDIA_CONTENT]]
         ids = [*head, *[self.model.config.image_token_id] * n, SPECIALS[MEDIA_END]]
         return ids, [False] * len(head) + [True] * n + [False]

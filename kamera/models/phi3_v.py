@@ -287,7 +287,7 @@ class Phi3VAdapter(MHAAdapter):
     def _features(self, pixels: dict[str, torch.Tensor]) -> tuple[torch.Tensor, None]:
         return self.model.image_features(pixels["pixel_values"], tuple(pixels["image_sizes"].tolist())), None
 
-    def _image_ids(self, n: int) -> tuple[list[int], list[bool]]:
+    def _image_ids(self, n: int, pixels: dict[str, torch.Tensor]) -> tuple[list[int], list[bool]]:
         return [IMAGE_ID] * n, [True] * n
 
     def stop_ids(self) -> tuple[int, ...]:

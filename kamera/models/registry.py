@@ -18,7 +18,6 @@ from pathlib import Path
 import torch
 import transformers as tf
 
-from kamera.models import extras
 from kamera.models.base import Adapter
 from kamera.models.entry import ModelEntry, resolve
 from kamera.models.internvl import InternVLAdapter
