@@ -4,6 +4,7 @@ failures 7 and 9): on main the renderer read ``results/raw`` under the package, 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -66,9 +67,14 @@ def test_fig5_renders_from_a_sweep_with_effective_ranks(tmp_path, capsys):
 
 def test_make_render_and_status_are_targets(tmp_path):
     """``make render EXP=…`` renders only (no sweep) and ``make status`` lists jobs; both from stored rows."""
-    out = subprocess.run(["make", "-n", "render", "EXP=table3_tiny", "PARTIAL=1"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60).stdout
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # also under make test
+
+    def dry(*args: str) -> str:
+        return subprocess.run(["make", "--no-print-directory", "-n", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=60, env=env).stdout
+
+    out = dry("render", "EXP=table3_tiny", "PARTIAL=1")
     assert out.strip().endswith("-m experiments.common experiment=table3_tiny  --allow-partial")
     assert "kamera.run" not in out
-    out = subprocess.run(["make", "-n", "status", "EXP=fig5"], cwd=ROOT, capture_output=True, text=True).stdout
+    out = dry("status", "EXP=fig5")
     assert "-m kamera.status experiment=fig5" in out
