@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kamera.arms.base import Arm, ArmOutput, register
+from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
 from kamera.arms.budget import cell_bytes
 from kamera.arms.tokens import check_count, check_fraction
 from kamera.context import ReuseContext
+from kamera.models.base import Adapter
 from kamera.recompute import reuse_bottom
 
 
@@ -41,18 +42,22 @@ class ShallowReprefillArm(Arm):
         if self.rerun_fraction is not None:
             check_fraction(self.name, "rerun_fraction", self.rerun_fraction)
 
+    def refuses(self, adapter: Adapter) -> str | None:
+        """A ``reuse_layers`` above the model's layer count is refused for that model, not clamped."""
+        if self.rerun_fraction is None and self.reuse_layers > adapter.n_layers:
+            return f"reuse_layers={self.reuse_layers} exceeds the model's {adapter.n_layers} layers"
+        return None
+
     def reused(self, n_layers: int) -> int:
-        """ℓ for a model of n_layers (a ``reuse_layers`` above n_layers is refused, not clamped)."""
+        """ℓ for a model of n_layers (the runner has already set aside models this arm refuses)."""
         if self.rerun_fraction is not None:
             return n_layers - round(self.rerun_fraction * n_layers)
-        if self.reuse_layers > n_layers:
-            raise ValueError(
-                f"shallow_reprefill: reuse_layers={self.reuse_layers} exceeds the model's {n_layers} layers"
-            )
         return self.reuse_layers
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
         n_layers, n_b = ctx.adapter.n_layers, ctx.n_b
+        if why := self.refuses(ctx.adapter):
+            raise ArmRefusal(why)
         ell = self.reused(n_layers)
         rec = reuse_bottom(ctx, ell)
         out = ctx.query(rec.kv, tag=self.name)

@@ -9,7 +9,7 @@ import torch
 from arms_support import b_kv, changed_rows, rel_err, shared_ctx
 from tinyfamilies import TINY, standard_spans
 
-from kamera.arms import make_arm
+from kamera.arms import ArmRefusal, make_arm
 from kamera.arms.budget import matched_k_rank, matched_tokens, tokens_for
 from kamera.arms.orbit import conditioned_in_order
 from kamera.context import ReuseContext
@@ -41,8 +41,11 @@ def test_shallow_reprefill_endpoints_and_bytes(tiny, name):
 
 def test_shallow_reprefill_refuses_more_layers_than_the_model(tiny):
     ctx = shared_ctx(tiny, "tiny_llava")
-    with pytest.raises(ValueError, match="exceeds"):
-        make_arm("shallow_reprefill", reuse_layers=ctx.adapter.n_layers + 1).run(ctx)
+    deep = make_arm("shallow_reprefill", reuse_layers=ctx.adapter.n_layers + 1)
+    assert "exceeds the model's 4 layers" in deep.refuses(ctx.adapter)  # the runner skips it for this model
+    with pytest.raises(ArmRefusal, match="exceeds"):
+        deep.run(ctx)
+    assert make_arm("shallow_reprefill", reuse_layers=ctx.adapter.n_layers).refuses(ctx.adapter) is None
     assert make_arm("shallow_reprefill", rerun_fraction=0.5).reused(28) == 14
 
 
