@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 
 from kamera.job import Selection, read_benchmark
 from kamera.models.base import Adapter
-from kamera.spans import Span
+from kamera.spans import Clip, Span
 from kamera.toy.window_task import KINDS
 from kamera.window.item import WindowItem
 from kamera.window.probes.base import WindowProbe
@@ -198,11 +198,18 @@ def shrink(image, pixels: int | None):
 
 
 def _segments(spans: list[Span], n: int, per: int, pixels: int | None, what: str) -> tuple[Span | None, list[Span], Span]:
-    """(prefix, n segments of ``per`` frames, query) from a Video-MME item's ``[prefix?, A, B, query]``."""
-    frames = [shrink(p, pixels) for s in spans if s.role in ("A", "B") for p in s.parts if not isinstance(p, str)]
+    """(prefix, n segments, query) from a Video-MME item's ``[prefix?, A, B, query]``: its frames in order, cut
+    into n :class:`~kamera.spans.Clip` parts of ``per`` frames (with their timestamps), one segment a span.
+
+    A segment is a video clip as the loader's chunks are (a family that takes video reads it as its own video
+    input, the others read its frames as images)."""
+    clips = [p for s in spans if s.role in ("A", "B") for p in s.parts if not isinstance(p, str)]
+    if not all(isinstance(c, Clip) for c in clips):
+        raise ValueError(f"{what}: the loader's chunks hold {sorted({type(c).__name__ for c in clips})}, not video clips")
+    frames = [(shrink(f, pixels), t) for c in clips for f, t in zip(c.frames, c.timestamps, strict=True)]
     if len(frames) != n * per:
         raise ValueError(f"{what}: {len(frames)} frames decoded, {n} segments of {per} need {n * per}")
-    segments = [Span("A", tuple(frames[j * per : (j + 1) * per]), f"segment{j}") for j in range(n)]
+    segments = [Span("A", (Clip(*zip(*frames[j * per : (j + 1) * per], strict=True)),), f"segment{j}") for j in range(n)]
     return (spans[0] if spans[0].role == "prefix" else None), segments, spans[-1]
 
 
