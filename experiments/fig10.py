@@ -134,7 +134,7 @@ def why_missing(model: str) -> str:
         e = entry(model)
     except UnknownModelError:
         return f"{model} is not registered"
-    if e.kind == "paper" and e.adapter is None:
+    if e.kind == "paper" and not e.has_adapter:
         return f"{model} has no adapter yet"
     return "no rows (its job has not run)"
 

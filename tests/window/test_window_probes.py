@@ -6,6 +6,7 @@ GQA (tiny_qwen2_5_vl, M-RoPE), MLA (tiny_kimi), MHA (tiny_llava), on synthetic s
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 
@@ -101,9 +102,10 @@ def test_a_full_rank_removal_patch_is_the_re_prefill_of_the_slid_window(probed, 
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_keep_as_is_is_the_re_prefill_when_the_evicted_chunk_was_never_attended(tiny, items, name):
-    """A constructed window: the leading chunk is masked from every later token, and there is no prefix, so
-    relocating the survivor by −extent(evicted) changes no relative position it attended."""
-    adapter = tiny(name)
+    """A constructed window: the leading chunk is masked from every later token, and there is no prefix (nor
+    chat header), so relocating the survivor by −extent(evicted) changes no relative position it attended."""
+    adapter = copy.copy(tiny(name))
+    adapter.chat = None  # a chat header would be a prefix the survivor attends across the slide
     wctx = WindowContext(adapter, dataclasses.replace(items[name], prefix=None))
     rows = make_probe("survivor", mask_evicted=True).run(wctx)
     keep = pick(rows, "keep_as_is")[0]
