@@ -24,6 +24,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from kamera.job import Spec, config_key, expected_of, job_specs, results_root
+from kamera.models.cost import h100_hours, not_estimated
 from kamera.store import JobState, Shard, ShardCorruptError, latest, shards
 from kamera.sweep import CONF_DIR, SweepError, compose_config, expand
 
@@ -87,11 +88,9 @@ def sweep_jobs(overrides: list[str]) -> list[JobView]:
 def estimate_hours(cfg: DictConfig) -> float | None:
     """Estimated H100-hours of one job (:func:`kamera.models.cost.h100_hours`: the model's published
     size on the experiment's stated tokens per item), when its experiment has a ``cost:`` block; None
-    otherwise, NaN for a model with no published config yet."""
+    otherwise, NaN for a model without a readable published config (:func:`kamera.models.cost.not_estimated`)."""
     if cfg.get("cost") is None:
         return None
-    from kamera.models.cost import h100_hours
-
     return h100_hours(cfg)
 
 
@@ -103,7 +102,8 @@ def report(views: list[JobView]) -> list[str]:
     for v, h in zip(views, hours, strict=True):
         status = "corrupt" if v.error else v.state.summary()
         where = f"  {v.shard.meta_path.with_suffix('')}" if v.shard else ""
-        cost = "" if h is None else f"  ~{h:.2f} H100-h" if h == h else "  (no cost estimate: no published config yet)"
+        cost = "" if h is None else f"  ~{h:.2f} H100-h" if h == h else \
+            f"  (no cost estimate: {not_estimated(str(v.cfg.model.name))})"
         lines.append(f"  {status:<28} {' '.join(v.overrides) or v.name}{cost}{where}")
         if v.error:
             lines.append(f"      {v.error}")

@@ -12,9 +12,13 @@ channel).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.context import ReuseContext
 from kamera.probes.base import Probe, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, ItemShape
 
 
 @register
@@ -22,6 +26,11 @@ from kamera.probes.base import Probe, register
 class DeficitHeadsProbe(Probe):
     name = "deficit_heads"
     needs = frozenset({"deficit"})
+
+    def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). Nothing beyond
+        the shared Δ."""
+        return []
 
     def run(self, ctx: ReuseContext) -> list[dict]:
         records = []

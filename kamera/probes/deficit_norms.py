@@ -14,10 +14,14 @@ adds). Layer 0's K/V are a function of the token embedding and its position only
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.context import ReuseContext
 from kamera.diagnostics.deficit_norm import deficit_norms
 from kamera.probes.base import Probe, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, ItemShape
 
 
 @register
@@ -32,6 +36,11 @@ class DeficitNormsProbe(Probe):
     def __post_init__(self) -> None:
         if not isinstance(self.oracle, bool):
             raise ValueError(f"deficit_norms oracle must be true or false, got {self.oracle!r}")
+
+    def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). With ``oracle``,
+        one 4D-mask forward over the item."""
+        return [shape.full()] if self.oracle else []
 
     def run(self, ctx: ReuseContext) -> list[dict]:
         cells: dict[tuple[int, str], dict] = {}

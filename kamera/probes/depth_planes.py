@@ -8,10 +8,14 @@ and channel); a renderer averages the planes over items and normalises a figure 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.context import ReuseContext
 from kamera.diagnostics.planes import check_planes, depth_planes
 from kamera.probes.base import Probe, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, ItemShape
 
 
 @register
@@ -28,6 +32,11 @@ class DepthPlanesProbe(Probe):
 
     def __post_init__(self) -> None:
         check_planes(self.tokens, self.features, self.basis)
+
+    def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). Nothing beyond
+        the shared Δ."""
+        return []
 
     def run(self, ctx: ReuseContext) -> list[dict]:
         return depth_planes(ctx, self.tokens, self.features, self.basis)

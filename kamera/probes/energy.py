@@ -8,11 +8,15 @@ averages the curves over items.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_counts, check_fraction
 from kamera.diagnostics.energy import energy_curve
 from kamera.probes.base import Probe, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, ItemShape
 
 
 @register
@@ -29,6 +33,11 @@ class EnergyProbe(Probe):
         if self.ranks is not None:
             self.ranks = check_counts("energy ranks", self.ranks)
         check_fraction("energy fraction", self.fraction)
+
+    def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). Nothing beyond
+        the shared patch."""
+        return []
 
     def run(self, ctx: ReuseContext) -> list[dict]:
         return energy_curve(ctx, self.ranks, self.fraction)

@@ -25,12 +25,16 @@ Knob: ``layers`` ("all", or the injection layers to measure).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from kamera.context import ReuseContext
 from kamera.probes.base import Probe, register
 from kamera.recompute import LayerDriver, shared
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, ItemShape
 
 
 def conditioned_hidden(ctx: ReuseContext) -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...]]:
@@ -69,6 +73,13 @@ class InjectionDepthProbe(Probe):
                 raise ValueError(f"injection_depth layers must be 'all' or a list of layer indices, got {self.layers!r}")
         elif not self.layers or not all(isinstance(l, int) and not isinstance(l, bool) and l >= 0 for l in self.layers):
             raise ValueError(f"injection_depth layers must be non-negative ints, got {self.layers!r}")
+
+    def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One replay of
+        B's rows over the full prefill's context, then Σ_ℓ (L − ℓ) / L passes of B over [prefix · B] for ℓ = 0 and
+        each measured layer."""
+        chosen = range(n_layers) if self.layers == "all" else {0, *self.layers}
+        return [shape.b_in_context(), shape.solo(sum(n_layers - l for l in chosen if l < n_layers) / n_layers)]
 
     def run(self, ctx: ReuseContext) -> list[dict]:
         n_layers = ctx.adapter.n_layers

@@ -11,11 +11,15 @@ diagnostic's own ``dtype`` key is dropped so it cannot shadow it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_counts
 from kamera.diagnostics.relocation import DISTANCES, relocation_error
 from kamera.probes.base import Probe, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, ItemShape
 
 
 @register
@@ -29,6 +33,11 @@ class RelocationProbe(Probe):
 
     def __post_init__(self) -> None:
         self.distances = check_counts("relocation distances", self.distances)
+
+    def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). B prefilled
+        alone at 0 and at each distance."""
+        return [shape.b_alone(1 + len(self.distances))]
 
     def run(self, ctx: ReuseContext) -> list[dict]:
         records = relocation_error(ctx.adapter, ctx.enc.spans[ctx.b], self.distances)

@@ -8,6 +8,7 @@ Records are per item; a renderer averages recall over items.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kamera.arms.cross_mass import CrossMassArm
 from kamera.arms.first_k import FirstKArm
@@ -15,6 +16,9 @@ from kamera.arms.oracle_topp import OracleTopPArm
 from kamera.context import ReuseContext
 from kamera.diagnostics.selectors import DEFAULT_SELECTORS, check_selectors, selector_recall
 from kamera.probes.base import Probe, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, ItemShape
 
 
 @register
@@ -33,6 +37,11 @@ class SelectorRecallProbe(Probe):
 
     def __post_init__(self) -> None:
         check_selectors(self.selectors, self.fraction, self.draws)
+
+    def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). Nothing beyond
+        the shared quantities its selectors read."""
+        return []
 
     def run(self, ctx: ReuseContext) -> list[dict]:
         return selector_recall(ctx, self.selectors, self.fraction, self.seed, self.draws)

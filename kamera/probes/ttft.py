@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_counts
 from kamera.diagnostics.ttft import RANKS, SIZES, ttft
+from kamera.models.cost import Forward, ItemShape
 from kamera.probes.base import Probe, register
 
 DEVICES = ("cpu", "cuda")
@@ -46,6 +47,20 @@ class TtftProbe(Probe):
         check_counts("ttft repeats / frame_px", [self.repeats, self.frame_px])
         if self.device not in DEVICES:
             raise ValueError(f"ttft device must be one of {DEVICES}, got {self.device!r}")
+
+    def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). Per segment
+        length s, a timing item [prefix · one frame · s · query] (a frame of ``frame_px``² pixels taken as (frame_px
+        / 28)² tokens, Qwen's merged 28-pixel patches): its full, conditioned and canonical prefills, then 1 +
+        ``repeats`` timed calls (a warm-up) of the in-context prefill, the canonical and the conditioned forward (the
+        full item's shape, less its query) and per rank of the reuse query."""
+        frame, out = (self.frame_px // 28) ** 2, []
+        for s in self.sizes:
+            item = ItemShape(n=shape.prefix + frame + s + shape.query, n_b=s, prefix=shape.prefix, query=shape.query)
+            calls = 1 + self.repeats
+            prefill = Forward(s + shape.query, shape.prefix + frame + s / 2, calls)  # [B · query] on the context
+            out += [item.full(2 + calls), item.solo(1 + calls), prefill, item.query_over(calls * len(self.ranks))]
+        return out
 
     def run(self, ctx: ReuseContext) -> list[dict]:
         if ctx.adapter.device.type != self.device:

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.context import ReuseContext
 from kamera.diagnostics.video import NoFramePairs, check_cell_px, token_signals
 from kamera.probes.base import Probe, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, ItemShape
 
 log = logging.getLogger("kamera.probes")
 
@@ -31,6 +35,11 @@ class VideoSignalsProbe(Probe):
 
     def __post_init__(self) -> None:
         check_cell_px(self.cell_px)
+
+    def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). Nothing beyond
+        the shared Δ (flow and warp signals run on the CPU, in ``ITEM_S``)."""
+        return []
 
     def run(self, ctx: ReuseContext) -> list[dict]:
         try:

@@ -15,11 +15,15 @@ conditioned forward (the reference's).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.core import deepest
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout
 from kamera.window.probes.base import WindowProbe, check_rank, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, WindowShape
 
 
 @register
@@ -33,6 +37,11 @@ class DeepHalfProbe(WindowProbe):
         check_rank(self.name, self.rank)
         if not 0 < self.fraction <= 1:
             raise ValueError(f"{self.name}: fraction must be in (0, 1], got {self.fraction}")
+
+    def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One layout of k
+        + 1 chunks; blind, full and deep-half patch queries."""
+        return [shape.layout(shape.window + 1), shape.query_over(shape.window + 1, 3), shape.canonical()]
 
     def run(self, wctx: WindowContext) -> list[dict]:
         k = wctx.item.window

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamera.metrics import flipped
+from kamera.models.cost import Forward, WindowShape
 from kamera.window.context import WindowContext, WindowView, overwrite
 from kamera.window.ops import Layout
 from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
@@ -44,6 +45,14 @@ class DisposabilityProbe(WindowProbe):
         else:
             answer = adapter.decode(adapter.greedy(out, self.max_new_tokens, adapter.stop_ids()))
         return out, answer, sum(adapter.forwards.values()) - before
+
+    def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One layout of k
+        + 1 chunks; blind and the patch-on / patch-off queries, each followed by up to ``max_new_tokens`` one-token
+        decode steps on open answers (counted as if every item decodes)."""
+        k = shape.window + 1
+        decode = Forward(1, shape.prefix + k * shape.chunk, 2 * self.max_new_tokens)
+        return [shape.layout(k), shape.query_over(k, 3), decode, shape.canonical()]
 
     def run(self, wctx: WindowContext) -> list[dict]:
         k = wctx.item.window

@@ -23,10 +23,14 @@ the excess material changes; each stale patch is formed in its own forward (stor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, add_distractors
 from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, WindowShape
 
 
 @register
@@ -39,6 +43,14 @@ class ExcessProbe(WindowProbe):
     def __post_init__(self) -> None:
         check_rank(self.name, self.rank)
         check_int(self.name, "distractors", self.distractors, 0)
+
+    def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). The {X, Y}
+        layout (3 chunks), per d distractors its layout (3 + d chunks) and, for d ≥ 1, the position-matched one (3
+        chunks and a gap); per d blind and three patch queries."""
+        d = range(self.distractors + 1)
+        return [shape.layout(3, 1 + self.distractors), *(shape.layout(3 + i) for i in d),
+                *(shape.query_over(3 + i, 4) for i in d), shape.canonical()]
 
     def run(self, wctx: WindowContext) -> list[dict]:
         self.need(wctx, 3, self.distractors)

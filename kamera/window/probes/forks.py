@@ -15,11 +15,15 @@ branch's content channels are the canonical's own tensors (no copy made). Plus `
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, recall_window
 from kamera.window.probes.base import WindowProbe, check_rank, register
 from kamera.window.probes.recall import recall_stream
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, WindowShape
 
 
 @register
@@ -30,6 +34,12 @@ class ForksProbe(WindowProbe):
 
     def __post_init__(self) -> None:
         check_rank(self.name, self.rank)
+
+    def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One recall
+        layout per branch n = 0 … k (k + 1 chunks each); blind and the fork's patch query each."""
+        k = shape.window
+        return [shape.layout(k + 1, k + 1), shape.query_over(k + 1, 2 * (k + 1)), shape.canonical()]
 
     def run(self, wctx: WindowContext) -> list[dict]:
         k = wctx.item.window

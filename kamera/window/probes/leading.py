@@ -16,17 +16,26 @@ lacks the prefix, which is then an antecedent: the deficit is not 0 and the rows
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.core import max_rel_diff
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout
 from kamera.window.probes.base import WindowProbe, register
 
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, WindowShape
+
 
 @register
 @dataclass
 class LeadingProbe(WindowProbe):
     name = "leading"
+
+    def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One layout of k
+        + 1 chunks and blind reuse's query."""
+        return [shape.layout(shape.window + 1), shape.query_over(shape.window + 1), shape.canonical()]
 
     def run(self, wctx: WindowContext) -> list[dict]:
         k = wctx.item.window

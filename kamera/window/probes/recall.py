@@ -25,10 +25,14 @@ window is the eviction-time one and the stale patch is the fresh one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, recall_window, turnover_count
 from kamera.window.probes.base import WindowProbe, check_rank, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, WindowShape
 
 TAUS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
@@ -50,6 +54,15 @@ class RecallProbe(WindowProbe):
         self.taus = tuple(float(t) for t in self.taus)
         if not self.taus or any(not 0 <= t <= 1 for t in self.taus):
             raise ValueError(f"{self.name}: taus must be turnover fractions in [0, 1], got {self.taus}")
+
+    def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). The
+        eviction-time layout and each distinct turnover's layout (k + 1 chunks each), blind reuse per turnover layout
+        and the stale and fresh patches' queries per τ, the target's canonical."""
+        k = shape.window
+        turned = {turnover_count(t, k) for t in self.taus}
+        return [shape.layout(k + 1, len(turned | {0})), shape.query_over(k + 1, len(turned) + 2 * len(self.taus)),
+                shape.canonical()]
 
     def run(self, wctx: WindowContext) -> list[dict]:
         k = wctx.item.window

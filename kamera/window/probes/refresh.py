@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.arms.budget import cell_bytes
 from kamera.arms.tokens import check_fraction
@@ -34,6 +35,9 @@ from kamera.recompute import recompute, reuse_bottom
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout
 from kamera.window.probes.base import ProbeRefusal, WindowProbe, check_int, check_rank, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, WindowShape
 
 
 @register
@@ -55,6 +59,16 @@ class RefreshProbe(WindowProbe):
         if not self.swaps or any(isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= self.n_chunks
                                  for d in self.swaps):
             raise ValueError(f"{self.name}: swaps must be ints in 0..n_chunks ({self.n_chunks}), got {self.swaps}")
+
+    def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). The old layout
+        and one per distinct swap (K + 1 chunks each); per swap five queries (blind, stale, patch update, deep and
+        shallow refresh) and the target's rows re-run through the deep and the shallow layers."""
+        k, swaps = self.n_chunks, len(self.swaps)
+        deep = math.ceil(self.deep_fraction * n_layers) / n_layers
+        shallow = math.ceil(self.shallow_fraction * n_layers) / n_layers
+        return [shape.layout(k + 1, len(set(self.swaps) | {0})), shape.query_over(k + 1, 5 * swaps),
+                shape.rows(k + 1, swaps * (deep + shallow)), shape.canonical()]
 
     def run(self, wctx: WindowContext) -> list[dict]:
         k, n_layers = self.n_chunks, wctx.adapter.n_layers

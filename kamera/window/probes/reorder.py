@@ -29,11 +29,15 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.core import Patch, orbit_mean
 from kamera.window.context import WindowContext, WindowView
 from kamera.window.ops import Layout, reorder
 from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, WindowShape
 
 Ordering = tuple[int, ...]
 
@@ -81,6 +85,12 @@ class ReorderProbe(WindowProbe):
         check_int(self.name, "exhaustive_up_to", self.exhaustive_up_to, 0)
         check_int(self.name, "samples", self.samples, 2)
         check_int(self.name, "seed", self.seed, 0)
+
+    def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One layout of K
+        + 1 chunks per ordering of the orbit; per non-identity ordering blind, transfer, exact and orbit queries."""
+        n = len(orderings(self.n_chunks, self.exhaustive_up_to, self.samples, self.seed))
+        return [shape.layout(self.n_chunks + 1, n), shape.query_over(self.n_chunks + 1, 4 * (n - 1)), shape.canonical()]
 
     def run(self, wctx: WindowContext) -> list[dict]:
         k = self.n_chunks

@@ -21,6 +21,7 @@ The window: history chunks 0 … k−1 in front of chunk k. The live cache holds
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,6 +30,9 @@ from kamera.models.base import ForwardOut
 from kamera.window.context import WindowContext, WindowView, fork, overwrite
 from kamera.window.ops import Layout
 from kamera.window.probes.base import WindowProbe, check_rank, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, WindowShape
 
 
 def same(a: ChunkKV, b: ChunkKV) -> bool:
@@ -50,6 +54,11 @@ class RevertProbe(WindowProbe):
 
     def __post_init__(self) -> None:
         check_rank(self.name, self.rank)
+
+    def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One layout of k
+        + 1 chunks; blind, patched, reverted and re-added queries."""
+        return [shape.layout(shape.window + 1), shape.query_over(shape.window + 1, 4), shape.canonical()]
 
     def run(self, wctx: WindowContext) -> list[dict]:
         k = wctx.item.window

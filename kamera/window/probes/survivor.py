@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kamera.core import Patch, deficit
 from kamera.metrics import energy_rank, eta, kl
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, slide
 from kamera.window.probes.base import ProbeRefusal, WindowProbe, check_rank, register
+
+if TYPE_CHECKING:
+    from kamera.models.cost import Forward, WindowShape
 
 NOISE = 1e-5  # ‖Δ_remove‖ / ‖KV‖ below this is float rounding (relocation), not a removal deficit
 
@@ -67,6 +71,11 @@ class SurvivorProbe(WindowProbe):
         if s is None or s == 0:
             raise ProbeRefusal(f"{self.name}: survivor slot {self.survivor} is not a surviving chunk of a {k}-chunk window")
         return s
+
+    def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). The window
+        before and after the slide (k chunks each), blind, keep-as-is and removal-patch queries."""
+        return [shape.layout(shape.window, 2), shape.query_over(shape.window, 3), shape.canonical()]
 
     def run(self, wctx: WindowContext) -> list[dict]:
         k = wctx.item.window
