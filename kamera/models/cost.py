@@ -339,16 +339,21 @@ def experiment_hours(overrides: list[str], tokens: dict[str, int] | None = None)
     from kamera.sweep import compose_config, expand
     from kamera.window.job import is_window
 
-    rows = []
+    rows, seen = [], set()
     for job in expand(overrides):
         cfg = compose_config(job)
         name = str(cfg.bench.name)
+        seen.add(name)
         if tokens and name in tokens:
             OmegaConf.update(cfg, f"cost.tokens.{name}.{'chunk' if is_window(cfg) else 'n'}", tokens[name],
                              force_add=True)
         bench = name + (f":{cfg.bench.subset}" if cfg.bench.get("subset") else "")
         hours, note = _job(cfg)
         rows.append(JobCost(str(cfg.model.name), bench, hours, note))
+    unused = sorted(set(tokens or {}) - seen)
+    if unused:
+        raise ValueError(f"tokens given for {', '.join(unused)}, which no job of this sweep reads "
+                         f"(its benchmarks: {', '.join(sorted(seen))})")
     return rows, sum(r.hours for r in rows if r.hours == r.hours)
 
 

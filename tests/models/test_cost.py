@@ -171,3 +171,5 @@ def test_tokens_replace_the_stated_ones_and_bad_ones_are_refused(capsys):
     assert "cost.tokens.videomme has n=0" in capsys.readouterr().err
     assert main(["experiment=fig3", "cost.tokens.videomme.n_b=9000"]) == 2
     assert "n_b=9000 > n=4200" in capsys.readouterr().err
+    assert main(["experiment=table1", "--tokens", "videomme=512"]) == 2  # table1 reads videomme_window
+    assert "tokens given for videomme, which no job of this sweep reads" in capsys.readouterr().err
