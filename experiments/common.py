@@ -79,9 +79,12 @@ def parse(description: str, default_experiment: str, argv: list[str] | None = No
     ap.add_argument("overrides", nargs="*", help=f"Hydra overrides of the sweep (default experiment={default_experiment})")
     ap.add_argument("--allow-partial", action="store_true", help="render incomplete jobs too; the output says partial")
     ap.add_argument("--out", default=None, help="output stem (default: <paths.tables or paths.figures>/<experiment>)")
-    ap.add_argument("--tracking", default=os.environ.get("KAMERA_TRACKING", "disabled"),
-                    choices=["disabled", "offline", "online"], help="also log the outputs to wandb")
+    modes = ["disabled", "offline", "online"]
+    ap.add_argument("--tracking", default=os.environ.get("KAMERA_TRACKING") or "disabled", choices=modes,
+                    help="also log the outputs to wandb (default: $KAMERA_TRACKING, else disabled)")
     args = ap.parse_intermixed_args(argv)
+    if args.tracking not in modes:  # argparse checks choices on given values only, not on the default
+        ap.error(f"KAMERA_TRACKING must be one of {', '.join(modes)}, got {args.tracking!r}")
     if not any(o.split("=", 1)[0].lstrip("+~") == "experiment" for o in args.overrides):
         args.overrides.insert(0, f"experiment={default_experiment}")
     return args

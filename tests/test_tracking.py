@@ -75,3 +75,16 @@ def test_one_run_per_job_attempt_grouped_by_the_job_key(fake_wandb, tmp_path):
     assert first.logged[2][0]["fig"] == ("image", str(png)) and first.finished
     with pytest.raises(ValueError, match=r"tracking\.mode"):
         Tracker.start("sometimes", "kamera", "g", "abc", {}, tmp_path)
+
+
+def test_a_bad_kamera_tracking_stops_a_render_before_it_reads_rows(monkeypatch, capsys):
+    """The renderers' --tracking default comes from $KAMERA_TRACKING: a typo there is refused at once (not after
+    the table is drawn); an empty value means unset."""
+    from experiments.common import parse
+
+    monkeypatch.setenv("KAMERA_TRACKING", "offlin")
+    with pytest.raises(SystemExit) as stop:
+        parse("x", "table3_tiny", [])
+    assert stop.value.code == 2 and "KAMERA_TRACKING must be one of disabled, offline, online, got 'offlin'" in capsys.readouterr().err
+    monkeypatch.setenv("KAMERA_TRACKING", "")
+    assert parse("x", "table3_tiny", []).tracking == "disabled"
