@@ -11,6 +11,7 @@ import json
 
 import pandas as pd
 import pytest
+import torch
 from pipeline_support import job_config
 
 from experiments import table3
@@ -85,6 +86,25 @@ def test_zero_usable_items_fail_the_job_with_the_reasons(tmp_path, monkeypatch):
     with pytest.raises(JobError, match="no usable item"):  # a rerun reports it again; it loads no model
         monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("model loaded"))
         runner.run(cfg)
+
+
+def test_non_finite_logits_fail_the_item_naming_the_comparison_never_a_perfect_score(tmp_path, monkeypatch):
+    """A model whose head yields NaN: KL raises instead of scoring 0 (η = 1), the runner records each item as
+    failed with that reason, writes no row for it, and the job fails (issue 14: no NaN scored as perfect)."""
+
+    def broken_head(*args, **kwargs):
+        adapter = load_model(*args, **kwargs)
+        with torch.no_grad():
+            adapter.model.lm_head.weight[0, 0] = float("nan")
+        return adapter
+
+    monkeypatch.setattr(runner, "load_model", broken_head)
+    with pytest.raises(JobError, match="no usable item"):
+        runner.run(job_config(tmp_path, "model=tiny_llava", "arms=[blind]", "n_items=2"))
+    (shard,) = shards(tmp_path / "raw", "adhoc")
+    failed = shard.meta()["failed"]
+    assert len(failed) == 2 and all("non-finite" in r for r in failed.values()), failed
+    assert shard.rows().empty
 
 
 def test_a_corrupt_shard_is_reported_with_its_path_and_what_to_do(tmp_path, capsys):
