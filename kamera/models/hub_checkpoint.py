@@ -1,4 +1,4 @@
-"""Hub-layout safetensors checkpoints, read into native modules by an explicit weight plan, and written shaped.
+"""Hub-layout safetensors checkpoints, read into native modules by an explicit weight plan.
 
 Remote-code checkpoints (Kimi-VL, Phi-3.5-V) keep their own tensor names; we load them into native
 transformers modules through a :class:`Load` plan: each native parameter names the checkpoint
@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 from transformers.initialization import no_init_weights
 
 INDEX = "model.safetensors.index.json"
@@ -226,56 +225,3 @@ def build_empty(cls, config, dtype: torch.dtype, attn_implementation: str) -> to
     """A native model of ``config`` with allocated but uninitialised weights (the plan fills them all)."""
     with no_init_weights():
         return cls._from_config(config, dtype=dtype, attn_implementation=attn_implementation)
-
-
-# ----- writing -----------------------------------------------------------------------------------------
-def write_sharded(out: Path, tensors: Iterable[tuple[str, torch.Tensor]], max_shard_bytes: int) -> Path:
-    """Write ``(name, tensor)`` pairs as Hub shards of at most ``max_shard_bytes`` (one tensor may exceed it)
-    plus the index; tensors are consumed as they come, so at most one shard is in memory."""
-    out.mkdir(parents=True, exist_ok=True)
-    if any(out.glob("*.safetensors")) or (out / INDEX).exists():
-        raise FileExistsError(f"{out} already holds a checkpoint; write a shaped checkpoint into a new directory")
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    sizes = [0]
-    written: list[tuple[Path, list[str]]] = []
-    total = 0
-
-    def flush() -> None:
-        tmp = out / f".shard-{len(written):05d}.safetensors"
-        save_file(shards[-1], str(tmp), metadata={"format": "pt"})
-        written.append((tmp, list(shards[-1])))
-        shards[-1] = {}
-        sizes[-1] = 0
-
-    for name, t in tensors:
-        n = t.numel() * t.element_size()
-        if shards[-1] and sizes[-1] + n > max_shard_bytes:
-            flush()
-        shards[-1][name] = t.contiguous()
-        sizes[-1] += n
-        total += n
-    if shards[-1]:
-        flush()
-    weight_map = {}
-    for k, (tmp, names) in enumerate(written, start=1):
-        final = f"model-{k:05d}-of-{len(written):05d}.safetensors"
-        tmp.rename(out / final)
-        weight_map.update({name: final for name in names})
-    (out / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
-    return out
-
-
-def random_tensors(
-    shapes: Iterable[tuple[str, tuple[int, ...]]], seed: int, dtype: torch.dtype = torch.bfloat16, std: float = 0.02
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """Seeded random tensors for a shaped checkpoint: norms (names ending ``norm.weight`` or 1-D ``weight``
-    of a LayerNorm-like tensor) start at one, biases at zero, the rest N(0, std²)."""
-    gen = torch.Generator().manual_seed(seed)
-    for name, shape in shapes:
-        if re.search(r"(norm\d?|layernorm|layrnorm|norm_\w+)\.weight$", name) and len(shape) == 1:
-            t = torch.ones(shape, dtype=dtype)
-        elif name.endswith(".bias"):
-            t = torch.zeros(shape, dtype=dtype)
-        else:  # drawn in the storage dtype: no float32 copy of a 163,840-row embedding
-            t = torch.randn(shape, generator=gen, dtype=dtype).mul_(std)
-        yield name, t

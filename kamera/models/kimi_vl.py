@@ -32,8 +32,6 @@ Where each choice comes from (read, not copied; facts restated in ``docs/remote_
 
 from __future__ import annotations
 
-import copy
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,12 +50,9 @@ from kamera.models.hub_checkpoint import (
     WeightPlan,
     build_empty,
     check_specials,
-    random_tensors,
     read_json,
-    write_sharded,
 )
 from kamera.models.mla import KimiK25Adapter
-from kamera.models.standin_tokenizer import write_standin_tokenizer
 
 # ----- the published checkpoint ------------------------------------------------------------------------
 HUB_CONFIG: dict = {
@@ -378,44 +373,3 @@ def _check_inv_freq(ckpt: HubCheckpoint, model) -> None:
     ours = model.model.language_model.rotary_emb.inv_freq.float().cpu()
     if stored.shape != ours.shape or not torch.allclose(stored, ours, rtol=1e-2, atol=0):
         raise CheckpointMismatchError(f"{ckpt.path}: {name} is not the inv_freq of rope_theta in config.json")
-
-
-# ----- the shaped checkpoint -----------------------------------------------------------------------------
-def shaped_config(layers: int, vision_layers: int) -> dict:
-    """The published config.json with the layer counts replaced (layers ≥ 2 keeps one dense and one MoE layer)."""
-    if layers < 1 or vision_layers < 1:
-        raise ValueError(f"layers and vision_layers must be ≥ 1, got {layers}, {vision_layers}")
-    hub = copy.deepcopy(HUB_CONFIG)
-    hub["text_config"]["num_hidden_layers"] = layers
-    hub["vision_config"]["num_hidden_layers"] = vision_layers
-    return hub
-
-
-def write_shaped_kimi_vl_a3b(out: Path, *, layers: int = 2, vision_layers: int = 2, seed: int = 0) -> Path:
-    """A Kimi-VL checkpoint directory with the real names, dimensions and files, random bf16 weights.
-
-    Shards of at most 512 MiB (the real checkpoint is sharded too); the rotary inv_freq buffers hold the
-    values rope_theta gives, as the real ones do; the tokenizer is a stand-in (163,840 ids, real specials)."""
-    out = Path(out)
-    hub = shaped_config(layers, vision_layers)
-    t = hub["text_config"]
-    inv_freq = 1.0 / (t["rope_theta"] ** (torch.arange(0, t["qk_rope_head_dim"], 2, dtype=torch.float32) / t["qk_rope_head_dim"]))
-    shapes = hub_tensor_shapes(hub)
-
-    def tensors():
-        for name, tensor in random_tensors(shapes, seed):
-            yield name, (inv_freq.to(torch.bfloat16) if name.endswith("inv_freq") else tensor)
-
-    write_sharded(out, tensors(), max_shard_bytes=1 << 29)
-    (out / "config.json").write_text(_json(hub))
-    (out / "preprocessor_config.json").write_text(_json(HUB_PREPROCESSOR))
-    (out / "generation_config.json").write_text(_json({k: t[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}))
-    named = set(SPECIALS.values())
-    specials = {f"<|reserved_token_{i}|>": i for i in RESERVED if i not in named} | SPECIALS
-    write_standin_tokenizer(out, t["vocab_size"], specials, bos_token="[BOS]", eos_token="[EOS]", pad_token="[PAD]",
-                            unk_token="[UNK]", chat_template=CHAT_TEMPLATE)
-    return out
-
-
-def _json(obj: dict) -> str:
-    return json.dumps(obj, indent=2) + "\n"

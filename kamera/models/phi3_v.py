@@ -29,12 +29,8 @@ Sources (read, not copied; facts restated in ``docs/remote_models.md``):
 
 from __future__ import annotations
 
-import copy
-import json
 import math
-import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,9 +49,7 @@ from kamera.models.hub_checkpoint import (
     WeightPlan,
     build_empty,
     check_specials,
-    random_tensors,
     read_json,
-    write_sharded,
 )
 from kamera.models.mha import MHAAdapter
 
@@ -375,42 +369,3 @@ def load_phi3_5_vision(path: Path, *, dtype: torch.dtype, device: str, attn_impl
     adapter = Phi3VAdapter(model, tokenizer, processor, name="phi3_5_vision")
     adapter.chat = CHAT
     return adapter
-
-
-# ----- the shaped checkpoint -----------------------------------------------------------------------------
-LLAMA2_ENV = "KAMERA_LLAMA2_TOKENIZER"
-
-
-def write_shaped_phi3_5_vision(
-    out: Path, *, layers: int = 2, vision_layers: int = 2, seed: int = 0, tokenizer_dir: Path | None = None
-) -> Path:
-    """A Phi-3.5-V checkpoint directory with the real names, dimensions and files, random bf16 weights.
-
-    The tokenizer is the real Llama-2 one (``tokenizer_dir``, default ``$KAMERA_LLAMA2_TOKENIZER``; a
-    directory AutoTokenizer loads) with Phi-3's specials added at their ids; it is never shipped here."""
-    if layers < 1 or vision_layers < 2:
-        raise ValueError(f"need layers ≥ 1 and vision_layers ≥ 2 (the model reads CLIP's second-to-last layer), "
-                         f"got {layers}, {vision_layers}")
-    src = tokenizer_dir or os.environ.get(LLAMA2_ENV)
-    if not src or not (Path(src) / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"no Llama-2 tokenizer: pass tokenizer_dir or set {LLAMA2_ENV} to a directory with "
-                                f"tokenizer.json (got {src!r})")
-    out = Path(out)
-    hub = copy.deepcopy(HUB_CONFIG) | {"num_hidden_layers": layers}
-    write_sharded(out, random_tensors(hub_tensor_shapes(hub, vision_layers), seed), max_shard_bytes=1 << 29)
-    (out / "config.json").write_text(json.dumps(hub, indent=2) + "\n")
-    (out / "preprocessor_config.json").write_text(json.dumps(HUB_PREPROCESSOR, indent=2) + "\n")
-    (out / "generation_config.json").write_text(
-        json.dumps({k: hub[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}, indent=2) + "\n")
-    tok = tf.AutoTokenizer.from_pretrained(src)
-    if len(tok) != 32000:
-        raise ValueError(f"{src} is not the 32,000-token Llama-2 tokenizer (it has {len(tok)} tokens)")
-    # the chat specials at 32000-32010, stand-in names up to 32043, <|image|> at 32044
-    added = list(SPECIALS) + [f"<|placeholder{k}|>" for k in range(7, 7 + IMAGE_ID - 32011)] + [IMAGE_TOKEN]
-    tok.add_special_tokens({"additional_special_tokens": added})
-    tok.chat_template = CHAT_TEMPLATE
-    tok.save_pretrained(out)
-    for name in ("LICENSE", "LICENSE.package"):
-        if (Path(src) / name).is_file():
-            shutil.copy(Path(src) / name, out / f"tokenizer.{name}")
-    return out

@@ -5,7 +5,7 @@ a few layers, loadable exactly as the real checkpoint (``load_model(name, models
     python -m kamera.shaped all --out /tmp/models --tokenizers DIR    # every paper model with a writer
 
 Writers are registered per model (``ModelEntry.shaped``); :func:`ensure` keeps one copy per (model,
-layers, vision layers, seed, writer version, tokenizer) in a cache folder, so tests and rehearsals build
+layers, vision layers, seed, writer spec, real-or-stand-in tokenizer) in a cache folder, so tests and rehearsals build
 each once.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -46,28 +47,27 @@ def default_cache() -> Path:
     return Path.home() / ".cache" / "kamera" / "shaped"
 
 
-def cache_key(name: str, layers: int, vision_layers: int, seed: int) -> str:
-    """``<model>-L<layers>-V<vision>-s<seed>-<digest>``: the digest covers what the writer writes (its spec, or
-    for a writer without one the source of its module) and whether real tokenizer files are given, so a
-    changed writer or tokenizer never reuses an old copy."""
-    import inspect
-    import sys
+def tokenizer_base(name: str) -> str | None:
+    """The folder of real tokenizer files the model's writer reads under ``$KAMERA_TOKENIZERS`` ("qwen2",
+    "llama2"), or None when it always writes a stand-in (Kimi-VL, DeepSeek-VL, SmolVLM2)."""
+    return shaped_writer(name).spec.tokenizer.base
 
-    fn = shaped_writer(name)
-    spec = getattr(fn, "spec", None)
-    if spec is not None:
-        what, bases = spec.fingerprint(), [spec.tokenizer.base] if spec.tokenizer.base else []
-    else:
-        what, bases = hashlib.sha256(inspect.getsource(sys.modules[fn.__module__]).encode()).hexdigest(), ["qwen2", "llama2"]
+
+def cache_key(name: str, layers: int, vision_layers: int, seed: int) -> str:
+    """``<model>-L<layers>-V<vision>-s<seed>-<digest>``: the digest covers what the writer writes (its spec's
+    fingerprint) and whether the real tokenizer files are given, so a changed writer or tokenizer never
+    reuses an old copy."""
+    base = tokenizer_base(name)
     tokens = os.environ.get("KAMERA_TOKENIZERS") or ""
-    real = [b for b in bases if (Path(tokens) / b / "tokenizer.json").is_file()]
-    digest = hashlib.sha256(f"{what}|{bool(real) if spec is not None else real}".encode()).hexdigest()[:10]
+    real = bool(base and tokens and (Path(tokens) / base / "tokenizer.json").is_file())
+    digest = hashlib.sha256(f"{shaped_writer(name).spec.fingerprint()}|{real}".encode()).hexdigest()[:10]
     return f"{name}-L{layers}-V{vision_layers}-s{seed}-{digest}"
 
 
 def ensure(name: str, root: str | Path | None = None, *, layers: int = 2, vision_layers: int = 2, seed: int = 0) -> Path:
     """A models root holding the shaped ``name`` as ``<root>/<key>/<repo dir>``, written once (under a file
-    lock, so concurrent callers wait rather than write twice); returns ``<root>/<key>``."""
+    lock, so concurrent callers wait rather than write twice; ``shaped.json`` marks a complete copy, and anything
+    else there — a killed writer's staging directory — is removed first); returns ``<root>/<key>``."""
     root = Path(root) if root is not None else default_cache()
     home = root / cache_key(name, layers, vision_layers, seed)
     ckpt = home / entry(name).repo_dir
@@ -75,6 +75,8 @@ def ensure(name: str, root: str | Path | None = None, *, layers: int = 2, vision
     with open(home / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (ckpt / "shaped.json").is_file():
+            for stale in [ckpt, *home.glob(f".{ckpt.name}.tmp-*")]:  # not finished: never reused
+                shutil.rmtree(stale, ignore_errors=True)
             shaped_writer(name)(ckpt, layers=layers, vision_layers=vision_layers, seed=seed)
     return home
 

@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         except FileExistsError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        except ValueError as e:  # a layer count this model cannot have (Phi-3.5-V reads CLIP's second-to-last layer)
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         info = json.loads((out / "shaped.json").read_text())
         print(f"{name}: {out} ({info['parameters'] / 1e9:.2f} B parameters, tokenizer {info['tokenizer']}, "
               f"{time.perf_counter() - t:.0f} s)")

@@ -13,7 +13,14 @@ template and how to build its tokenizer. :func:`write` turns a spec into a direc
   per-expert MoE tensors), in the dtype the config states, sharded at ``SHARD_BYTES``;
 - ``generation_config.json``, the (video) preprocessor configs, ``processor_config.json``,
   ``chat_template.jinja`` and the tokenizer files;
-- ``shaped.json``: what was shaped, the seed, the spec's sources and which tokenizer was used.
+- ``shaped.json``: what was shaped, the seed, the spec's sources and which tokenizer was used (the
+  completeness marker: it is written last, inside the staging directory, see :func:`staged`).
+
+Checkpoints whose model class exists only as remote code on the Hub (Kimi-VL, Phi-3.5-V) cannot be built
+from transformers: their spec gives the tensor layout as a function of the shaped config (``layout``, the
+adapter module's own list of Hub names, the same list its loader checks against). Everything else — the
+config, the files, the tokenizer, the random values, the staging and the manifest — is this module's,
+for every model.
 
 Random values: every weight tensor gets random sign and mantissa at one fixed exponent
 (|w| ∈ [1/64, 1/32), standard deviation ≈ 0.024, like the usual N(0, 0.02) init), drawn from a
@@ -30,7 +37,8 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +50,7 @@ from safetensors.torch import save_file
 from kamera.models.standin_tokenizer import write_standin_tokenizer
 
 SHARD_BYTES = 2 << 30
-VERSION = 2  # bump when the writer's output changes, so cached shaped checkpoints are rebuilt
+VERSION = 3  # bump when the writer's output changes, so cached shaped checkpoints are rebuilt
 NORM = re.compile(r"(norm|layernorm|layer_norm|ln_q|ln_post|ln_pre|(^|\.)ln\d?)[^.]*\.weight$")
 
 
@@ -67,7 +75,15 @@ class TokenizerSpec:
 
 @dataclass(frozen=True)
 class ShapedSpec:
-    """One paper model as published: config, processor files, chat template, tokenizer, and their sources."""
+    """One paper model as published: config, processor files, chat template, tokenizer, and their sources.
+
+    The tensors written are those of ``model_class`` (a transformers class) built on ``meta`` from the
+    shaped config, under the checkpoint's Hub names; or, when the class is remote code, ``layout(cfg,
+    vision_layers)`` — (Hub name, shape) pairs in the config's dtype — with ``model_class`` empty.
+    ``fixed(cfg)`` gives tensors whose values are not random (Kimi-VL's stored rotary ``inv_freq``, which
+    its loader checks against ``rope_theta``). ``shard_bytes`` caps a shard; ``min_vision_layers`` is the
+    fewest vision layers the model can run with.
+    """
 
     model: str
     model_class: str
@@ -81,6 +97,10 @@ class ShapedSpec:
     remap: Callable[[dict, int, int], None] | None = None
     build_overrides: dict = field(default_factory=dict)  # config attributes set only to build the weights
     omitted: str = ""  # parts of the published checkpoint whose tensors are not written, and why
+    layout: Callable[[dict, int], list[tuple[str, tuple[int, ...]]]] | None = None
+    fixed: Callable[[dict], dict[str, torch.Tensor]] | None = None
+    shard_bytes: int = SHARD_BYTES
+    min_vision_layers: int = 1
 
     def shaped_config(self, layers: int, vision_layers: int) -> dict:
         """The published config with the shaped layer counts (and remapped layer indices)."""
@@ -93,10 +113,19 @@ class ShapedSpec:
             self.remap(cfg, layers, vision_layers)
         return cfg
 
+    def tensors(self, cfg: dict, vision_layers: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """The checkpoint's tensor names with shapes and dtypes for the shaped config ``cfg``."""
+        if self.layout is None:
+            return tensor_layout(build_meta(self, cfg))
+        dtype = dtype_of(cfg)
+        return {name: (tuple(shape), dtype) for name, shape in self.layout(cfg, vision_layers)}
+
     def fingerprint(self) -> str:
-        """A digest of everything the spec writes, for cache keys."""
-        blob = json.dumps([VERSION, self.config, self.files, self.chat_template, self.tokenizer.__dict__],
-                          sort_keys=True, default=str)
+        """A digest of everything the spec writes, for cache keys (a ``layout`` spec adds its 2-layer layout:
+        its code is the adapter module's, not data here)."""
+        layout = self.layout(self.shaped_config(2, 2), 2) if self.layout is not None else None
+        blob = json.dumps([VERSION, self.config, self.files, self.chat_template, self.tokenizer.__dict__, layout,
+                           self.shard_bytes], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
@@ -153,13 +182,22 @@ def tensor_layout(model: torch.nn.Module) -> dict[str, tuple[tuple[int, ...], to
     return {k: (tuple(v.shape), v.dtype) for k, v in reverted.items()}
 
 
-def write_weights(layout: dict[str, tuple[tuple[int, ...], torch.dtype]], out: Path, seed: int) -> int:
-    """Random tensors for ``layout`` in shards of at most ``SHARD_BYTES`` plus the index; returns the parameter count."""
+def write_weights(
+    layout: dict[str, tuple[tuple[int, ...], torch.dtype]], out: Path, seed: int, *, shard_bytes: int = SHARD_BYTES,
+    fixed: dict[str, torch.Tensor] | None = None,
+) -> int:
+    """Random tensors for ``layout`` (``fixed`` ones as given) in shards of at most ``shard_bytes`` (one tensor
+    may exceed it) plus the index; returns the parameter count."""
+    fixed = fixed or {}
+    for name, t in fixed.items():
+        if name not in layout or (tuple(t.shape), t.dtype) != layout[name]:
+            raise ValueError(f"fixed tensor {name} {tuple(t.shape)} {t.dtype} is not in the layout as "
+                             f"{layout.get(name)}")
     shards: list[list[str]] = [[]]
     size = 0
     for name, (shape, dtype) in layout.items():
         nbytes = int(np.prod(shape or (1,))) * torch.empty((), dtype=dtype).element_size()
-        if shards[-1] and size + nbytes > SHARD_BYTES:
+        if shards[-1] and size + nbytes > shard_bytes:
             shards.append([])
             size = 0
         shards[-1].append(name)
@@ -167,7 +205,7 @@ def write_weights(layout: dict[str, tuple[tuple[int, ...], torch.dtype]], out: P
     total, weight_map = 0, {}
     for i, names in enumerate(shards, 1):
         fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        tensors = {n: _random(n, *layout[n], seed) for n in names}
+        tensors = {n: fixed[n] if n in fixed else _random(n, *layout[n], seed) for n in names}
         total += sum(t.numel() * t.element_size() for t in tensors.values())
         save_file(tensors, str(out / fname), metadata={"format": "pt"})
         weight_map.update({n: fname for n in names})
@@ -196,6 +234,8 @@ def write_tokenizer(spec: TokenizerSpec, out: Path, chat_template: str, tokenize
         (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
         cfg["chat_template"] = chat_template
         (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False), encoding="utf-8")
+        for lic in base_dir.glob("LICENSE*"):  # the real files' licence travels with what is derived from them
+            shutil.copy(lic, out / f"tokenizer.{lic.name}")
         used = f"real:{spec.base}"
     else:
         specials = {**spec.base_specials, **spec.specials}
@@ -222,26 +262,45 @@ def build_meta(spec: ShapedSpec, cfg: dict) -> torch.nn.Module:
         return getattr(tf, spec.model_class)._from_config(config, dtype=dtype_of(cfg))
 
 
+@contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """A hidden sibling directory to write ``out`` into, renamed to ``out`` when the block ends and removed if
+    it raises (interrupts included), so a failed writer never leaves a partial checkpoint that looks complete.
+    ``out`` must be absent or empty. (A writer killed with SIGKILL leaves the hidden ``.<name>.tmp-<pid>``,
+    never ``out``; :func:`kamera.shaped.ensure` removes such leftovers under its lock.)"""
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not empty; shaped checkpoints are written into a new directory")
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if out.exists():
+            out.rmdir()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def write(
     spec: ShapedSpec, out: str | Path, *, layers: int = 2, vision_layers: int = 2, seed: int = 0,
     tokenizers: str | Path | None = None,
 ) -> Path:
     """Write ``spec``'s shaped checkpoint into ``out`` (created; must be empty or absent); returns ``out``.
 
-    Written into a sibling temporary directory and renamed, so a killed writer never leaves a partial
-    checkpoint that looks complete."""
-    if layers < 1 or vision_layers < 1:
-        raise ValueError(f"layers and vision_layers must be >= 1, got {layers} and {vision_layers}")
+    Written inside :func:`staged`; ``shaped.json`` (model, layer counts, seed, parameters, tokenizer used,
+    writer version, sources) is the last file written, the mark of a complete checkpoint."""
+    if layers < 1 or vision_layers < spec.min_vision_layers:
+        raise ValueError(f"{spec.model}: layers must be >= 1 and vision_layers >= {spec.min_vision_layers}, "
+                         f"got {layers} and {vision_layers}")
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} exists and is not empty; shaped checkpoints are written into a new directory")
     tokenizers = Path(tokenizers) if tokenizers else None
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with staged(out) as tmp:
         cfg = spec.shaped_config(layers, vision_layers)
-        n_params = write_weights(tensor_layout(build_meta(spec, cfg)), tmp, seed)
+        fixed = spec.fixed(cfg) if spec.fixed is not None else None
+        n_params = write_weights(spec.tensors(cfg, vision_layers), tmp, seed, shard_bytes=spec.shard_bytes, fixed=fixed)
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
         for name, content in spec.files.items():
             (tmp / name).write_text(json.dumps(content, indent=2), encoding="utf-8")
@@ -252,13 +311,6 @@ def write(
             "omitted": spec.omitted,
         }
         (tmp / "shaped.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        if out.exists():
-            out.rmdir()
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

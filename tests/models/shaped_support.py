@@ -1,27 +1,23 @@
-"""Helpers for the shaped-checkpoint tests: where the checkpoints are cached, where the real tokenizers are,
-and the standard two-image item.
+"""Helpers for the shaped-checkpoint tests: which models they cover, whether the real tokenizer is at hand, and
+the standard two-image item.
 
-Shaped checkpoints are cached for the session: under ``$KAMERA_SHAPED`` when set (kept, so a developer
-builds each once), else in a session folder removed when the session ends. The real Qwen and Llama-2
-tokenizer files are read from ``../shared/tokenizers`` beside the checkout; a model whose real
-tokenizer is absent is skipped (the checkpoint would carry a stand-in).
+Checkpoints come from the session cache of ``tests/shaped_fixtures.py``. A model whose writer reads a real
+tokenizer that is not beside the checkout is skipped here (its checkpoint would carry a stand-in, and the
+chat-template test compares against the real one).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from PIL import Image
+from shaped_fixtures import SHARED_TOKENIZERS
 
 from kamera.core import ChunkKV
 from kamera.models import entry
 from kamera.models.base import EncodedSpan
-from kamera.shaped import shaped_writer
+from kamera.shaped import shaped_models, tokenizer_base
 from kamera.spans import Clip, Span
-
-SHARED_TOKENIZERS = Path(__file__).resolve().parents[2].parent / "shared" / "tokenizers"
 
 # Models whose float32 copy does not fit this suite's memory: the identities run in bf16 at real dimensions and
 # in float32 on the tiny twin built from the same classes and adapter.
@@ -29,10 +25,23 @@ BF16_ONLY = {
     "qwen3_omni_30b_a3b": "its 2 × 128 experts alone are 4.8 GB in float32; float32 identities on tiny_qwen3_omni",
 }
 
+# Models whose identities run in tests/models_remote (their checkpoints come from the same cache): a Hub layout
+# their own loader maps onto native modules, with no transformers processor class to check the chat against,
+# and the float32 Kimi-VL alone is 5.6 GB, so that suite keeps one adapter in memory for all its tests.
+REMOTE = {
+    "kimi_vl_a3b": "tests/models_remote/test_identities.py (fp32 and bf16) and test_checkpoints.py (layout, chat)",
+    "phi3_5_vision": "tests/models_remote/test_identities.py (fp32 and bf16) and test_checkpoints.py (layout, chat)",
+}
+
+
+def native_shaped_models() -> list[str]:
+    """Models with a writer whose shaped checkpoints these tests cover (all but ``REMOTE``)."""
+    return [n for n in shaped_models() if n not in REMOTE]
+
 
 def need_real_tokenizer(name: str) -> None:
     """Skip unless the model's tokenizer is a stand-in or its real files are beside the checkout."""
-    base = shaped_writer(name).spec.tokenizer.base
+    base = tokenizer_base(name)
     if base and not (SHARED_TOKENIZERS / base / "tokenizer.json").is_file():
         pytest.skip(f"the real {base} tokenizer is not beside this checkout ({SHARED_TOKENIZERS / base})")
 

@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_rehearse_runs_table3_and_fig5_end_to_end_on_shaped_checkpoints(shaped_cache, tmp_path):
-    """Through the command line only, on fixture data: every job of a model with an adapter writes its rows;
-    Kimi-VL, still without an adapter in this tree, is named with the reason instead."""
-    ready = sorted({m for e in ("table3", "fig5") for m, _ in sweep_jobs(e) if entry(m).has_adapter})
+    """Through the command line only, on fixture data: every job of both sweeps (Qwen2.5-VL, Qwen3-VL, Qwen3-Omni
+    and Kimi-VL, all with adapters and writers) writes its rows."""
+    ready = sorted({m for e in ("table3", "fig5") for m, _ in sweep_jobs(e)})
+    assert "kimi_vl_a3b" in ready and all(entry(m).has_adapter and entry(m).shaped for m in ready)
     for m in ready:
         need_real_tokenizer(m)
     env = {**os.environ, "KAMERA_SHAPED": shaped_cache, "PYTHONPATH": str(ROOT)}
@@ -33,11 +34,11 @@ def test_rehearse_runs_table3_and_fig5_end_to_end_on_shaped_checkpoints(shaped_c
     log = (tmp_path / "rehearse.log").read_text() if (tmp_path / "rehearse.log").exists() else ""
     assert out.returncode == 0, out.stdout + out.stderr + log[-3000:]
     assert "all rehearsed jobs finished" in out.stdout
-    assert "not rehearsed: kimi_vl_a3b" in out.stdout and "no adapter yet" in out.stdout
+    assert "not rehearsed" not in out.stdout and "not run for" not in out.stdout
     assert "table3 at paper scale" in out.stdout and "H100-hours" in out.stdout
     rows = pd.concat([pd.read_parquet(p) for p in (tmp_path / "results").rglob("*.parquet")])
     jobs = set(zip(rows["model"], rows["bench"], rows["group"], strict=True))
-    assert {("qwen2_5_vl_7b", "mm_niah", "table3")} <= jobs
+    assert {("qwen2_5_vl_7b", "mm_niah", "table3"), ("kimi_vl_a3b", "mm_niah", "table3")} <= jobs
     assert {(m, "muirbench", "fig5") for m in ready} <= jobs
     assert rows["kl"].notna().all()
     assert (rows.loc[rows["arm"].str.startswith("patch"), "bytes"] > 0).all()
@@ -54,11 +55,19 @@ def test_bad_input_fails_with_one_line(tmp_path, capsys):
     assert "unknown paper experiment(s) ['tabel3']" in capsys.readouterr().err
     assert shaped_main(["qwen9_vl", "--out", str(tmp_path)]) == 2
     assert "unknown model 'qwen9_vl'" in capsys.readouterr().err
-    assert shaped_main(["kimi_vl_a3b", "--out", str(tmp_path)]) == 2
-    assert "no shaped-checkpoint writer registered" in capsys.readouterr().err
+    # a paper model of Fig. 9 registered without an adapter, hence without a writer
+    assert not entry("internvl_chat_v1_1").has_adapter
+    assert shaped_main(["internvl_chat_v1_1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no shaped-checkpoint writer registered" in err and err.count("\n") == 1
     assert shaped_main(["tiny_llava", "--out", str(tmp_path)]) == 2
+    assert "shaped checkpoints are written for paper models" in capsys.readouterr().err
     assert shaped_main(["smolvlm2", "--out", str(tmp_path), "--layers", "0"]) == 2
     assert shaped_main(["smolvlm2", "--out", str(tmp_path), "--tokenizers", str(tmp_path / "none")]) == 2
+    assert shaped_main(["phi3_5_vision", "--out", str(tmp_path), "--vision-layers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "vision_layers >= 2" in err and err.count("\n") == 3  # the two smolvlm2 lines and this one
+    assert list(tmp_path.iterdir()) == []
     target = tmp_path / "SmolVLM2-2.2B-Instruct"
     target.mkdir()
     (target / "keep.txt").write_text("x")
@@ -79,3 +88,30 @@ def test_a_killed_writer_leaves_no_checkpoint(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         w.write(SMOLVLM2_SPEC, tmp_path / "ckpt", layers=1, vision_layers=1)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ensure_writes_once_and_never_reuses_an_unfinished_copy(tmp_path, monkeypatch):
+    """``shaped.json`` marks a finished copy: a second ensure writes nothing; a copy without it and a killed
+    writer's staging directory are removed before writing again."""
+    import kamera.shaped as shaped
+    from kamera.shaped.writer import staged
+
+    calls = []
+
+    def fake_writer(out, *, layers, vision_layers, seed):
+        calls.append(out)
+        with staged(out) as tmp:
+            (tmp / "shaped.json").write_text("{}")
+        return out
+
+    monkeypatch.setattr(shaped, "cache_key", lambda *a: "key")
+    monkeypatch.setattr(shaped, "shaped_writer", lambda name: fake_writer)
+    repo = entry("kimi_vl_a3b").repo_dir
+    home = tmp_path / "key"
+    (home / repo).mkdir(parents=True)
+    (home / repo / "model-00001-of-00002.safetensors").write_text("partial")  # no shaped.json: unfinished
+    (home / f".{repo}.tmp-999").mkdir()  # a killed writer's staging directory
+    assert shaped.ensure("kimi_vl_a3b", tmp_path) == home
+    assert sorted(p.name for p in home.iterdir()) == [".lock", repo] and os.listdir(home / repo) == ["shaped.json"]
+    shaped.ensure("kimi_vl_a3b", tmp_path)
+    assert len(calls) == 1

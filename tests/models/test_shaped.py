@@ -7,7 +7,7 @@ re-prefill (η ≥ 0.999) and rank 0 is blind reuse; the 4D-mask oracle equals b
 at native positions; for the Qwen families the same on a video chunk. Float32 runs keep the vocabulary
 matrices at their stored bf16 (exact: see ``kamera.models.loading``), so each model fits in a few GB.
 bf16 relocation and the chat template: ``test_shaped_bf16.py`` (run after these, one model in memory at a
-time).
+time). Kimi-VL and Phi-3.5-V (``REMOTE``) have theirs in ``tests/models_remote``.
 """
 
 from __future__ import annotations
@@ -15,13 +15,16 @@ from __future__ import annotations
 import gc
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
 from shaped_support import (
     BF16_ONLY,
+    REMOTE,
     content,
     item_spans,
+    native_shaped_models,
     need_real_tokenizer,
     prefill_alone,
     rotary,
@@ -35,7 +38,17 @@ from kamera.models import load_model
 from kamera.shaped import shaped_models, shaped_writer
 from kamera.spans import Span
 
-FP32 = [n for n in shaped_models() if n not in BF16_ONLY]
+FP32 = [n for n in native_shaped_models() if n not in BF16_ONLY]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_writer_is_covered_here_or_where_remote_says():
+    """A model with a writer runs these tests unless ``REMOTE`` sends it to tests/models_remote, whose identity
+    and checkpoint tests then name it."""
+    assert set(FP32) | set(BF16_ONLY) | set(REMOTE) == set(shaped_models())
+    for f in ("test_identities.py", "test_checkpoints.py"):
+        text = (ROOT / "tests" / "models_remote" / f).read_text()
+        assert all(f'"{n}"' in text and f in REMOTE[n] for n in REMOTE), f
 
 
 def rel_err(a: ChunkKV, b: ChunkKV, channel: int) -> float:

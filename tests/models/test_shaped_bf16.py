@@ -17,6 +17,7 @@ from shaped_support import (
     BF16_ONLY,
     clip,
     item_spans,
+    native_shaped_models,
     need_real_tokenizer,
     picture,
     prefill_alone,
@@ -29,10 +30,9 @@ from kamera.core import relocate, rotate
 from kamera.metrics import eta, kl
 from kamera.models import load_model
 from kamera.models.base import place
-from kamera.shaped import shaped_models
 from kamera.spans import Span
 
-SHAPED = shaped_models()
+SHAPED = native_shaped_models()  # Kimi-VL and Phi-3.5-V: tests/models_remote (shaped_support.REMOTE)
 
 
 @pytest.fixture(scope="module", params=SHAPED)

@@ -1,24 +1,33 @@
-"""Fixtures: shaped checkpoints of the remote-code models and their adapters, one adapter in memory at a time."""
+"""Fixtures: shaped checkpoints of the remote-code models (from the session cache of ``tests/shaped_fixtures.py``,
+:func:`kamera.shaped.ensure`) and their adapters, one adapter in memory at a time.
+
+A shaped checkpoint has the real model's names, dimensions and files with random weights, so the fp32
+Kimi-VL adapter alone holds 5.6 GB: at most one adapter is kept loaded at a time.
+"""
 
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import pytest
-import torch
-from remote_models import LOADERS, shaped_dir
+from shaped_fixtures import shaped_cache, shaped_root  # noqa: F401  (fixtures)
+
+from kamera.models import entry, load_model
 
 
 @pytest.fixture(scope="session")
-def shaped():
-    return shaped_dir
+def shaped(shaped_root):  # noqa: F811  (the fixture imported above)
+    """shaped(name) → the shaped checkpoint directory of ``name`` (2 layers, 2 vision layers), written once."""
+    return lambda name: Path(shaped_root(name)) / entry(name).repo_dir
 
 
 class Loaded:
     """One adapter in memory at a time, with what tests build on it (an item's shared forwards): loading
     another model or dtype drops both, so a held context never keeps a 5.6 GB model alive."""
 
-    def __init__(self) -> None:
+    def __init__(self, shaped) -> None:
+        self.shaped = shaped
         self.key: tuple[str, str] | None = None
         self.adapter = None
         self.built: dict[str, object] = {}
@@ -27,8 +36,7 @@ class Loaded:
         if self.key != (name, dtype):
             self.key, self.adapter, self.built = None, None, {}
             gc.collect()
-            self.adapter = LOADERS[name](shaped_dir(name), dtype=getattr(torch, dtype), device="cpu",
-                                         attn_implementation="sdpa")
+            self.adapter = load_model(name, path=self.shaped(name), dtype=dtype)
             self.key = (name, dtype)
         return self.adapter
 
@@ -41,8 +49,8 @@ class Loaded:
 
 
 @pytest.fixture(scope="session")
-def remote():
+def remote(shaped):
     """remote(name, dtype) → the adapter on the shaped checkpoint; remote.build(...) caches objects built on it."""
-    loaded = Loaded()
+    loaded = Loaded(shaped)
     yield loaded
     loaded.adapter, loaded.built = None, {}

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
-from remote_models import LLAMA2
 from safetensors.torch import load_file, save_file
+from shaped_fixtures import SHARED_TOKENIZERS
 from tinyfamilies import noise_image
 from transformers import PreTrainedTokenizerFast
 
 from kamera.models import kimi_vl, load_model, phi3_v
 from kamera.models.hub_checkpoint import INDEX, CheckpointMismatchError, HubCheckpoint
 from kamera.runner import preflight
+from kamera.shaped import shaped_writer
+from kamera.shaped.writer import VERSION
 from kamera.sweep import compose_config
 
 NAMES = ["kimi_vl_a3b", "phi3_5_vision"]
@@ -30,8 +33,12 @@ def names_and_shapes(name: str, path: Path) -> list[tuple[str, tuple[int, ...]]]
 def test_shaped_checkpoint_has_the_hub_layout(shaped, name):
     path = shaped(name)
     for f in ("config.json", "preprocessor_config.json", "generation_config.json", "tokenizer.json",
-              "tokenizer_config.json", INDEX):
+              "tokenizer_config.json", "chat_template.jinja", INDEX):
         assert (path / f).is_file(), f
+    manifest = json.loads((path / "shaped.json").read_text())
+    assert {k: manifest[k] for k in ("model", "layers", "vision_layers", "seed", "writer_version")} == {
+        "model": name, "layers": 2, "vision_layers": 2, "seed": 0, "writer_version": VERSION}
+    assert manifest["parameters"] == sum(math.prod(s) for _, s in names_and_shapes(name, path))
     ckpt = HubCheckpoint.open(path)
     assert ckpt.shapes == dict(names_and_shapes(name, path))
     assert len(set(ckpt.weight_map.values())) > 1  # sharded
@@ -46,11 +53,16 @@ def test_shaped_checkpoint_has_the_hub_layout(shaped, name):
                             "Hi<|im_end|><|im_assistant|>assistant<|im_middle|>")
     else:
         assert hub | {"num_hidden_layers": 32} == phi3_v.HUB_CONFIG
-        assert len(tok) == 32045 and tok.convert_tokens_to_ids("<|image|>") == 32044
+        assert tok.convert_tokens_to_ids("<|image|>") == 32044
         assert all(tok.convert_tokens_to_ids(t) == i for t, i in phi3_v.SPECIALS.items())
-        text = "The ball waits by the red door, 42 times."
-        llama2 = PreTrainedTokenizerFast.from_pretrained(LLAMA2)
-        assert tok.encode(text, add_special_tokens=False) == llama2.encode(text, add_special_tokens=False)
+        assert tok.bos_token == "<s>" and tok.pad_token == "<|endoftext|>"
+        if manifest["tokenizer"] == "real:llama2":  # Llama-2's text tokens, Phi-3's specials after them
+            assert len(tok) == 32045 and (path / "tokenizer.LICENSE.package").is_file()
+            text = "The ball waits by the red door, 42 times."
+            llama2 = PreTrainedTokenizerFast.from_pretrained(SHARED_TOKENIZERS / "llama2")
+            assert tok.encode(text, add_special_tokens=False) == llama2.encode(text, add_special_tokens=False)
+        else:
+            assert manifest["tokenizer"] == "stand-in" and not (SHARED_TOKENIZERS / "llama2").is_dir()
 
 
 def test_published_kimi_config_gives_the_published_tensor_count():
@@ -235,9 +247,9 @@ def test_preflight_accepts_the_mapped_models(shaped, tmp_path, name):
     assert preflight(compose_config([f"model={name}", f"paths.models={tmp_path}", "bench=synthetic"])) == []
 
 
-
-def test_writer_refuses_a_directory_holding_a_checkpoint(shaped):
-    with pytest.raises(FileExistsError, match="already holds a checkpoint"):
-        kimi_vl.write_shaped_kimi_vl_a3b(shaped("kimi_vl_a3b"))
-    with pytest.raises(ValueError, match="vision_layers"):
-        phi3_v.write_shaped_phi3_5_vision(Path("/nonexistent"), vision_layers=1)
+def test_writer_refuses_a_directory_holding_a_checkpoint_and_too_few_clip_layers(shaped, tmp_path):
+    with pytest.raises(FileExistsError, match="is not empty"):
+        shaped_writer("kimi_vl_a3b")(shaped("kimi_vl_a3b"))
+    with pytest.raises(ValueError, match="vision_layers >= 2"):
+        shaped_writer("phi3_5_vision")(tmp_path / "phi", vision_layers=1)
+    assert list(tmp_path.iterdir()) == []

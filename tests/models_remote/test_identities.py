@@ -186,14 +186,17 @@ def test_encoding_past_the_short_rope_range_is_refused(fp32):
 def test_relocation_in_bf16_within_a_few_ulps_at_layer_zero(bf16):
     """As the tiny families: the model rounds cos, sin and cos·k + sin·rot(k) to bf16 at each position, so
     its own layer-0 keys at p and p + δ differ from an exact rotation of the stored bf16 keys by up to
-    two ulps (Kimi-VL, as the tiny families), three with Phi-3.5-V's LongRoPE scaling (×1.19 folded into
-    cos and sin before rounding). The float32 test above shows the rotation itself is exact."""
+    two ulps of the head's largest key (Kimi-VL, as the tiny families), four with Phi-3.5-V's LongRoPE
+    scaling: its ×1.19 is folded into cos and sin before they are rounded, so the products and their sum
+    can reach the binade above the stored keys' and each of their roundings costs up to one ulp at the
+    head's scale (three seen with N(0, 0.02) weights, four with the shaped writer's fixed-exponent ones).
+    The float32 test above shows the rotation itself is exact."""
     at = prefills_of_b(bf16, (0, 1, 100, 3000))
     k = rotary(bf16)
     for delta in (1, 100, 3000):
         target = at[delta].layers[0][k].float()
         err = (relocate(at[0], delta).layers[0][k].float() - target).abs()
-        bound = 3.0 if bf16.family == "phi3_v" else 2.0
+        bound = 4.0 if bf16.family == "phi3_v" else 2.0
         assert float((err / bf16_ulp(target.abs().amax(-1, keepdim=True))).max()) <= bound, delta
 
 

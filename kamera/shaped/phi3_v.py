@@ -1,0 +1,68 @@
+"""Shaped Phi-3.5-vision-instruct (``microsoft/Phi-3.5-vision-instruct``): CLIP ViT-L/14-336 (24 × 1024, read at
+its second-to-last layer) with the HD-transform separators and projector, in front of Phi-3 (32 × 3072, 32 heads
+of 96: MHA, LongRoPE), vocabulary 32,064.
+
+The model class is remote code, so the tensors are the adapter module's list of Hub names
+(:func:`kamera.models.phi3_v.hub_tensor_shapes`, the list its loader checks a checkpoint against). The CLIP
+depth is not in config.json (the remote code builds CLIP from constants): the loader reads it from the tensor
+names, so ``vision_layers`` CLIP layers are written and the model reads the output of the second-to-last —
+at least 2 are needed.
+
+Tokenizer: Llama-2's 32,000 tokens (real files from ``$KAMERA_TOKENIZERS/llama2``, else the stand-in with
+``<unk>``, ``<s>``, ``</s>`` at 0-2, as for LLaVA-1.5) plus Phi-3's chat specials at 32000-32010, stand-in names
+``<|placeholder7|>`` … for 32011-32043 (never written by the harness) and ``<|image|>`` at 32044.
+tokenizer_config.json is Llama-2's with the published config's pad (``<|endoftext|>``, id 32000) and context.
+"""
+
+from __future__ import annotations
+
+from kamera.models.phi3_v import (
+    CHAT_TEMPLATE,
+    HUB_CONFIG,
+    HUB_PREPROCESSOR,
+    IMAGE_ID,
+    IMAGE_TOKEN,
+    SPECIALS,
+    hub_tensor_shapes,
+)
+from kamera.shaped.tokenizers import LLAMA_SPECIALS
+from kamera.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+
+SOURCES = {
+    "config.json": "github.com/sdpython/experimental-experiment experimental_experiment/torch_models/"
+                   "llm_model_helper.py get_phi_35_vision_instruct (the published config)",
+    "tensor names": "the Hub modeling_phi3_v.py (copy in the same repository, torch_models/fromhub/) and vLLM "
+                    "vllm/model_executor/models/phi3v.py",
+    "preprocessor_config.json": "num_crops 4, CLIP mean/std: the Hub processing_phi3_v.py (copy in github.com/g1y5x3/vlm-study)",
+    "tokenizer": "Llama-2 (real files when given) + Phi-3 chat specials 32000-32010 (pytorch/torchtune "
+                 "torchtune/models/phi3/_tokenizer.py) + <|image|> 32044 (vLLM phi3v.py _IMAGE_TOKEN_ID)",
+    "chat_template": "vLLM examples/offline_inference/vision_language.py run_phi3v",
+}
+
+_PLACEHOLDERS = {f"<|placeholder{k}|>": 32011 + k - 7 for k in range(7, 7 + IMAGE_ID - 32011)}
+
+PHI3_5_VISION_SPEC = ShapedSpec(
+    model="phi3_5_vision",
+    model_class="",
+    config=HUB_CONFIG,
+    sources=SOURCES,
+    text_layers=("num_hidden_layers",),
+    vision_layers=(),  # CLIP's depth is the tensors' (see the module docstring)
+    files={
+        "preprocessor_config.json": HUB_PREPROCESSOR,
+        "generation_config.json": {k: HUB_CONFIG[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")},
+    },
+    chat_template=CHAT_TEMPLATE,
+    tokenizer=TokenizerSpec(
+        "llama2", HUB_CONFIG["vocab_size"], SPECIALS | _PLACEHOLDERS | {IMAGE_TOKEN: IMAGE_ID},
+        {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
+         "eos_token": "</s>", "pad_token": "<|endoftext|>", "unk_token": "<unk>", "legacy": True,
+         "clean_up_tokenization_spaces": False, "spaces_between_special_tokens": False, "model_max_length": 131072},
+        base_specials=LLAMA_SPECIALS,
+    ),
+    layout=lambda cfg, vision_layers: hub_tensor_shapes(cfg, vision_layers),
+    shard_bytes=1 << 29,
+    min_vision_layers=2,  # the model reads hidden_states[-2]: the output of the second-to-last CLIP layer
+)
+
+phi3_5_vision = writer_for(PHI3_5_VISION_SPEC)
