@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from transformers import DynamicCache
 
-from kamera.core import ChunkKV, Deficit, Patch, deficit, relocate
+from kamera.core import ChunkKV, Deficit, Patch, deficit, relocate, same_positions
 from kamera.metrics import kl
 from kamera.models.base import Adapter, Encoded, ForwardOut, additive_mask, place
 from kamera.spans import Span
@@ -147,7 +147,7 @@ class ReuseContext:
     # ----- splice and query --------------------------------------------------------------------
     def splice(self, b_kv: ChunkKV, context: list[ChunkKV] | None = None) -> DynamicCache:
         """A fresh cache: prefix/A KV ∥ the arm's B KV (B must sit at its native positions)."""
-        if not torch.equal(b_kv.positions, self.native_positions(self.b)):
+        if not same_positions(b_kv.positions, self.native_positions(self.b)):
             raise ValueError("B's KV is not at its native positions; relocate it by δ before splicing")
         return self.adapter.cache([*(self.context_kv if context is None else context), b_kv])
 

@@ -44,7 +44,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from kamera.context import ReuseContext
-from kamera.core import ChunkKV
+from kamera.core import ChunkKV, same_positions
 from kamera.models.base import MASK_KERNELS, Adapter, EncodedSpan, additive_mask
 
 Rows = torch.Tensor | Sequence[int]
@@ -245,7 +245,7 @@ class PartialForward:
     def __init__(self, ctx: ReuseContext, base: ChunkKV | None = None, tag: str = "recompute") -> None:
         self.ctx = ctx
         self.base = ctx.relocated if base is None else base
-        if not torch.equal(self.base.positions, ctx.native_positions(ctx.b)):
+        if not same_positions(self.base.positions, ctx.native_positions(ctx.b)):
             raise ValueError("the base KV of B must sit at B's native positions")
         spans = ctx.enc.spans[: ctx.b + 1]
         self.driver = LayerDriver(ctx.adapter, spans, [*ctx.context_kv, self.base], tag)

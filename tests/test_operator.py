@@ -248,3 +248,29 @@ def test_position_control_can_fail_on_a_prefix_less_item(tiny, prefixless_items,
         assert not bare.has_prefix and bare.ctrl_kl() < 1e-12
     finally:
         adapter.chat = chat
+
+
+# ----- fractional positions: Qwen-Omni's video time ----------------------------------------------------
+def test_same_positions_accepts_float32_rounding_only():
+    from kamera.core import same_positions
+
+    p = torch.tensor([[41.0, 45.333332], [41.0, 42.0], [42.0, 41.0]])
+    assert same_positions(p, p + torch.tensor([[0.0, 4e-6], [0.0, 0.0], [0.0, 0.0]]))  # one float32 ulp at 45
+    assert not same_positions(p, p + torch.tensor([[0.0, 1e-3], [0.0, 0.0], [0.0, 0.0]]))
+    assert not same_positions(p, p[:, :1]) and not same_positions(torch.arange(4), torch.arange(4) + 1)
+
+
+def test_an_omni_video_chunk_with_fractional_time_positions_keeps_the_identities(tiny, tmp_path):
+    """Video-MME clips at 1/3-second steps give Qwen-Omni fractional temporal positions (seconds × 13), so B's
+    positions in context and relocated from the canonical differ in the last float32 bit: Δ still forms, the
+    full-rank patch is re-prefill and rank 0 is blind."""
+    from kamera.data import load_items, make_fixture
+
+    make_fixture("videomme", tmp_path, n=2, seed=0)
+    spans = load_items("videomme", root=tmp_path / "Video-MME", n_items=1, seed=0)[0].spans()
+    ctx = ReuseContext(tiny("tiny_qwen3_omni"), spans)
+    positions = ctx.conditioned.positions
+    assert not torch.equal(positions, positions.round())  # the case: fractional time positions
+    ref, kl_blind = ctx.reprefill_logits, kl(ctx.reprefill_logits, ctx.blind.logits)
+    assert kl(ref, ctx.query(ctx.patch.apply(ctx.relocated)).logits) <= 1e-6 * kl_blind
+    assert torch.equal(ctx.query(ctx.patch.truncate(0).apply(ctx.relocated)).logits, ctx.blind.logits)

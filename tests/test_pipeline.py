@@ -43,6 +43,15 @@ def test_every_experiment_composes_and_its_arms_resolve(experiment, tmp_path):
             assert job.preflight(cfg) == []
 
 
+def test_every_registered_model_has_its_conf_file():
+    """``model=<name>`` works for every model the registry knows (each conf/model file names its model)."""
+    from kamera.models.registry import model_names
+
+    files = {p.stem: p.read_text() for p in (CONF_DIR / "model").glob("*.yaml")}
+    assert sorted(set(model_names()) - set(files)) == []
+    assert all(f"\nname: {n}\n" in f"\n{text}" for n, text in files.items())
+
+
 def test_every_arm_and_probe_file_builds():
     arms = build_specs("arm", job.conf_labels("arm"))
     assert {"reprefill", "blind", "oracle4d", "patch_r16", "patch_full"} <= {s.label for s in arms}

@@ -4,7 +4,15 @@ Knows nothing of transformers, benchmarks or Hydra; adapters in ``kamera.models`
 cache into a :class:`ChunkKV` and write one back.
 """
 
-from kamera.core.chunk import ChannelSpec, ChunkKV, concat, max_abs_diff, max_rel_diff, relocate
+from kamera.core.chunk import (
+    ChannelSpec,
+    ChunkKV,
+    concat,
+    max_abs_diff,
+    max_rel_diff,
+    relocate,
+    same_positions,
+)
 from kamera.core.patch import (
     Deficit,
     Factors,
@@ -33,5 +41,6 @@ __all__ = [
     "orbit_mean",
     "relocate",
     "rotate",
+    "same_positions",
     "singular_values",
 ]

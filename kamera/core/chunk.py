@@ -89,6 +89,24 @@ class ChunkKV:
         return ChunkKV(self.specs, layers, self.positions)
 
 
+def same_positions(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two position tensors ([n] or [3, n]) name the same positions, to float32 rounding.
+
+    Positions are whole numbers on every family but one: Qwen-Omni's video time is the frame's absolute
+    seconds × ``position_id_per_seconds`` in float32 (transformers' ``Qwen3OmniMoe…get_rope_index``), so
+    a chunk's positions formed in context (p + b_start) and relocated from the canonical
+    ((p + canonical_start) + δ) can differ in the last bit. A few float32 ulps of the largest position are
+    accepted; whole-number positions still have to be equal, since any real mistake is ≥ 1 position.
+    """
+    if a.shape != b.shape:
+        return False
+    if not (a.is_floating_point() or b.is_floating_point()):
+        return bool(torch.equal(a, b))
+    a64, b64 = a.double(), b.double()
+    scale = max(1.0, float(a64.abs().max()) if a64.numel() else 1.0)
+    return bool(((a64 - b64).abs() <= 4 * torch.finfo(torch.float32).eps * scale).all())
+
+
 def relocate(chunk: ChunkKV, delta: int) -> ChunkKV:
     """R(δ)·KV: rotate every rotary channel by δ positions; content channels are shared, not copied."""
     layers = [

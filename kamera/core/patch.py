@@ -20,7 +20,7 @@ from typing import Literal
 
 import torch
 
-from kamera.core.chunk import ChannelSpec, ChunkKV
+from kamera.core.chunk import ChannelSpec, ChunkKV, same_positions
 from kamera.core.rope import rotate
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def deficit(conditioned: ChunkKV, relocated_canonical: ChunkKV) -> Deficit:
         raise ValueError(
             f"conditioned B has {conditioned.n_tokens} tokens, canonical B has {relocated_canonical.n_tokens}"
         )
-    if not torch.equal(conditioned.positions, relocated_canonical.positions):
+    if not same_positions(conditioned.positions, relocated_canonical.positions):
         raise ValueError(
             "the canonical KV is not at B's conditioned positions: relocate it by δ before forming Δ "
             f"(first positions {conditioned.positions[..., :1].tolist()} vs {relocated_canonical.positions[..., :1].tolist()})"
@@ -75,7 +75,7 @@ def orbit_mean(deficits: Sequence[Deficit]) -> Deficit:
         raise ValueError("orbit_mean needs at least one deficit")
     first = deficits[0]
     for d in deficits[1:]:
-        if d.n_tokens != first.n_tokens or not torch.equal(d.positions, first.positions):
+        if d.n_tokens != first.n_tokens or not same_positions(d.positions, first.positions):
             raise ValueError("orbit deficits must share B's tokens and target positions")
     layers = [
         tuple(torch.stack([d.layers[l][c] for d in deficits]).mean(0) for c in range(len(first.specs)))
@@ -280,7 +280,7 @@ class Patch:
         if isinstance(delta, bool) or int(delta) != delta:
             raise TypeError(f"delta must be a whole number of positions, got {delta!r}")
         delta = int(delta)
-        if base.n_tokens != self.n_tokens or not torch.equal(base.positions + delta, self.positions):
+        if base.n_tokens != self.n_tokens or not same_positions(base.positions + delta, self.positions):
             raise ValueError("patch and canonical KV are at different positions: relocate one onto the other first")
         if [s.name for s in base.specs] != [s.name for s in self.specs]:
             raise ValueError("patch and chunk have different channel layouts")

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from kamera.data import BENCHMARKS, make_fixture
 from kamera.models.cost import experiment_hours
@@ -38,13 +39,42 @@ def paper_experiments() -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml") if not p.stem.endswith("_tiny"))
 
 
-def sweep_jobs(experiment: str) -> list[tuple[str, str]]:
-    """(model, benchmark name) of every job of ``experiment``."""
+# Probes that only time on a GPU, and the CPU probe a rehearsal runs in their place (same code, other device).
+CPU_STANDINS = {"ttft_cuda": "ttft"}
+
+
+class SweepJob(NamedTuple):
+    model: str
+    bench: str
+    testbed: str | None  # the testbed the sweep names for this job, if it sweeps testbeds
+    probes: tuple[str, ...]
+
+
+def sweep_jobs(experiment: str) -> list[SweepJob]:
+    """Model, benchmark name, testbed and probe labels of every job of ``experiment``."""
     out = []
     for job in expand([f"experiment={experiment}"]):
         cfg = compose_config(job)
-        out.append((str(cfg.model.name), str(cfg.bench.name)))
+        testbed = next((o.split("=", 1)[1] for o in job if o.startswith("testbed=")), None)
+        probes = tuple(p if isinstance(p, str) else next(iter(p)) for p in (cfg.get("probes") or []))
+        out.append(SweepJob(str(cfg.model.name), str(cfg.bench.name), testbed, probes))
     return out
+
+
+def selection(jobs: list[SweepJob], ready: set[str]) -> list[str]:
+    """The sweep overrides that keep the jobs whose model is ready, and put a CPU probe where a probe times on a GPU.
+
+    A sweep over testbeds is narrowed by testbed (a ``model=`` override would replace each testbed's model and
+    keep its benchmark options, running models on testbeds not theirs); any other sweep by model."""
+    kept = [j for j in jobs if j.model in ready]
+    if any(j.testbed for j in kept):
+        select = [f"testbed=choice({','.join(dict.fromkeys(j.testbed for j in kept))})"]
+    else:
+        select = [f"model=choice({','.join(sorted({j.model for j in kept}))})"]
+    probes = next((j.probes for j in kept if set(j.probes) & set(CPU_STANDINS)), None)
+    if probes is not None:
+        select.append(f"probes=[{','.join(CPU_STANDINS.get(p, p) for p in probes)}]")
+    return select
 
 
 def data_benchmark(bench: str) -> str | None:
@@ -79,15 +109,15 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
         shutil.rmtree(out / old, ignore_errors=True)
     log.write_text("")
     jobs = {exp: sweep_jobs(exp) for exp in experiments}
-    ready = sorted({m for js in jobs.values() for m, _ in js if entry(m).has_adapter and entry(m).shaped})
-    missing = sorted({m for js in jobs.values() for m, _ in js if m not in ready})
+    ready = sorted({j.model for js in jobs.values() for j in js if entry(j.model).has_adapter and entry(j.model).shaped})
+    missing = sorted({j.model for js in jobs.values() for j in js if j.model not in ready})
     print(f"rehearsing {', '.join(experiments)} on shaped checkpoints ({layers} layers, {vision_layers} vision layers); "
           f"log: {log}", flush=True)
     t = time.perf_counter()
     models = models_root(ready, out / "models", layers=layers, vision_layers=vision_layers)
     print(f"  checkpoints: {', '.join(ready)} in {models} ({time.perf_counter() - t:.0f} s)", flush=True)
     data = out / "data"
-    for bench in sorted({data_benchmark(b) for js in jobs.values() for _, b in js} - {None}):
+    for bench in sorted({data_benchmark(j.bench) for js in jobs.values() for j in js} - {None}):
         spec = BENCHMARKS[bench]
         if spec.dir_name and not (data / spec.dir_name).exists():
             make_fixture(bench, data, n=2, seed=0)
@@ -97,21 +127,23 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
              f"paths.outputs={out / 'outputs'}"]
     failed = []
     for exp in experiments:
-        names = sorted({m for m, _ in jobs[exp] if m in ready})
-        skipped = sorted({m for m, _ in jobs[exp] if m not in ready})
+        names = sorted({j.model for j in jobs[exp] if j.model in ready})
+        skipped = sorted({j.model for j in jobs[exp] if j.model not in ready})
         if skipped:
             print(f"  {exp}: not run for {', '.join(skipped)} (see below)")
         if not names:
             print(f"  {exp}: no model of this sweep has an adapter yet; nothing to rehearse")
             continue
-        select = [f"model=choice({','.join(names)})"]  # a sweep override: it replaces the experiment's model axis
+        select = selection(jobs[exp], set(ready))
+        if any(o.startswith("probes=") for o in select):
+            print(f"  {exp}: GPU-timed probes run on CPU here ({select[-1]})")
         code, secs, _ = _run([sys.executable, "-m", "kamera.sweep", "--check", f"experiment={exp}", *select, *paths],
                              env, log)
         if code != 0:
             failed.append(f"{exp}: preflight failed")
             print(f"  {exp}: preflight FAILED (see {log})")
             continue
-        n_jobs = sum(1 for m, _ in jobs[exp] if m in names)
+        n_jobs = sum(1 for j in jobs[exp] if j.model in names)
         code, secs, rss = _run([sys.executable, "-m", "kamera.run", "-m", f"experiment={exp}", *select, "n_items=1",
                                 "device=cpu", *paths], env, log)
         status = "ok" if code == 0 else f"FAILED (exit {code}, see {log})"

@@ -37,7 +37,7 @@ import torch
 from transformers import DynamicCache
 
 from kamera.context import ReuseContext
-from kamera.core import ChunkKV, Patch, relocate
+from kamera.core import ChunkKV, Patch, relocate, same_positions
 from kamera.errors import ItemError
 from kamera.metrics import ETA_FLOOR, choice_argmax
 from kamera.models.base import Adapter, Encoded, EncodedSpan, ForwardOut, additive_mask, place
@@ -283,7 +283,7 @@ class WindowView(ReuseContext):
 
     def splice(self, b_kv: ChunkKV, context: list[ChunkKV] | None = None) -> DynamicCache:
         """prefix / before ∥ the target's KV ∥ the chunks after it: the cache the query reads."""
-        if not torch.equal(b_kv.positions, self.native_positions(self.b)):
+        if not same_positions(b_kv.positions, self.native_positions(self.b)):
             raise ValueError("the target's KV is not at its positions in this layout; carry it here first")
         return self.adapter.cache([*(self.context_kv if context is None else context), b_kv, *self.after_kv])
 
@@ -294,7 +294,7 @@ class WindowView(ReuseContext):
         if positions.shape != here.shape:
             raise ValueError(f"the KV holds {positions.shape[-1]} tokens; this layout's target has {here.shape[-1]}")
         delta = int(here.reshape(-1)[0] - positions.reshape(-1)[0])
-        if not torch.equal(positions + delta, here):
+        if not same_positions(positions + delta, here):
             raise ValueError("the KV's positions are not a shift of this layout's target positions (another chunk?)")
         return delta
 
