@@ -198,20 +198,25 @@ def model_flops(name: str, config: dict) -> ModelFlops:
 
 
 def published_config(name: str) -> dict:
-    """A paper model's full published config: its shaped writer's spec, else the loader module's native config
-    built from its copy of config.json (``HUB_CONFIG`` through ``native_config``). ValueError naming why not."""
+    """A paper model's full published config, as transformers reads it: its shaped-checkpoint spec's config, or
+    for a remote-code config (``model_type`` transformers does not know, e.g. Kimi-VL's ``kimi_vl``) the native
+    config its loader module maps it to (``native_config``). ValueError naming why not."""
+    import importlib
+
+    from transformers import CONFIG_MAPPING
+
+    from kamera.models.registry import entry
     from kamera.shaped import shaped_writer
 
-    writer = shaped_writer(name)
-    spec = getattr(writer, "spec", None)
-    if spec is not None:
-        return spec.config
-    module = sys.modules.get(getattr(writer, "__module__", ""))
-    hub, native = getattr(module, "HUB_CONFIG", None), getattr(module, "native_config", None)
-    if hub is None or native is None:
-        raise ValueError(f"{name}: its loader carries no published config transformers can read "
-                         f"({'no HUB_CONFIG' if hub is None else 'a remote-code config without a native_config mapping'})")
-    return native(hub).to_dict()
+    config = shaped_writer(name).spec.config
+    if config.get("model_type") in CONFIG_MAPPING:
+        return config
+    loader = entry(name).loader
+    native = getattr(importlib.import_module(loader.split(":")[0]), "native_config", None) if loader else None
+    if native is None:
+        raise ValueError(f"{name}: its published config ({config.get('model_type')}) is remote code and its loader "
+                         "has no native_config mapping for transformers")
+    return native(config).to_dict()
 
 
 @cache
