@@ -25,10 +25,10 @@ render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(if $(PARTIAL)
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
 
-test: lint ## run the test suite (CPU, a few minutes) and ruff; excludes the slow toy retrains
+test: lint ## run the test suite (CPU, 15-20 min on 2 cores) and ruff; excludes the slow toy retrains
 	$(PYTHON) -m pytest -m "not slow"
 
-test-slow: ## retrain the toy binding models from their committed configs and check the gates (~7 + 17 min)
+test-slow: ## retrain the toy binding and window models from their committed configs and check the gates (~7 + 17 + 12 min)
 	$(PYTHON) -m pytest -m slow
 
 lint: ## ruff over the package, experiments, scripts and tests
