@@ -1,6 +1,6 @@
 """CacheBlend (Yao et al., EuroSys 2025): recompute the tokens whose KV deviates most at a check layer.
 
-Sources (``../shared/notes/baselines.md`` §1):
+Sources (``docs/baselines.md`` §1):
 - Paper §4.2–4.3: selected tokens' Q/K/V are recomputed at each layer, overwrite the reused K/V and
   attend the full blended cache; tokens are chosen by KV deviation ("HKVD"); *gradual filtering*
   picks r1 % at layer 1, recomputes those at layer 2 and keeps r2 % < r1 %, "and so forth"; the

@@ -3,7 +3,7 @@
 Source: MPIC §4.2 ("we select all text tokens and k tokens at the beginning of image tokens to be
 recomputed"; Insight 2: the first image tokens act as attention sinks; Insight 3: they carry the
 largest K distance). Headline setting MPIC-32 (default k = 32). No public code was found
-(``../shared/notes/baselines.md`` §3); MPIC's "selective attention" recomputes the selected rows in
+(``docs/baselines.md`` §3); MPIC's "selective attention" recomputes the selected rows in
 one pass, which we read as every layer, as EPIC does.
 
 Choices where the source is ambiguous or the harness differs:

@@ -1,7 +1,7 @@
 """The attention-sink prosthesis (Table 5, "attention-sink prosthesis (k = 32)"): recompute B's k sink tokens.
 
 Source: the paper names the arm but gives no recipe, and no public code carries that name
-(``../shared/notes/baselines.md`` §6). Our reading: when B is encoded on its own, its leading tokens
+(``docs/baselines.md`` §6). Our reading: when B is encoded on its own, its leading tokens
 become the attention sinks of B's own tokens (StreamingLLM, ``mit-han-lab/streaming-llm``
 enable_streaming_llm.py keeps the first tokens as sinks; MPIC §4.2 Insight 2: the first image
 tokens act as sinks). The prosthesis re-anchors those sinks in the real context by recomputing the
