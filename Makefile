@@ -58,7 +58,7 @@ render: ## render only, from stored rows: make render EXP=table3_tiny [ARGS=over
 	$(call render,$(EXP))
 
 status: ## every job of every experiment (or EXP): done / k of n / missing / failed, with reasons
-	$(PYTHON) -m kamera.status $(if $(EXP),experiment=$(EXP)) $(ARGS)
+	$(PYTHON) -m kamera.sweep.status $(if $(EXP),experiment=$(EXP)) $(ARGS)
 
 demo: ## Table 3 and Figure 5 at tiny scale on this machine (CPU), end to end
 	$(MAKE) table3 fig5 SCALE=tiny LAUNCHER=local
@@ -83,4 +83,4 @@ bench: ## operator vs minimal rotate + GEMM, vs prefill, and bytes (BENCH_ARGS="
 REHEARSE_DIR ?= outputs/rehearse
 REHEARSE ?=
 rehearse: ## every paper experiment end to end on shaped checkpoints + fixtures (CPU; REHEARSE=table3,fig5 to pick; prints H100-hour estimates)
-	$(PYTHON) -m kamera.shaped.rehearse --out $(REHEARSE_DIR) $(if $(REHEARSE),--experiments $(REHEARSE))
+	$(PYTHON) -m kamera.sweep.rehearse --out $(REHEARSE_DIR) $(if $(REHEARSE),--experiments $(REHEARSE))

@@ -2,7 +2,7 @@
 a provenance footer and byte-stable output.
 
 A renderer reads the jobs of its experiment as Hydra expands them with the same overrides the sweep
-ran with (:func:`kamera.status.sweep_jobs`), from the results root the runner resolves
+ran with (:func:`kamera.sweep.status.sweep_jobs`), from the results root the runner resolves
 (``paths.results``: KAMERA_RESULTS, else ``results/raw`` under the working directory), and counts
 each (item, arm) of each job once. An incomplete job fails the render, naming it and its k / n,
 unless ``--allow-partial`` (the output then says "partial"). Every output carries a footer: the
@@ -34,11 +34,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from kamera.job.store import ShardCorruptError, atomic_write_text
 from kamera.metrics import bootstrap_ci
-from kamera.status import JobView, sweep_jobs
-from kamera.store import ShardCorruptError, atomic_write_text
+from kamera.run.track import Tracker
 from kamera.sweep import SweepError, compose_config
-from kamera.track import Tracker
+from kamera.sweep.status import JobView, sweep_jobs
 
 STYLE = Path(__file__).resolve().parent / "paper.mplstyle"
 FULL_WIDTH = 6.75  # inches: a multi-panel figure spans two of the style's 3.25 in columns and the gap between
@@ -106,7 +106,7 @@ def load(description: str, default_experiment: str, argv: list[str] | None = Non
     if incomplete and not args.allow_partial:
         raise SystemExit(
             f"{cfg.group}: {len(incomplete)} of {len(unique)} job(s) incomplete (run the sweep, see python -m "
-            "kamera.status, or render with --allow-partial):\n- " + "\n- ".join(incomplete)
+            "kamera.sweep.status, or render with --allow-partial):\n- " + "\n- ".join(incomplete)
         )
     try:
         readable = [j for j in unique if not j.error]

@@ -33,6 +33,7 @@ from experiments.common import (
     partial_tag,
     require_rows,
 )
+from kamera.sweep.status import why_missing
 
 ARMS = ["reprefill", "blind", "patch_r64", "oracle4d"]
 # Fig. 10 prints no numbers; its two vision-doc settings are Table 4's multi-hop cells (rank-64 patch).
@@ -124,19 +125,6 @@ def render(rows: pd.DataFrame, settings: list[dict], missing: dict[str, str], gr
     arms = natural_order(rows["arm"], ARMS)
     title = f"Fig. 10 ({group}{partial_tag(footer)})"
     return figure_outputs(plot(acc, order, arms, missing, title), to_markdown(acc, order, arms, missing, title, footer), stem, footer)
-
-
-def why_missing(model: str) -> str:
-    """Why a setting's model has no rows, from the model registry (no weights are loaded)."""
-    from kamera.models import UnknownModelError, entry
-
-    try:
-        e = entry(model)
-    except UnknownModelError:
-        return f"{model} is not registered"
-    if e.kind == "paper" and not e.has_adapter:
-        return f"{model} has no adapter yet"
-    return "no rows (its job has not run)"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,9 +25,9 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from experiments.common import Experiment, footer, load, parse, publish, save_figure, write_text
-from kamera.status import sweep_jobs
-from kamera.store import ShardCorruptError
+from kamera.job.store import ShardCorruptError
 from kamera.sweep import SweepError
+from kamera.sweep.status import sweep_jobs
 
 Renderer = Callable[[pd.DataFrame, pd.DataFrame, str, Path, str], tuple[str, list[Path]]]
 

@@ -1,6 +1,6 @@
 """What the window renderers (Table 1, the turnover figure, Table 2, App. D, App. E) share.
 
-Window rows (:mod:`kamera.window.job`) carry one row per (item, probe, setting, variant); these helpers
+Window rows (:mod:`kamera.job.window_shape`) carry one row per (item, probe, setting, variant); these helpers
 turn them into the records :mod:`kamera.window.summary` reduces, name each model by its architecture as
 the paper's tables do (GQA, deepstack, MLA, MHA), format cells and write a table as markdown and
 booktabs LaTeX with the provenance footer. Nothing here loads a model.

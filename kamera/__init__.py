@@ -14,11 +14,11 @@ In a notebook::
                                                 km.kl(ctx.reprefill_logits, ctx.blind.logits))
 """
 
-from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Deficit, Patch, deepest, deficit, orbit_mean, relocate
+from kamera.items.spans import Span
 from kamera.metrics import eta, kl
 from kamera.models import load_model, model_names
-from kamera.spans import Span
+from kamera.reuse.context import ReuseContext
 
 __all__ = [
     "ChunkKV",

@@ -42,11 +42,11 @@ import transformers as tf
 
 from kamera.core import ChunkKV, Patch, deficit, relocate
 from kamera.core.rope import rotation_angles
+from kamera.items.spans import Span
 from kamera.models.base import place
 from kamera.models.registry import DTYPES
 from kamera.models.text import TextAdapter
 from kamera.models.tokenizer import ByteTokenizer
-from kamera.spans import Span
 
 PAPER_RATIO = {256: 1.8, 2048: 29.0}  # Fig. 11b endpoints (H100, prefill-only TTFT)
 

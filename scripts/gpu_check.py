@@ -34,11 +34,11 @@ import remote_reference
 import torch
 from PIL import Image
 
-from kamera.context import ReuseContext
 from kamera.core import relocate
+from kamera.items.spans import Span
 from kamera.metrics import kl
 from kamera.models import checkpoint_path, load_model, model_names, place
-from kamera.spans import Span
+from kamera.reuse.context import ReuseContext
 
 
 def image(seed: int) -> Image.Image:

@@ -1,5 +1,5 @@
 """Session fixtures for tests on shaped checkpoints (``tests/models`` and ``tests/models_remote`` import them into
-their conftest): one cache of shaped checkpoints (:func:`kamera.shaped.ensure`) for the whole session, with the
+their conftest): one cache of shaped checkpoints (:func:`kamera.models.shaped.ensure`) for the whole session, with the
 real tokenizer files when they are beside the checkout.
 
 Checkpoints are cached under ``$KAMERA_SHAPED`` when set (kept, so a developer builds each once), else in
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kamera.shaped import ensure
+from kamera.models.shaped import ensure
 
 SHARED_TOKENIZERS = Path(__file__).resolve().parents[1].parent / "shared" / "tokenizers"
 

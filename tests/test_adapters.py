@@ -6,9 +6,9 @@ import pytest
 import torch
 from tinyfamilies import TINY, is_text_only, noise_image, standard_spans
 
-from kamera.context import ReuseContext
+from kamera.items.spans import Span, validate_spans
 from kamera.models import CheckpointNotFoundError, UnknownModelError, checkpoint_path, load_model, place
-from kamera.spans import Span, validate_spans
+from kamera.reuse.context import ReuseContext
 
 MULTIMODAL = [n for n in TINY if n != "tiny_deepseek_v2"]
 

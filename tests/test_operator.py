@@ -8,10 +8,10 @@ import pytest
 import torch
 from tinyfamilies import TINY, is_text_only, standard_spans
 
-from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Patch, relocate, rotate
+from kamera.items.spans import Span
 from kamera.metrics import eta, kl
-from kamera.spans import Span
+from kamera.reuse.context import ReuseContext
 
 
 def rel_err(a: ChunkKV, b: ChunkKV, channel: int) -> float:

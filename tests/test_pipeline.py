@@ -20,10 +20,11 @@ import pytest
 from pipeline.pipeline_support import ROOT, all_rows, cli, env, finish, job_config
 
 from experiments import fig5, table3
-from kamera import job, runner
-from kamera.job import JobError, build_specs, config_key
-from kamera.store import Shard, ShardLockedError, digest
-from kamera.sweep import CONF_DIR, expand
+from kamera import job
+from kamera.job import CONF_DIR, JobError, build_specs, config_key
+from kamera.job.store import Shard, ShardLockedError, digest
+from kamera.run import runner
+from kamera.sweep import expand
 
 GOLDEN = Path(__file__).parent / "golden"
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
@@ -75,7 +76,7 @@ def test_rows_follow_an_arm_files_knobs(tmp_path, monkeypatch):
     arm_dir.mkdir(parents=True)
     for p in (CONF_DIR / "arm").glob("*.yaml"):
         (arm_dir / p.name).write_text(p.read_text())
-    monkeypatch.setattr(job, "CONF_DIR", tmp_path / "conf")
+    monkeypatch.setattr(job.spec, "CONF_DIR", tmp_path / "conf")
     before = build_specs("arm", ["patch_r16"])[0]
     (arm_dir / "patch_r16.yaml").write_text("name: patch\nrank: 17\n")
     after = build_specs("arm", ["patch_r16"])[0]

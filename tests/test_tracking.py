@@ -9,7 +9,7 @@ import types
 import pandas as pd
 import pytest
 
-from kamera.track import Tracker
+from kamera.run.track import Tracker
 
 
 class FakeRun:
@@ -50,7 +50,7 @@ def test_disabled_tracking_never_imports_wandb(monkeypatch, tmp_path):
 
 def test_missing_wandb_warns_and_runs_untracked(monkeypatch, tmp_path, caplog):
     monkeypatch.setitem(sys.modules, "wandb", None)
-    with caplog.at_level(logging.WARNING, logger="kamera.track"):
+    with caplog.at_level(logging.WARNING, logger="kamera.run.track"):
         t = Tracker.start("offline", "kamera", "g", "abc", {}, tmp_path)
     assert t.run is None and "not installed" in caplog.text
 

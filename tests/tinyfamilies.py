@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from kamera.items.spans import Span
 from kamera.models import model_names
-from kamera.spans import Span
 
 TINY = model_names("tiny")
 

@@ -1,8 +1,8 @@
 """The arm interface: one small dataclass per reuse method, its knobs as fields.
 
-An arm turns an item's shared context (:class:`~kamera.context.ReuseContext`) into the query
+An arm turns an item's shared context (:class:`~kamera.reuse.context.ReuseContext`) into the query
 forward it would serve, plus the KV bytes it stores or recomputes for B and its parameters as row
-columns. It declares the shared quantities it reads (``needs``, see :data:`kamera.registry.SHARED`):
+columns. It declares the shared quantities it reads (``needs``, see :data:`kamera.reuse.plugin.SHARED`):
 the runner computes those once per item before any arm runs, so an arm's own forwards are counted
 apart. Adding an arm is adding a file with a ``@register`` dataclass named ``<Method>Arm``.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kamera.context import ReuseContext
 from kamera.models.base import Adapter, ForwardOut
-from kamera.registry import Plugin, Registry, UnknownNameError
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.plugin import Plugin, Registry, UnknownNameError
 
 
 class UnknownArmError(UnknownNameError):

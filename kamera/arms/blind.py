@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamera.arms.base import Arm, ArmOutput, register
-from kamera.context import ReuseContext
+from kamera.reuse.context import ReuseContext
 
 
 @register

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kamera.context import ReuseContext
 from kamera.core import default_rotary_rank
+from kamera.reuse.context import ReuseContext
 
 
 def _check(rank: int, n_b: int) -> None:

@@ -11,7 +11,7 @@ Sources (``docs/baselines.md`` §1):
   lmcache/v1/compute/blend/blender.py (check layer 1, ratio 0.15, deviation ‖K_new − K_old‖² after
   RoPE). Neither codebase implements gradual filtering (LMCache#845).
 
-What this arm runs (:class:`kamera.recompute.PartialForward`): all of B's rows are run in context from
+What this arm runs (:class:`kamera.reuse.recompute.PartialForward`): all of B's rows are run in context from
 layer 0 through the check layer(s), carrying their hidden states; at a check layer each candidate's
 fresh KV is compared with the reused KV of that layer and the top ``int(r · n_B)`` are kept; the
 others are dropped and their KV is put back to the reused value at every layer they were run
@@ -42,8 +42,8 @@ import torch
 from kamera.arms.base import Arm, ArmOutput, register
 from kamera.arms.budget import cell_bytes
 from kamera.arms.tokens import check_count, check_fraction, count_of, top_rows
-from kamera.context import ReuseContext
-from kamera.recompute import PartialForward
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.recompute import PartialForward
 
 FILTERINGS = ("single", "gradual")
 DEVIATIONS = ("value", "key")

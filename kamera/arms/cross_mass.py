@@ -4,7 +4,7 @@ Source: the paper's own selector ("token selector by cross-attention mass A→B"
 fraction; Fig. 4a: it recalls 0.70 of the true top-50% Δ tokens). No recipe beyond the name is
 given, so the choices are ours:
 - The attention is what B's tokens would pay A *at reuse time*, without the conditioned forward:
-  at each layer ℓ, B's hidden states from its canonical forward (:func:`kamera.recompute.solo_hidden`)
+  at each layer ℓ, B's hidden states from its canonical forward (:func:`kamera.reuse.recompute.solo_hidden`)
   run through layer ℓ's attention on the spliced blind cache ``[prefix · A · R(δ)·KV(B|∅)]``.
   One eager probe pass per item (tag ``probe_cross``), shared by every fraction.
 - A token's score is the attention mass on A's columns, averaged over heads, summed over layers.
@@ -20,8 +20,8 @@ import torch
 
 from kamera.arms.base import ArmRefusal, register
 from kamera.arms.tokens import TokenArm, check_fraction, count_of, top_rows
-from kamera.context import ReuseContext
-from kamera.recompute import LayerDriver, attention_to, shared, solo_hidden
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.recompute import LayerDriver, attention_to, shared, solo_hidden
 
 
 def a_columns(ctx: ReuseContext) -> tuple[int, int]:

@@ -17,7 +17,7 @@ import torch
 
 from kamera.arms.base import register
 from kamera.arms.tokens import MatchedTokenArm, check_count
-from kamera.context import ReuseContext
+from kamera.reuse.context import ReuseContext
 
 
 @register

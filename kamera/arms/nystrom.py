@@ -20,8 +20,8 @@ import torch
 
 from kamera.arms.base import register
 from kamera.arms.tokens import TokenArm, check_count, top_rows
-from kamera.context import ReuseContext
-from kamera.recompute import shared
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.recompute import shared
 
 
 def leverage_scores(ctx: ReuseContext, k: int) -> torch.Tensor:

@@ -18,8 +18,8 @@ import torch
 
 from kamera.arms.base import register
 from kamera.arms.tokens import TokenArm, check_fraction, count_of, top_rows
-from kamera.context import ReuseContext
-from kamera.recompute import shared
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.recompute import shared
 
 
 def deficit_scores(ctx: ReuseContext) -> torch.Tensor:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from kamera.arms.base import Arm, ArmOutput, register
 from kamera.arms.tokens import check_count
-from kamera.context import ReuseContext
 from kamera.core import Patch, deepest, default_rotary_rank
+from kamera.reuse.context import ReuseContext
 
 LAYER_SETS = ("all", "deep_half")
 AUTO = "auto"

@@ -27,8 +27,8 @@ import torch
 
 from kamera.arms.base import register
 from kamera.arms.tokens import MatchedTokenArm, check_count
-from kamera.context import ReuseContext
-from kamera.recompute import LayerDriver, attention_to, shared
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.recompute import LayerDriver, attention_to, shared
 
 
 def query_mass_on_b(ctx: ReuseContext) -> torch.Tensor:

@@ -4,7 +4,7 @@ Source: the paper's partial-forward lever (App. C.3: "reusing the shallow layers
 only the deep, entangled ones in context"; Table 5 "shallow re-prefill (bottom 3 layers)", i.e.
 ℓ = 3 layers kept; Table 8's "re-prefill fraction to match" sweeps the re-run fraction of layers).
 
-Mechanism (:func:`kamera.recompute.reuse_bottom`): layers 0 … ℓ−1 keep R(δ)·KV(B|∅). A layer's K/V
+Mechanism (:func:`kamera.reuse.recompute.reuse_bottom`): layers 0 … ℓ−1 keep R(δ)·KV(B|∅). A layer's K/V
 depend only on the hidden state entering it, so to give layer ℓ conditioned K/V the forward resumes
 one layer below: B's rows start from their hidden state entering layer ℓ−1 in the canonical
 forward (what a deployment would store beside the canonical: ``residual_bytes``), run layer ℓ−1's
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
 from kamera.arms.budget import cell_bytes
 from kamera.arms.tokens import check_count, check_fraction
-from kamera.context import ReuseContext
 from kamera.models.base import Adapter
-from kamera.recompute import reuse_bottom
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.recompute import reuse_bottom
 
 
 @register

@@ -2,7 +2,7 @@
 
 EPIC, MPIC, VLCache's proof of concept, first-k, the sink prosthesis, oracle top-p, Quest-style,
 cross-mass and Nyström selectors differ only in *which* rows they pick; the recompute is the same
-(:func:`kamera.recompute.recompute`): the chosen rows are recomputed at every layer from their input
+(:func:`kamera.reuse.recompute.recompute`): the chosen rows are recomputed at every layer from their input
 embeddings, their queries attend the whole context (prefix and A as the full prefill left them, B's
 other rows as blind reuse left them), their new K/V overwrite their slots, and the query then runs
 on the result. This is the "strongest form" the paper compares against (Table 6 caption).
@@ -23,9 +23,9 @@ import torch
 
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal
 from kamera.arms.budget import cell_bytes, tokens_for
-from kamera.context import ReuseContext
 from kamera.models.base import Adapter
-from kamera.recompute import recompute
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.recompute import recompute
 
 
 # ----- validation ------------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamera.arms.base import Arm, ArmOutput, register
-from kamera.context import ReuseContext
 from kamera.core import ChunkKV
+from kamera.reuse.context import ReuseContext
 
 
 def unrotated_kv(ctx: ReuseContext) -> ChunkKV:

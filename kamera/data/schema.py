@@ -1,4 +1,4 @@
-"""One item schema for every benchmark, and its hand-off to the adapters as ``kamera.spans.Span`` lists.
+"""One item schema for every benchmark, and its hand-off to the adapters as ``kamera.items.spans.Span`` lists.
 
 An item's context is an ordered list of :class:`Segment`s, each a piece of text and/or one lazy
 :class:`MediaRef`, tagged with its role:
@@ -30,7 +30,7 @@ from PIL import Image
 
 from kamera.data import media as _media
 from kamera.data.errors import ItemError
-from kamera.spans import Clip, Span, validate_spans
+from kamera.items.spans import Clip, Span, validate_spans
 
 IMAGE_TOKEN = "<image>"
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -326,8 +326,8 @@ class ChunkedItem:
         return plan
 
     def spans(self, *, with_prefix: bool = True, with_filler: bool = True) -> list[Span]:
-        """``[prefix?, A_1..A_k, B, query]`` as ``kamera.spans.Span`` with media decoded to RGB images; consecutive
-        frames of one video in a span become one :class:`~kamera.spans.Clip` (a video chunk)."""
+        """``[prefix?, A_1..A_k, B, query]`` as ``kamera.items.spans.Span`` with media decoded to RGB images; consecutive
+        frames of one video in a span become one :class:`~kamera.items.spans.Clip` (a video chunk)."""
         out = [
             Span(role, _load_parts(parts), name, meta)
             for role, name, meta, parts in self._plan(with_prefix, with_filler)

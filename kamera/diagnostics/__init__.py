@@ -1,7 +1,7 @@
 """Measurements behind the paper's diagnostic, cost and fidelity figures (Figs. 3, 4, 8, 11, 12).
 
 One small module per figure's quantity; each function takes an item's shared forwards
-(:class:`~kamera.context.ReuseContext`), an adapter, or stored rows, and returns plain long-format
+(:class:`~kamera.reuse.context.ReuseContext`), an adapter, or stored rows, and returns plain long-format
 records (lists of dicts with a fixed key set per function), so a probe can store them beside the
 rows and a renderer can pivot them. ``docs/diagnostics.md`` lists every record schema.
 

@@ -21,8 +21,8 @@ one extra forward per item) so that effect is shown on every channel:
 
 from __future__ import annotations
 
-from kamera.context import ReuseContext
 from kamera.diagnostics.common import frobenius, relative, role
+from kamera.reuse.context import ReuseContext
 
 
 def deficit_norms(ctx: ReuseContext, oracle: bool = False) -> list[dict]:

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import torch
 
-from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_counts, role
 from kamera.metrics import energy_rank
+from kamera.reuse.context import ReuseContext
 
 
 def default_ranks(full_rank: int) -> list[int]:

@@ -3,7 +3,7 @@
 "The link from antecedent to chunk is itself low-rank (about 25 landmark keys carry 90%)". Choices:
 - The attention is B's, in context: B's rows rerun layer by layer on the full prefill's cache
   (``[prefix · A · B]`` as the conditioned forward left it) from B's input embeddings, with eager
-  attention (:func:`kamera.recompute.attention_to`, tag ``probe_landmarks``), so the probabilities
+  attention (:func:`kamera.reuse.recompute.attention_to`, tag ``probe_landmarks``), so the probabilities
   are those of the conditioned forward itself.
 - A key's "cross-block energy" at layer ℓ is the attention probability B's queries put on it,
   averaged over B's rows and all query heads (probabilities are already a distribution, so mass,
@@ -16,10 +16,10 @@ from __future__ import annotations
 import torch
 
 from kamera.arms.cross_mass import a_columns
-from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_fraction
 from kamera.metrics import energy_rank
-from kamera.recompute import LayerDriver, attention_to
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.recompute import LayerDriver, attention_to
 
 
 def a_key_mass(ctx: ReuseContext) -> list[torch.Tensor]:

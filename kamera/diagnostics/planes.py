@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_counts, role
+from kamera.reuse.context import ReuseContext
 
 BASES = ("features", "components")
 

@@ -24,8 +24,8 @@ import torch
 
 from kamera.core import ChunkKV, relocate
 from kamera.diagnostics.common import check_counts, frobenius, relative
+from kamera.items.spans import Span
 from kamera.models.base import Adapter, EncodedSpan
-from kamera.spans import Span
 
 DISTANCES = (1, 10, 100, 1000, 10_000, 100_000)
 

@@ -26,8 +26,8 @@ from kamera.arms.cross_mass import CrossMassArm, a_columns
 from kamera.arms.first_k import FirstKArm
 from kamera.arms.oracle_topp import OracleTopPArm
 from kamera.arms.tokens import count_of, top_rows
-from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_fraction
+from kamera.reuse.context import ReuseContext
 
 
 def recall(picked: torch.Tensor, truth: torch.Tensor) -> float:

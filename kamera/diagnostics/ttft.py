@@ -45,16 +45,16 @@ import transformers as tf
 from PIL import Image
 
 from kamera.arms.tokens import takes_images
-from kamera.context import ReuseContext
 from kamera.core import Patch, default_rotary_rank, deficit, relocate
 from kamera.diagnostics.common import check_counts
+from kamera.items.spans import Span
 from kamera.models import load_model
 from kamera.models.base import Adapter, place
 from kamera.models.qwen_vl import QwenVLAdapter
 from kamera.models.registry import DTYPES, SPECIAL_IDS, TEXT
 from kamera.models.tokenizer import ByteTokenizer
 from kamera.progress import Progress
-from kamera.spans import Span
+from kamera.reuse.context import ReuseContext
 
 SIZES = (256, 512, 1024, 2048)
 RANKS = (16, 64)

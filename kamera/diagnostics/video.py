@@ -35,8 +35,8 @@ import torch
 from PIL import Image
 
 from kamera.arms.oracle_topp import deficit_scores
-from kamera.context import ReuseContext
 from kamera.models.base import Adapter, EncodedSpan
+from kamera.reuse.context import ReuseContext
 
 SIGNALS = ("motion", "warp_residual", "frame_similarity", "embed_diff")
 DELTA = "delta_norm"

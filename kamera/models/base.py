@@ -27,7 +27,7 @@ from PIL import Image
 from transformers import DynamicCache
 
 from kamera.core import ChannelSpec, ChunkKV, RotarySpec
-from kamera.spans import Clip, Span, validate_spans
+from kamera.items.spans import Clip, Span, validate_spans
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ Deepstack (Qwen3-VL, Qwen3-Omni): the vision tower's intermediate features are a
 states of the first decoder layers at visual tokens, so a forward over any span subset carries the
 matching rows of those features.
 
-Video (a :class:`~kamera.spans.Clip`) is the model's own video input, built without torchvision the
+Video (a :class:`~kamera.items.spans.Clip`) is the model's own video input, built without torchvision the
 way the families' video processors lay it out (``transformers`` ``Qwen2VLVideoProcessor`` /
 ``Qwen3VLVideoProcessor`` and ``Qwen3VLProcessor.replace_video_token``, read for the layout):
 
@@ -35,8 +35,8 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_res
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize as smart_resize_video
 
 from kamera.core import ChannelSpec
+from kamera.items.spans import Clip
 from kamera.models.base import Adapter, Placed, VisionPiece, kv_channels
-from kamera.spans import Clip
 
 DEFAULT_FPS = 2.0  # the Qwen video processors' sampling rate; the time step of a one-frame clip
 

@@ -169,8 +169,8 @@ def _siglip_pixels():
 # item has the shape of a paper-scale one: every item has a prefix, and the canonical KV(B|∅) sits behind it.
 TINY_CHAT = ("<|user|>\n", "\n<|assistant|>\n")
 
-# Checkpoints whose writer is in kamera.shaped: "kamera.shaped.<family module>:<model>".
-_SHAPED = "kamera.shaped.{}:{}"
+# Checkpoints whose writer is in kamera.models.shaped: "kamera.models.shaped.<family module>:<model>".
+_SHAPED = "kamera.models.shaped.{}:{}"
 
 _ENTRIES = [
     # ----- tiny random twins (CPU) -----

@@ -1,7 +1,7 @@
 """The probe interface: a measurement on an item's shared forwards, returned as long-format records.
 
 A probe reads the shared quantities it declares in ``needs`` (computed once per item by the runner,
-see :data:`kamera.registry.SHARED`) and returns one record per measured cell (a layer, a channel, a
+see :data:`kamera.reuse.plugin.SHARED`) and returns one record per measured cell (a layer, a channel, a
 token, a head: whatever it resolves), each a flat dict of scalars. The runner stores the records in
 the job's shard beside the rows, keyed by (item, probe label, knobs), with the same resume and
 completeness rules, so a diagnostic figure is a pure function of stored data.
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kamera.context import ReuseContext
-from kamera.registry import Plugin, Registry, UnknownNameError
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.plugin import Plugin, Registry, UnknownNameError
 
 
 class UnknownProbeError(UnknownNameError):

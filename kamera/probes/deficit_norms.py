@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kamera.context import ReuseContext
 from kamera.diagnostics.deficit_norm import deficit_norms
 from kamera.probes.base import Probe, register
+from kamera.reuse.context import ReuseContext
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, ItemShape
+    from kamera.models.flops import Forward, ItemShape
 
 
 @register
@@ -38,7 +38,7 @@ class DeficitNormsProbe(Probe):
             raise ValueError(f"deficit_norms oracle must be true or false, got {self.oracle!r}")
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). With ``oracle``,
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). With ``oracle``,
         one 4D-mask forward over the item."""
         return [shape.full()] if self.oracle else []
 

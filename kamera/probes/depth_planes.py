@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kamera.context import ReuseContext
 from kamera.diagnostics.planes import check_planes, depth_planes
 from kamera.probes.base import Probe, register
+from kamera.reuse.context import ReuseContext
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, ItemShape
+    from kamera.models.flops import Forward, ItemShape
 
 
 @register
@@ -34,7 +34,7 @@ class DepthPlanesProbe(Probe):
         check_planes(self.tokens, self.features, self.basis)
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). Nothing beyond
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). Nothing beyond
         the shared Δ."""
         return []
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_counts, check_fraction
 from kamera.diagnostics.energy import energy_curve
 from kamera.probes.base import Probe, register
+from kamera.reuse.context import ReuseContext
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, ItemShape
+    from kamera.models.flops import Forward, ItemShape
 
 
 @register
@@ -35,7 +35,7 @@ class EnergyProbe(Probe):
         check_fraction("energy fraction", self.fraction)
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). Nothing beyond
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). Nothing beyond
         the shared patch."""
         return []
 

@@ -16,7 +16,7 @@ against "injection depth (layer / total)". The paper does not spell the injectio
   explained(L−1) = 1 by construction; NaN where D = 0.
 
 KV(B|A) and the hidden states entering each layer come from one replay of B's rows on the full
-prefill's context (:class:`~kamera.recompute.LayerDriver`, tag ``probe_conditioned``), which
+prefill's context (:class:`~kamera.reuse.recompute.LayerDriver`, tag ``probe_conditioned``), which
 reproduces the full prefill's K/V to float rounding; the injections run on one driver over
 [prefix · B] (tag ``probe_injection``). Cost: Σ_ℓ (L − ℓ) layer passes of B's rows.
 Knob: ``layers`` ("all", or the injection layers to measure).
@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kamera.context import ReuseContext
 from kamera.probes.base import Probe, register
-from kamera.recompute import LayerDriver, shared
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.recompute import LayerDriver, shared
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, ItemShape
+    from kamera.models.flops import Forward, ItemShape
 
 
 def conditioned_hidden(ctx: ReuseContext) -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...]]:
@@ -75,7 +75,7 @@ class InjectionDepthProbe(Probe):
             raise ValueError(f"injection_depth layers must be non-negative ints, got {self.layers!r}")
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One replay of
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). One replay of
         B's rows over the full prefill's context, then Σ_ℓ (L − ℓ) / L passes of B over [prefix · B] for ℓ = 0 and
         each measured layer."""
         chosen = range(n_layers) if self.layers == "all" else {0, *self.layers}

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_fraction
 from kamera.diagnostics.landmarks import landmark_keys
 from kamera.probes.base import Probe, register
+from kamera.reuse.context import ReuseContext
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, ItemShape
+    from kamera.models.flops import Forward, ItemShape
 
 
 @register
@@ -33,7 +33,7 @@ class LandmarksProbe(Probe):
         check_fraction("landmarks fraction", self.fraction)
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). B's rows re-run
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). B's rows re-run
         layer by layer on the full prefill's cache: one pass of B over the item."""
         return [shape.b_in_context()]
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_counts
 from kamera.diagnostics.relocation import DISTANCES, relocation_error
 from kamera.probes.base import Probe, register
+from kamera.reuse.context import ReuseContext
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, ItemShape
+    from kamera.models.flops import Forward, ItemShape
 
 
 @register
@@ -35,7 +35,7 @@ class RelocationProbe(Probe):
         self.distances = check_counts("relocation distances", self.distances)
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). B prefilled
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). B prefilled
         alone at 0 and at each distance."""
         return [shape.b_alone(1 + len(self.distances))]
 

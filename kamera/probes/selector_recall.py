@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 from kamera.arms.cross_mass import CrossMassArm
 from kamera.arms.first_k import FirstKArm
 from kamera.arms.oracle_topp import OracleTopPArm
-from kamera.context import ReuseContext
 from kamera.diagnostics.selectors import DEFAULT_SELECTORS, check_selectors, selector_recall
 from kamera.probes.base import Probe, register
+from kamera.reuse.context import ReuseContext
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, ItemShape
+    from kamera.models.flops import Forward, ItemShape
 
 
 @register
@@ -39,7 +39,7 @@ class SelectorRecallProbe(Probe):
         check_selectors(self.selectors, self.fraction, self.draws)
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). Nothing beyond
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). Nothing beyond
         the shared quantities its selectors read."""
         return []
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kamera.context import ReuseContext
 from kamera.diagnostics.common import check_counts
 from kamera.diagnostics.ttft import RANKS, SIZES, ttft
-from kamera.models.cost import Forward, ItemShape
+from kamera.models.flops import Forward, ItemShape
 from kamera.probes.base import Probe, register
+from kamera.reuse.context import ReuseContext
 
 DEVICES = ("cpu", "cuda")
 
@@ -49,7 +49,7 @@ class TtftProbe(Probe):
             raise ValueError(f"ttft device must be one of {DEVICES}, got {self.device!r}")
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). Per segment
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). Per segment
         length s, a timing item [prefix · one frame · s · query] (a frame of ``frame_px``² pixels taken as (frame_px
         / 28)² tokens, Qwen's merged 28-pixel patches): its full, conditioned and canonical prefills, then 1 +
         ``repeats`` timed calls (a warm-up) of the in-context prefill, the canonical and the conditioned forward (the

@@ -14,12 +14,12 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kamera.context import ReuseContext
 from kamera.diagnostics.video import NoFramePairs, check_cell_px, token_signals
 from kamera.probes.base import Probe, register
+from kamera.reuse.context import ReuseContext
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, ItemShape
+    from kamera.models.flops import Forward, ItemShape
 
 log = logging.getLogger("kamera.probes")
 
@@ -37,7 +37,7 @@ class VideoSignalsProbe(Probe):
         check_cell_px(self.cell_px)
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). Nothing beyond
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). Nothing beyond
         the shared Δ (flow and warp signals run on the CPU, in ``ITEM_S``)."""
         return []
 

@@ -2,7 +2,7 @@
 
 Per query kind and arm (re-prefill, blind reuse, rank-m patches, full-rank patch): accuracy over the
 answer words, KL(re-prefill ‖ arm) and η, plus the per-layer deficit and e90/n_B. Every number goes
-through :class:`~kamera.context.ReuseContext` and ``kamera.metrics``, as the benchmarks do.
+through :class:`~kamera.reuse.context.ReuseContext` and ``kamera.metrics``, as the benchmarks do.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from kamera.context import ReuseContext
 from kamera.metrics import bootstrap_ci, choice_argmax, e90_columns, eta, kl
 from kamera.models import Adapter
+from kamera.reuse.context import ReuseContext
+from kamera.toy.items import ToyItem, items
 from kamera.toy.model import DEFAULT_VARIANT, load
-from kamera.toy.task import KINDS, VARIANTS, ToyItem, items
+from kamera.toy.task import KINDS, VARIANTS
 
 RANKS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 

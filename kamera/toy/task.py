@@ -9,7 +9,7 @@ One world binds ``n_entries`` objects to colours and to locations:
             QC cup   → red                 control: the colour of an object (reads A only)
             QB barn  → cup                 control_b: the object at a location (reads B only)
 
-An item is one world with one query, in the harness's span hand-off (:class:`~kamera.spans.Span`).
+An item is one world with one query (:mod:`kamera.toy.items`, in the harness's span hand-off).
 Training (:mod:`kamera.toy.train`) packs several queries after B; items never do (the harness reads one
 first answer token).
 """
@@ -19,8 +19,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-
-from kamera.spans import Span
 
 KINDS: tuple[str, ...] = ("two_hop", "control", "control_b")
 VARIANTS: tuple[str, ...] = ("text", "image")
@@ -136,63 +134,3 @@ class World:
         if kind == "control_b":
             return loc, self.object_at[loc]
         raise ValueError(f"query kind must be one of {KINDS}, got {kind!r}")
-
-
-@dataclass(frozen=True)
-class ToyItem:
-    """One held-out item: a world and one query; ``choices`` are answer words, ``gold`` indexes them.
-
-    ``variant`` "text" writes A and B as words, "image" draws them as pictures (:mod:`kamera.toy.render`).
-    """
-
-    item_id: str
-    kind: str
-    world: World
-    argument: str
-    answer: str
-    variant: str = DEFAULT_VARIANT
-
-    @property
-    def choices(self) -> tuple[str, ...]:
-        return self.world.spec.objects if self.kind == "control_b" else self.world.spec.colours
-
-    @property
-    def gold(self) -> int:
-        return self.choices.index(self.answer)
-
-    @property
-    def query_text(self) -> str:
-        return f"{QUERY_WORD[self.kind]} {self.argument}"
-
-    def spans(self) -> list[Span]:
-        """``[prefix, A, B, query]``; A and B are words, or a marker word and a picture."""
-        w = self.world
-        if self.variant == "image":
-            from kamera.toy.render import a_image, b_image  # render draws worlds, so it imports this module
-
-            a, b = ("A:", a_image(w)), ("B:", b_image(w))
-        else:
-            a, b = (w.a_text(),), (w.b_text(),)
-        return [
-            Span("prefix", (PREFIX,), "prefix"),
-            Span("A", a, "A"),
-            Span("B", b, "B"),
-            Span("query", (self.query_text,), self.kind),
-        ]
-
-
-def items(spec: TaskSpec, kind: str, n: int, seed: int = 0, variant: str = DEFAULT_VARIANT) -> list[ToyItem]:
-    """``n`` held-out items of one kind; item i depends only on (seed, kind, i), never on the training stream."""
-    if kind not in KINDS:
-        raise ValueError(f"query kind must be one of {KINDS}, got {kind!r}")
-    if variant not in VARIANTS:
-        raise ValueError(f"toy variant must be one of {VARIANTS}, got {variant!r}")
-    if n < 0:
-        raise ValueError(f"n must be ≥ 0, got {n}")
-    out = []
-    for i in range(n):
-        rng = np.random.default_rng([HELDOUT, seed, KINDS.index(kind), i])
-        world = World.sample(spec, rng)
-        arg, ans = world.question(kind, rng)
-        out.append(ToyItem(f"{kind}-{seed}-{i}", kind, world, arg, ans, variant))
-    return out

@@ -37,8 +37,9 @@ from PIL import Image
 from torch.nn import functional as F
 
 from kamera.toy import render, window_task
+from kamera.toy.items import items
 from kamera.toy.model import MODEL_VARIANTS, WordTokenizer, build, image_processor, save
-from kamera.toy.task import HELDOUT, KINDS, PREFIX, QUERY_WORD, TaskSpec, World, compound, items
+from kamera.toy.task import HELDOUT, KINDS, PREFIX, QUERY_WORD, TaskSpec, World, compound
 from kamera.toy.window_task import WindowSpec
 
 MIX = {"two_hop": 0.5, "control": 0.25, "control_b": 0.25}  # query kinds packed after B during training

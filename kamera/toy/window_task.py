@@ -13,7 +13,7 @@ generators below bind each object at most once, and a state chunk that arrives l
 re-binds a group of objects to new colours (the world changed), so turning the window over changes
 the answer for the objects whose binding chunk was replaced. Training (:mod:`kamera.toy.train`,
 ``--variant window``) draws random windows of such streams; the items below are the probes' streams,
-returned as :class:`~kamera.window.item.WindowItem` with the answer a function of the window.
+returned as :class:`~kamera.items.window.WindowItem` with the answer a function of the window.
 
 Item streams (k = ``WindowSpec.window``; ids as in :class:`WindowItem`):
 - ``recall``: states s₁…s_k (groups O₁…O_k), the scene x over all of them, then s′₁…s′_k re-binding
@@ -35,9 +35,9 @@ from functools import partial
 
 import numpy as np
 
-from kamera.spans import Span
+from kamera.items.spans import Span
+from kamera.items.window import WindowItem
 from kamera.toy.task import HELDOUT, PREFIX, TaskSpec, compound
-from kamera.window.item import WindowItem
 
 KINDS: tuple[str, ...] = ("recall", "survivor", "reorder", "divergent", "refresh", "excess")
 STATE, SCENE = "state", "scene"

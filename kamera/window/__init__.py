@@ -8,8 +8,8 @@ row per (item, setting, variant). ``python -m kamera.window.demo`` prints Table 
 at tiny scale.
 """
 
+from kamera.items.window import WindowItem, from_spans
 from kamera.window.context import WindowContext, WindowView
-from kamera.window.item import WindowItem, from_spans
 from kamera.window.ops import Layout
 from kamera.window.probes import PROBES, ProbeRefusal, WindowProbe, make_probe
 

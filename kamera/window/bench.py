@@ -26,30 +26,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
-from omegaconf import DictConfig
-
-from kamera.job import Selection, read_benchmark
+from kamera.items.selection import Selection
+from kamera.items.spans import Clip, Span
+from kamera.items.window import WindowEntry, WindowItem
 from kamera.models.base import Adapter
-from kamera.spans import Clip, Span
 from kamera.toy.window_task import KINDS
-from kamera.window.item import WindowItem
 from kamera.window.probes.base import WindowProbe
 
-
-@dataclass(frozen=True)
-class WindowEntry:
-    """One selected window item before it is built: what the store keys it by and how to build it."""
-
-    item_id: str
-    subset: str
-    split: str
-    cluster_key: str
-    build: Callable[[Adapter], WindowItem]
-    meta: dict = field(default_factory=dict)
+Read = Callable[[str, dict], Selection]  # (data benchmark, loader kwargs) → the job's selection of it
 
 
 def _int(value: object, low: int) -> bool:
@@ -89,8 +76,9 @@ class WindowBench:
         """Option values and model constraints, one line each (no data, no weights)."""
         return []
 
-    def select(self, cfg: DictConfig, n: int | None, opts: dict, root: Path | None) -> Selection:
-        """The job's entries, chosen deterministically (``n`` None: the benchmark's default count)."""
+    def select(self, subsets: list[str], split: str, seed: int, n: int | None, opts: dict, read: Read) -> Selection:
+        """The job's entries, chosen deterministically (``n`` None: the benchmark's default count); ``read(name,
+        kwargs)`` is the job's selection of data benchmark ``name`` for a window benchmark cut from one."""
         raise NotImplementedError
 
     def refuses(self, probe: WindowProbe, entry: WindowEntry) -> str | None:
@@ -132,15 +120,14 @@ class ToyWindowBench(WindowBench):
             p.append(f"bench.kwargs.n_states={n!r}: must be null or an integer in 1..{_toy_spec().max_states}")
         return p
 
-    def select(self, cfg: DictConfig, n: int | None, opts: dict, root: Path | None) -> Selection:
+    def select(self, subsets: list[str], split: str, seed: int, n: int | None, opts: dict, read: Read) -> Selection:
         from kamera.toy.window_task import item_id
 
-        kinds, split = self.resolve(cfg.bench.subset, cfg.bench.split)
-        spec, per_kind, entries = _toy_spec(), 64 if n is None else n, []
+        kinds, spec, per_kind, entries = subsets, _toy_spec(), 64 if n is None else n, []
         for kind in kinds:
             states = (opts["n_states"] or TOY_STATES[kind]) if kind in TOY_STATES else 3
-            entries += [WindowEntry(item_id(kind, cfg.seed, i), kind, split, item_id(kind, cfg.seed, i),
-                                    partial(_toy_build, kind, i, cfg.seed, states),
+            entries += [WindowEntry(item_id(kind, seed, i), kind, split, item_id(kind, seed, i),
+                                    partial(_toy_build, kind, i, seed, states),
                                     {"kind": kind, "n_states": states, "window": spec.window})
                         for i in range(per_kind)]
         return Selection(entries, n_requested=n, report=f"{per_kind} items of each toy window stream ({', '.join(kinds)})")
@@ -177,13 +164,13 @@ class SyntheticWindowBench(WindowBench):
             p.append(f"bench.kwargs.n_history={opts['n_history']!r}: must be null (2·window + 1) or an integer >= 2")
         return p
 
-    def select(self, cfg: DictConfig, n: int | None, opts: dict, root: Path | None) -> Selection:
+    def select(self, subsets: list[str], split: str, seed: int, n: int | None, opts: dict, read: Read) -> Selection:
         from kamera.window.synthetic import item_id
 
-        (subset,), split = self.resolve(cfg.bench.subset, cfg.bench.split)
+        (subset,) = subsets
         count = 8 if n is None else n
-        entries = [WindowEntry(item_id(cfg.seed, i), subset, split, item_id(cfg.seed, i),
-                               partial(_synthetic_build, i, cfg.seed, opts)) for i in range(count)]
+        entries = [WindowEntry(item_id(seed, i), subset, split, item_id(seed, i),
+                               partial(_synthetic_build, i, seed, opts)) for i in range(count)]
         return Selection(entries, n_requested=n, report=f"{count} synthetic window streams")
 
 
@@ -199,7 +186,7 @@ def shrink(image, pixels: int | None):
 
 def _segments(spans: list[Span], n: int, per: int, pixels: int | None, what: str) -> tuple[Span | None, list[Span], Span]:
     """(prefix, n segments, query) from a Video-MME item's ``[prefix?, A, B, query]``: its frames in order, cut
-    into n :class:`~kamera.spans.Clip` parts of ``per`` frames (with their timestamps), one segment a span.
+    into n :class:`~kamera.items.spans.Clip` parts of ``per`` frames (with their timestamps), one segment a span.
 
     A segment is a video clip as the loader's chunks are (a family that takes video reads it as its own video
     input, the others read its frames as images)."""
@@ -247,11 +234,10 @@ class VideoWindowBench(WindowBench):
             p.append(f"bench.kwargs.task_types={tt!r}: must be null or a list of Video-MME task types")
         return p
 
-    def select(self, cfg: DictConfig, n: int | None, opts: dict, root: Path | None) -> Selection:
-
+    def select(self, subsets: list[str], split: str, seed: int, n: int | None, opts: dict, read: Read) -> Selection:
         kwargs = {"n_frames": opts["segments"] * opts["frames_per_segment"], "a_chunks": 1,
                   "task_types": opts["task_types"]}
-        got = read_benchmark("videomme", root, cfg, n, kwargs)
+        got = read("videomme", kwargs)
         items, entries = got.items, []
         for j, it in enumerate(items):  # the foreign clip: the next selected question on another video
             other = next((o for o in items[j + 1 :] + items[:j] if o.cluster_key != it.cluster_key), None)

@@ -6,9 +6,9 @@ re-prefill computed once, every forward counted and attributed.
     view(layout)  a :class:`WindowView`: the layout's re-prefill (one forward; the reference of the
                   operation that produced it) and, read from it, the target's conditioned KV, Δ, patch
 
-A :class:`WindowView` is a :class:`~kamera.context.ReuseContext` over ``[prefix · before · target ·
+A :class:`WindowView` is a :class:`~kamera.reuse.context.ReuseContext` over ``[prefix · before · target ·
 after · query]``, so every arm-side tool (``relocated``, ``deficit``, ``patch``, ``query``,
-``blind``, the partial forwards of :mod:`kamera.recompute`) works on it unchanged; it only takes its
+``blind``, the partial forwards of :mod:`kamera.reuse.recompute`) works on it unchanged; it only takes its
 forwards from the shared item and splices the chunks after the target back in front of the query.
 
 Costs: every forward-running result is a *resource* keyed by what it is (``("full", layout)``,
@@ -36,13 +36,13 @@ from typing import Literal
 import torch
 from transformers import DynamicCache
 
-from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Patch, relocate, same_positions
 from kamera.errors import ItemError
+from kamera.items.spans import Span
+from kamera.items.window import WindowItem
 from kamera.metrics import ETA_FLOOR, choice_argmax
 from kamera.models.base import Adapter, Encoded, EncodedSpan, ForwardOut, additive_mask, place
-from kamera.spans import Span
-from kamera.window.item import WindowItem
+from kamera.reuse.context import ReuseContext
 from kamera.window.ops import Layout
 
 WindowCanonical = Literal["prefix", "none"]
@@ -78,7 +78,7 @@ class WindowContext:
     """One window item on one model: encoded chunks, shared forwards, and what each forward cost.
 
     ``canonical_context``: where a chunk's canonical KV(c|∅) is prefilled: ``"prefix"`` (default, behind
-    the prefix, as :class:`~kamera.context.ReuseContext` does) or ``"none"`` (the chunk alone from 0).
+    the prefix, as :class:`~kamera.reuse.context.ReuseContext` does) or ``"none"`` (the chunk alone from 0).
     ``eta_floor``: the KL_blind below which η is not measured (NaN).
     """
 

@@ -1,7 +1,7 @@
 """Window operations as layouts: which chunks a window holds, in which order, and the chunk under test.
 
 A :class:`Layout` is a window as the query reads it, ``[prefix · before… · target · after… · query]``,
-in chunk ids of a :class:`~kamera.window.item.WindowItem`. Each operation (paper §5, App. D) maps the
+in chunk ids of a :class:`~kamera.items.window.WindowItem`. Each operation (paper §5, App. D) maps the
 window before it to the window after it; the reference for every operation is the re-prefill of the
 layout it produces, and the probes (:mod:`kamera.window.probes`) build the target chunk's KV for
 that layout in the ways they compare.

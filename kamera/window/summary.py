@@ -14,11 +14,11 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from kamera.items.window import WindowItem
 from kamera.metrics import bootstrap_ci, flip_recover
 from kamera.models.base import Adapter
 from kamera.progress import Progress
 from kamera.window.context import WindowCanonical, WindowContext
-from kamera.window.item import WindowItem
 from kamera.window.probes import ProbeRefusal, WindowProbe
 
 log = logging.getLogger(__name__)

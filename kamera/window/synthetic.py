@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from kamera.items.spans import Span
+from kamera.items.window import WindowItem
 from kamera.models.base import Adapter
-from kamera.spans import Span
-from kamera.window.item import WindowItem
 
 LETTERS = ("A", "B", "C", "D")
 

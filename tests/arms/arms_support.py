@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from tinyfamilies import standard_spans
 
-from kamera.context import ReuseContext
 from kamera.core import ChunkKV
+from kamera.reuse.context import ReuseContext
 
 _CONTEXTS: dict[str, ReuseContext] = {}
 

@@ -7,7 +7,7 @@ import torch
 from tinyfamilies import TINY, standard_spans
 
 from kamera.arms import ARMS, make_arm
-from kamera.context import ReuseContext
+from kamera.reuse.context import ReuseContext
 
 SHARED = ("full", "solo", "blind", "oracle", "solo_hidden", "probe_cross", "probe_query")
 # the arm set a table run would put on one item: defaults plus the variants that share per-item work

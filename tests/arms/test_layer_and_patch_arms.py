@@ -12,9 +12,9 @@ from tinyfamilies import TINY, standard_spans
 from kamera.arms import ArmRefusal, make_arm
 from kamera.arms.budget import matched_k_rank, matched_tokens, tokens_for
 from kamera.arms.orbit import conditioned_in_order
-from kamera.context import ReuseContext
 from kamera.core import Patch, deficit, orbit_mean
 from kamera.metrics import kl
+from kamera.reuse.context import ReuseContext
 
 
 # ----- shallow re-prefill --------------------------------------------------------------------------

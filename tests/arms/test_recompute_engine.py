@@ -1,4 +1,4 @@
-"""The partial-forward engine's identities on every tiny family (kamera/recompute.py)."""
+"""The partial-forward engine's identities on every tiny family (kamera/reuse/recompute.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import torch
 from arms_support import changed_rows, rel_err, shared_ctx
 from tinyfamilies import TINY, standard_spans
 
-from kamera.context import ReuseContext
 from kamera.metrics import kl
-from kamera.recompute import recompute, recompute_schedule, reuse_bottom, solo_pass
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.recompute import recompute, recompute_schedule, reuse_bottom, solo_pass
 
 
 @pytest.mark.parametrize("name", TINY)

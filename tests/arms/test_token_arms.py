@@ -14,9 +14,9 @@ from kamera.arms import make_arm
 from kamera.arms.budget import tokens_for
 from kamera.arms.oracle_topp import deficit_scores
 from kamera.arms.tokens import top_rows, visual_runs
-from kamera.context import ReuseContext
+from kamera.items.spans import Span
 from kamera.metrics import kl
-from kamera.spans import Span
+from kamera.reuse.context import ReuseContext
 
 BIG = 10_000
 # arm → (knobs at budget 0, knobs at a full budget)

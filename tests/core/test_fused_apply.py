@@ -10,8 +10,8 @@ import pytest
 import torch
 from tinyfamilies import TINY, standard_spans
 
-from kamera.context import ReuseContext
 from kamera.core import ChannelSpec, ChunkKV, Patch, RotarySpec, deficit, relocate, rotate
+from kamera.reuse.context import ReuseContext
 
 GEN = torch.Generator().manual_seed(3)
 

@@ -6,8 +6,8 @@ import pytest
 from tinyfamilies import standard_spans
 
 from kamera.arms import make_arm
-from kamera.context import ReuseContext
 from kamera.metrics import kl
+from kamera.reuse.context import ReuseContext
 
 MLA_FAMILIES = ["tiny_kimi", "tiny_deepseek_v2"]
 

@@ -14,7 +14,7 @@ from PIL import Image
 from kamera.data import IMAGE_TOKEN, ChunkedItem, MediaRef, load_items, score
 from kamera.data.fixtures import read_index
 from kamera.data.mm_niah import _needle_index
-from kamera.spans import Clip, validate_spans
+from kamera.items.spans import Clip, validate_spans
 
 
 def roles(item: ChunkedItem) -> list[tuple[str, str, int]]:

@@ -7,10 +7,10 @@ import numpy as np
 from PIL import Image
 from tinyfamilies import standard_spans
 
-from kamera.context import ReuseContext
-from kamera.items import toy_items
+from kamera.items.spans import Span
 from kamera.models import load_model
-from kamera.spans import Span
+from kamera.reuse.context import ReuseContext
+from kamera.toy.items import toy_items
 
 _CONTEXTS: dict[tuple, ReuseContext] = {}
 SQUARE_ROWS = (40, 72)  # pixel rows of the moving square in a 112-px frame

@@ -14,9 +14,9 @@ import json
 import pytest
 
 from kamera.arms.budget import channel_ranks, patch_numbers, widths
-from kamera.context import ReuseContext
 from kamera.job import build_specs, conf_labels, select
-from kamera.runner import evaluate_item
+from kamera.job.arm_shape import evaluate_item
+from kamera.reuse.context import ReuseContext
 from kamera.sweep import compose_config
 
 TOKEN_ARMS = {"epic", "mpic", "vlcache", "sink", "first_k", "oracle_topp", "quest", "cross_mass", "nystrom"}

@@ -11,10 +11,10 @@ from tinyfamilies import TINY
 
 from kamera.arms.oracle_topp import deficit_scores
 from kamera.arms.tokens import count_of, top_rows
-from kamera.context import ReuseContext
 from kamera.diagnostics import selector_recall
 from kamera.diagnostics.selectors import k_norm_scores, recall
-from kamera.spans import Span
+from kamera.items.spans import Span
+from kamera.reuse.context import ReuseContext
 
 ALL = ("oracle", "cross_mass", "first_k", "k_norm", "random")
 

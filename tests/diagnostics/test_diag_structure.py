@@ -14,14 +14,14 @@ from diag_support import context, toy_contexts
 from tinyfamilies import TINY
 
 from kamera.arms.cross_mass import a_columns
-from kamera.context import ReuseContext
 from kamera.diagnostics import deficit_norms, depth_planes, energy_curve, landmark_keys
 from kamera.diagnostics.energy import default_ranks
 from kamera.diagnostics.landmarks import a_key_mass
 from kamera.diagnostics.planes import pooled
+from kamera.items.spans import Span
 from kamera.models.base import place
-from kamera.recompute import eager_attention
-from kamera.spans import Span
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.recompute import eager_attention
 
 
 def by(records: list[dict], *keys: str) -> dict:

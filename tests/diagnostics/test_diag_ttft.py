@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from kamera.context import ReuseContext
 from kamera.diagnostics.ttft import Clock, break_even, cumulative, main, segment_spans, time_item, ttft
+from kamera.reuse.context import ReuseContext
 
 TIMES = ("vision_ms", "prefill_ms", "canonical_ms", "conditioned_ms", "svd_ms", "recompute_ms", "form_ms")
 PER_RANK = ("apply_ms", "reuse_ms", "speedup_prefill", "speedup_recompute")

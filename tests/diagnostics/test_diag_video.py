@@ -11,10 +11,10 @@ import torch
 from diag_support import SQUARE_ROWS, video_frame, video_spans
 
 from kamera.arms.oracle_topp import deficit_scores
-from kamera.context import ReuseContext
 from kamera.diagnostics import signal_spearman, token_signals
 from kamera.diagnostics.video import DELTA, SIGNALS, factor_grid, pixel_signals, span_frames, spearman
-from kamera.spans import Span
+from kamera.items.spans import Span
+from kamera.reuse.context import ReuseContext
 
 FAMILIES = ["tiny_qwen2_5_vl", "tiny_llava"]  # M-RoPE grid from positions; 1-D grid by factorisation
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from experiments import common
-from kamera import runner
+from kamera.run import runner
 from kamera.sweep import compose_config, expand
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from diag_support import context, toy_contexts
 from kamera.job import build_specs, conf_labels
 from kamera.probes import PROBES, make_probe
 
-# the keys the runner adds to every probe record (kamera/runner.py: _keys and evaluate_item)
+# the keys the runner adds to every probe record (kamera/run/runner.py: _keys and evaluate_item)
 STORE_KEYS = {"group", "job_key", "config_key", "model", "family", "attention", "dtype", "bench", "seed", "item_id",
               "subset", "probe", "knobs"}
 LABELS = {"deficit_heads", "deficit_norms", "deficit_split", "injection_depth", "depth_components", "depth_planes", "energy", "landmarks", "relocation",

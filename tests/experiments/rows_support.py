@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-# Every column a row of kamera.runner.evaluate_item carries (tests/experiments/test_tiny_twins.py checks
+# Every column a row of kamera.job.arm_shape.evaluate_item carries (tests/experiments/test_tiny_twins.py checks
 # this list against a real job's rows, so a renamed column fails here before a renderer silently misses it).
 ROW_COLUMNS = (
     "group", "job_key", "config_key", "model", "family", "attention", "dtype", "bench", "seed", "item_id", "subset",

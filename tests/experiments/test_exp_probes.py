@@ -11,9 +11,9 @@ import pytest
 import torch
 from tinyfamilies import standard_spans
 
-from kamera.context import ReuseContext
 from kamera.probes import make_probe
 from kamera.probes.injection_depth import conditioned_hidden
+from kamera.reuse.context import ReuseContext
 
 FAMILIES = ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_kimi"]
 

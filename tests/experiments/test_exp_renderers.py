@@ -19,6 +19,7 @@ import pytest
 from rows_support import frame, probe_record, row
 
 from experiments import fig6, fig7, fig9, fig10, table4, table5, table6, table7, table8
+from kamera.sweep.status import why_missing
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -337,10 +338,10 @@ def test_fig10_golden_with_a_missing_setting(tmp_path):
 
 
 def test_fig10_explains_a_missing_model_from_the_registry():
-    assert fig10.why_missing("no_such_model") == "no_such_model is not registered"
-    assert fig10.why_missing("qwen2_5_omni_7b") == "qwen2_5_omni_7b has no adapter yet"
-    assert fig10.why_missing("qwen2_5_vl_7b") == "no rows (its job has not run)"
-    assert fig10.why_missing("kimi_vl_a3b") == "no rows (its job has not run)"  # an adapter through its loader
+    assert why_missing("no_such_model") == "no_such_model is not registered"
+    assert why_missing("qwen2_5_omni_7b") == "qwen2_5_omni_7b has no adapter yet"
+    assert why_missing("qwen2_5_vl_7b") == "no rows (its job has not run)"
+    assert why_missing("kimi_vl_a3b") == "no rows (its job has not run)"  # an adapter through its loader
 
 
 def test_partial_renders_say_so(tmp_path):

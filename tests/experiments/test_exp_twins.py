@@ -1,7 +1,7 @@
 """Each tiny twin of Tables 4–8 and Figs. 6, 7, 9, 10 runs for real and renders.
 
 One session fixture runs every twin once, small (two items, one or two of its testbeds), through
-``kamera.runner.run`` on the composed experiment config (the path ``make <name>`` takes), then renders it
+``kamera.run.runner.run`` on the composed experiment config (the path ``make <name>`` takes), then renders it
 with its renderer's ``main`` (the path ``make render`` takes) into a temporary directory. The tests read
 those outputs: every file is there, the rows have the columns the golden tests assume, and the numbers
 that must hold at any scale do (exact identities of the arms and probes).
@@ -17,7 +17,8 @@ import pytest
 from pipeline.pipeline_support import job_config
 from rows_support import ROW_COLUMNS
 
-from kamera import runner, store
+from kamera.job import store
+from kamera.run import runner
 from kamera.sweep import expand
 
 # each twin at two items on one or two of its testbeds (overrides of the composed tiny config)

@@ -14,10 +14,10 @@ from PIL import Image
 from shaped_fixtures import SHARED_TOKENIZERS
 
 from kamera.core import ChunkKV
+from kamera.items.spans import Clip, Span
 from kamera.models import entry
 from kamera.models.base import EncodedSpan
-from kamera.shaped import shaped_models, tokenizer_base
-from kamera.spans import Clip, Span
+from kamera.models.shaped import shaped_models, tokenizer_base
 
 # Models whose float32 copy does not fit this suite's memory: the identities run in bf16 at real dimensions and
 # in float32 on the tiny twin built from the same classes and adapter.

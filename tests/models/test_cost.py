@@ -8,21 +8,17 @@ import math
 import pytest
 
 from kamera.job import build_specs
-from kamera.models.cost import (
+from kamera.models.flops import (
     Forward,
     ItemShape,
     WindowShape,
-    check,
-    experiment_hours,
-    item_forwards,
-    main,
     model_flops,
     paper_model_flops,
     published_config,
-    window_forwards,
 )
-from kamera.shaped.rehearse import paper_experiments
-from kamera.sweep import compose_config
+from kamera.reuse.forwards import item_forwards, window_forwards
+from kamera.sweep import compose_config, paper_experiments
+from kamera.sweep.cost import check, experiment_hours, main
 
 SHAPE = ItemShape(n=1000, n_b=300, image_tokens=0)
 WINDOW = WindowShape(chunk=512, window=5, history=11, foreign=4, image_tokens=512)
@@ -40,8 +36,8 @@ def flops(forwards: list[Forward]) -> float:
 def test_decoder_flops_are_twice_the_active_weights(name):
     """Counted from the config, 2 × the weights a token passes through (dense: every decoder matrix; MoE: the
     attention, the router and the 8 routed experts of 128), checked against the full model built on meta."""
-    from kamera.shaped import shaped_writer
-    from kamera.shaped.writer import build_meta
+    from kamera.models.shaped import shaped_writer
+    from kamera.models.shaped.writer import build_meta
 
     spec = shaped_writer(name).spec
     model = build_meta(spec, spec.config)

@@ -12,9 +12,9 @@ import pytest
 from shaped_support import need_real_tokenizer
 
 from kamera.models import entry
-from kamera.shaped.__main__ import main as shaped_main
-from kamera.shaped.rehearse import main as rehearse_main
-from kamera.shaped.rehearse import paper_experiments, selection, sweep_jobs
+from kamera.models.shaped.__main__ import main as shaped_main
+from kamera.sweep.rehearse import main as rehearse_main
+from kamera.sweep.rehearse import paper_experiments, selection, sweep_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ def test_rehearse_runs_table3_and_fig5_end_to_end_on_shaped_checkpoints(shaped_c
         need_real_tokenizer(m)
     env = {**os.environ, "KAMERA_SHAPED": shaped_cache, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "kamera.shaped.rehearse", "--experiments", "table3,fig5", "--out", str(tmp_path)],
+        [sys.executable, "-m", "kamera.sweep.rehearse", "--experiments", "table3,fig5", "--out", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
     )
     log = (tmp_path / "rehearse.log").read_text() if (tmp_path / "rehearse.log").exists() else ""
@@ -89,8 +89,8 @@ def test_bad_input_fails_with_one_line(tmp_path, capsys):
 def test_a_killed_writer_leaves_no_checkpoint(tmp_path, monkeypatch):
     """Written into a hidden sibling and renamed: a failure mid-way leaves neither a partial checkpoint nor the
     temporary directory."""
-    from kamera.shaped import writer as w
-    from kamera.shaped.smolvlm import SMOLVLM2_SPEC
+    from kamera.models.shaped import writer as w
+    from kamera.models.shaped.smolvlm import SMOLVLM2_SPEC
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -104,8 +104,8 @@ def test_a_killed_writer_leaves_no_checkpoint(tmp_path, monkeypatch):
 def test_ensure_writes_once_and_never_reuses_an_unfinished_copy(tmp_path, monkeypatch):
     """``shaped.json`` marks a finished copy: a second ensure writes nothing; a copy without it and a killed
     writer's staging directory are removed before writing again."""
-    import kamera.shaped as shaped
-    from kamera.shaped.writer import staged
+    import kamera.models.shaped as shaped
+    from kamera.models.shaped.writer import staged
 
     calls = []
 

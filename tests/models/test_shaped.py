@@ -31,12 +31,12 @@ from shaped_support import (
     video_item,
 )
 
-from kamera.context import ReuseContext
 from kamera.core import ChunkKV, Deficit, Patch, relocate, rotate
+from kamera.items.spans import Span
 from kamera.metrics import eta, kl
 from kamera.models import load_model
-from kamera.shaped import shaped_models, shaped_writer
-from kamera.spans import Span
+from kamera.models.shaped import shaped_models, shaped_writer
+from kamera.reuse.context import ReuseContext
 
 FP32 = [n for n in native_shaped_models() if n not in BF16_ONLY]
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,12 +25,12 @@ from shaped_support import (
     video_item,
 )
 
-from kamera.context import ReuseContext
 from kamera.core import relocate, rotate
+from kamera.items.spans import Span
 from kamera.metrics import eta, kl
 from kamera.models import load_model
 from kamera.models.base import place
-from kamera.spans import Span
+from kamera.reuse.context import ReuseContext
 
 SHAPED = native_shaped_models()  # Kimi-VL and Phi-3.5-V: tests/models_remote (shaped_support.REMOTE)
 

@@ -9,8 +9,8 @@ import torch
 import transformers as tf
 from tinyfamilies import noise_image
 
+from kamera.items.spans import Span
 from kamera.models.text import TextAdapter
-from kamera.spans import Span
 
 LLAMA2 = Path(__file__).resolve().parents[2].parent / "shared" / "tokenizers" / "llama2"
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from shaped_support import clip, video_item
 
-from kamera.context import ReuseContext
 from kamera.core import relocate
+from kamera.items.spans import Clip, Span
 from kamera.metrics import eta, kl
 from kamera.models import place
-from kamera.spans import Clip, Span
+from kamera.reuse.context import ReuseContext
 
 QWEN_TINY = ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe", "tiny_qwen3_omni"]
 

@@ -1,5 +1,5 @@
 """Fixtures: shaped checkpoints of the remote-code models (from the session cache of ``tests/shaped_fixtures.py``,
-:func:`kamera.shaped.ensure`) and their adapters, one adapter in memory at a time.
+:func:`kamera.models.shaped.ensure`) and their adapters, one adapter in memory at a time.
 
 A shaped checkpoint has the real model's names, dimensions and files with random weights, so the fp32
 Kimi-VL adapter alone holds 5.6 GB: at most one adapter is kept loaded at a time.

@@ -13,11 +13,11 @@ from shaped_fixtures import SHARED_TOKENIZERS
 from tinyfamilies import noise_image
 from transformers import PreTrainedTokenizerFast
 
+from kamera.job import preflight
 from kamera.models import kimi_vl, load_model, phi3_v
 from kamera.models.hub_checkpoint import INDEX, CheckpointMismatchError, HubCheckpoint
-from kamera.runner import preflight
-from kamera.shaped import shaped_writer
-from kamera.shaped.writer import VERSION
+from kamera.models.shaped import shaped_writer
+from kamera.models.shaped.writer import VERSION
 from kamera.sweep import compose_config
 
 NAMES = ["kimi_vl_a3b", "phi3_5_vision"]

@@ -17,11 +17,11 @@ import torch
 from test_operator import bf16_ulp, rel_err
 from tinyfamilies import noise_image
 
-from kamera.context import ReuseContext
 from kamera.core import ChunkKV, relocate, rotate
+from kamera.items.spans import Span
 from kamera.metrics import eta, kl
 from kamera.models import place
-from kamera.spans import Span
+from kamera.reuse.context import ReuseContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import remote_reference

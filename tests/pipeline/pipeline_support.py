@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kamera.store import shards
+from kamera.job.store import shards
 from kamera.sweep import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,12 +15,13 @@ import torch
 from pipeline_support import job_config
 
 from experiments import table3
-from kamera import runner, status
 from kamera.data import make_fixture
 from kamera.data.selection import selection_order
 from kamera.job import JobError
+from kamera.job.store import ShardCorruptError, shards
 from kamera.models import load_model
-from kamera.store import ShardCorruptError, shards
+from kamera.run import runner
+from kamera.sweep import status
 
 NIAH = ("bench=mm_niah_reasoning", "arms=[blind]", "n_items=3")
 

@@ -17,10 +17,11 @@ import pytest
 from pipeline_support import job_config
 
 from experiments import table3
-from kamera import job, runner
+from kamera import job
 from kamera.data import make_fixture
+from kamera.job.store import shards
 from kamera.models import load_model
-from kamera.store import shards
+from kamera.run import runner
 from kamera.sweep import compose_config, expand, manifest_line
 
 TINY3 = ("experiment=table3_tiny", "testbed=tiny_llava", "arms=[reprefill,blind]")

@@ -13,10 +13,11 @@ import pytest
 import torch
 from pipeline_support import ROOT, env, job_config
 
-from kamera import job, runner
+from kamera import job
 from kamera.data import make_fixture
-from kamera.job import JobError
-from kamera.sweep import CONF_DIR, SweepError, compose_config, main
+from kamera.job import CONF_DIR, JobError
+from kamera.run import runner
+from kamera.sweep import SweepError, compose_config, main
 
 
 @pytest.fixture
@@ -82,7 +83,7 @@ def test_device_cuda_without_cuda_is_a_preflight_error(tmp_path, no_model):
 def test_an_arm_file_without_a_name_is_a_preflight_error(tmp_path, monkeypatch, no_model):
     conf = shutil.copytree(CONF_DIR, tmp_path / "conf")
     (conf / "arm" / "patch_r24.yaml").write_text("rank: 24\n")
-    monkeypatch.setattr(job, "CONF_DIR", conf)
+    monkeypatch.setattr(job.spec, "CONF_DIR", conf)
     with pytest.raises(JobError, match=r"patch_r24.yaml must map `name:`"):
         runner.run(job_config(tmp_path, "arms=[blind,patch_r24]"))
 

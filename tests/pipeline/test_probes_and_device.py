@@ -10,13 +10,13 @@ import torch
 from pipeline_support import job_config
 from tinyfamilies import standard_spans
 
-from kamera import runner
-from kamera.context import ReuseContext
 from kamera.job import resolve_device, threads_for
+from kamera.job.store import shards
 from kamera.models import load_model
 from kamera.probes import make_probe
-from kamera.registry import SHARED, Registry
-from kamera.store import shards
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.plugin import SHARED, Registry
+from kamera.run import runner
 from kamera.sweep import compose_config
 
 

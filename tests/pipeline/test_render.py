@@ -1,4 +1,4 @@
-"""Renderers read where the runner writes, and ``kamera.status`` shows how far a sweep is (issue 9,
+"""Renderers read where the runner writes, and ``kamera.sweep.status`` shows how far a sweep is (issue 9,
 failures 7 and 9): on main the renderer read ``results/raw`` under the package, so
 ``make table3 ARGS='paths.results=X'`` or another working directory rendered old or no rows."""
 
@@ -11,7 +11,8 @@ import sys
 from pipeline_support import ROOT, env, job_config
 
 from experiments import fig5
-from kamera import runner, status
+from kamera.run import runner
+from kamera.sweep import status
 
 SMOKE = ("experiment=table3_tiny", "testbed=tiny_llava", "n_items=1", "arms=[reprefill,blind]")
 
@@ -77,4 +78,4 @@ def test_make_render_and_status_are_targets(tmp_path):
     assert out.strip().endswith("-m experiments.common experiment=table3_tiny  --allow-partial")
     assert "kamera.run" not in out
     out = dry("status", "EXP=fig5")
-    assert "-m kamera.status experiment=fig5" in out
+    assert "-m kamera.sweep.status experiment=fig5" in out

@@ -12,7 +12,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from kamera.sweep import CONF_DIR, compose_config, expand, manifest_line
+from kamera.job import CONF_DIR
+from kamera.sweep import compose_config, expand, manifest_line
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 EXTRA = {  # overrides a user adds to a sweep: fixed values, sweeps of their own, values that replace a sweep axis

@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 import torch
 
+from kamera.items.spans import Span, validate_spans
 from kamera.models import load_model, place
 from kamera.models.qwen_vl import QwenVLAdapter
 from kamera.models.text import TextAdapter
-from kamera.spans import Span, validate_spans
 from kamera.toy import render
 from kamera.toy.evaluate import KindReport, evaluate_kind
+from kamera.toy.items import items
 from kamera.toy.model import DEFAULT_VARIANT, WEIGHTS, WordTokenizer, build, image_processor, load
-from kamera.toy.task import KINDS, VARIANTS, TaskSpec, World, items
+from kamera.toy.task import KINDS, VARIANTS, TaskSpec, World
 from kamera.toy.train import Sampler, hidden, main, sequence_words
 
 N = {"two_hop": 200, "control": 100, "control_b": 100}  # held-out items per kind in the gates (< 60 s for both)

@@ -13,13 +13,14 @@ import pandas as pd
 import pytest
 
 from experiments import table1
-from kamera import job, runner, status
+from kamera import job
 from kamera.data import make_fixture
-from kamera.job import JobError
+from kamera.items.spans import Clip
+from kamera.job import JobError, window_shape
+from kamera.job.store import shards
 from kamera.models import load_model
-from kamera.spans import Clip
-from kamera.store import shards
-from kamera.sweep import compose_config
+from kamera.run import runner
+from kamera.sweep import compose_config, status
 from kamera.sweep import main as sweep
 from kamera.toy.window_task import window_item
 from kamera.window import WindowContext, make_probe
@@ -84,15 +85,15 @@ def test_status_and_the_renderer_read_exactly_the_window_jobs_rows(jobs, capsys)
 
 def test_resume_computes_only_the_missing_item_probe_pairs(tmp_path, monkeypatch):
     calls: list[tuple[str, list[str]]] = []
-    real = runner.evaluate_window_item
+    real = window_shape.evaluate_item
 
-    def evaluate(adapter, entry, arms, probes, cfg, keys):
+    def evaluate(bench, adapter, entry, arms, probes, cfg, keys):
         calls.append((entry.item_id, [s.label for s in arms]))
         if len(calls) == 2 and stop:
             raise KeyboardInterrupt  # killed while the second item is in flight
-        return real(adapter, entry, arms, probes, cfg, keys)
+        return real(bench, adapter, entry, arms, probes, cfg, keys)
 
-    monkeypatch.setattr(runner, "evaluate_window_item", evaluate)
+    monkeypatch.setattr(window_shape, "evaluate_item", evaluate)
     stop = True
     with pytest.raises(KeyboardInterrupt):
         runner.run(job_config(tmp_path, *TOY))
@@ -176,7 +177,7 @@ def test_video_segments_come_from_the_video_mme_loader_with_another_videos_segme
                      "bench.subset=short", *WINDOW[1:], "n_items=3")
     assert job.preflight(cfg) == []
     chosen = job.select(cfg)
-    assert chosen.files and len(chosen.items) == 3 and chosen.fingerprint()["files"]
+    assert chosen.files and len(chosen.items) == 3 and job.data_fingerprint(chosen)["files"]
     entry = chosen.items[0]
     item = entry.build(load_model("tiny_qwen2_5_vl"))
     assert item.n_history == 11 and len(item.foreign) == 4  # a segment: one clip of 2 frames, in time order

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kamera.registry import Plugin, Registry
-from kamera.spans import Span
+from kamera.items.spans import Span
+from kamera.reuse.plugin import Plugin, Registry
 from kamera.window import PROBES, Layout, WindowItem, from_spans, make_probe
 from kamera.window.ops import (
     add_distractors,
@@ -117,7 +117,7 @@ def test_probe_registry_and_knob_validation():
     assert set(PROBES) == {"recall", "survivor", "reorder", "deep_half", "divergent", "excess", "refresh",
                            "revert", "disposability", "forks", "leading"}
     assert WINDOW_PROBE_REGISTRY.kind == "window probe" and isinstance(WINDOW_PROBE_REGISTRY, Registry)
-    assert all(issubclass(cls, Plugin) for cls in PROBES.values())  # one plugin mechanism: kamera.registry
+    assert all(issubclass(cls, Plugin) for cls in PROBES.values())  # one plugin mechanism: kamera.reuse.plugin
     assert make_probe("recall", rank=8).rank == 8
     with pytest.raises(UnknownProbeError, match="registered window probes"):
         make_probe("recal")

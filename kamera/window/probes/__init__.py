@@ -1,7 +1,7 @@
 """The window probes (§5, App. B, D, E), one file each behind :class:`~kamera.window.probes.base.WindowProbe`.
 
 Importing this package imports every probe module, so :data:`PROBES` lists them all (the ``window probe``
-kind of :class:`kamera.registry.Registry`); :func:`make_probe` builds one by name and knobs.
+kind of :class:`kamera.reuse.plugin.Registry`); :func:`make_probe` builds one by name and knobs.
 """
 
 import importlib

@@ -21,7 +21,7 @@ import torch
 from kamera.core import Patch
 from kamera.metrics import eta, flipped, kl, recovered
 from kamera.models.base import Adapter
-from kamera.registry import Plugin, Registry, UnknownNameError
+from kamera.reuse.plugin import Plugin, Registry, UnknownNameError
 from kamera.window.context import WindowContext, WindowView
 
 
@@ -35,8 +35,8 @@ class ProbeRefusal(ValueError):
 
 @dataclass
 class WindowProbe(Plugin):
-    """Base class; subclasses are dataclasses whose fields are the probe's knobs (a :class:`~kamera.registry.
-    Plugin` of the ``window probe`` registry: it reads no :data:`~kamera.registry.SHARED` quantity, its
+    """Base class; subclasses are dataclasses whose fields are the probe's knobs (a :class:`~kamera.reuse.plugin.
+    Plugin` of the ``window probe`` registry: it reads no :data:`~kamera.reuse.plugin.SHARED` quantity, its
     item's shared forwards live on the :class:`WindowContext` instead)."""
 
     def run(self, wctx: WindowContext) -> list[dict]:

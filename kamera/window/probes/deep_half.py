@@ -23,7 +23,7 @@ from kamera.window.ops import Layout
 from kamera.window.probes.base import WindowProbe, check_rank, register
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, WindowShape
+    from kamera.models.flops import Forward, WindowShape
 
 
 @register
@@ -39,7 +39,7 @@ class DeepHalfProbe(WindowProbe):
             raise ValueError(f"{self.name}: fraction must be in (0, 1], got {self.fraction}")
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One layout of k
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). One layout of k
         + 1 chunks; blind, full and deep-half patch queries."""
         return [shape.layout(shape.window + 1), shape.query_over(shape.window + 1, 3), shape.canonical()]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamera.metrics import flipped
-from kamera.models.cost import Forward, WindowShape
+from kamera.models.flops import Forward, WindowShape
 from kamera.window.context import WindowContext, WindowView, overwrite
 from kamera.window.ops import Layout
 from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
@@ -47,7 +47,7 @@ class DisposabilityProbe(WindowProbe):
         return out, answer, sum(adapter.forwards.values()) - before
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One layout of k
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). One layout of k
         + 1 chunks; blind and the patch-on / patch-off queries, each followed by up to ``max_new_tokens`` one-token
         decode steps on open answers (counted as if every item decodes)."""
         k = shape.window + 1

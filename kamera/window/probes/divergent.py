@@ -33,7 +33,7 @@ from kamera.window.ops import Layout, drop_duplicate, reorder, replace
 from kamera.window.probes.base import ProbeRefusal, WindowProbe, check_int, check_rank, register
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, WindowShape
+    from kamera.models.flops import Forward, WindowShape
 
 PERTURBATIONS = ("reorder", "drop_duplicate", "replace_one", "replace_all")
 
@@ -76,7 +76,7 @@ class DivergentProbe(WindowProbe):
         return Layout(tuple(wctx.item.foreign_id(j) for j in range(k)), base.target)
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). The antecedent's
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). The antecedent's
         layout and one per perturbation (K + 1 chunks each); per perturbation blind, transfer and exact queries."""
         n = len(self.perturbations)
         return [shape.layout(self.n_chunks + 1, 1 + n), shape.query_over(self.n_chunks + 1, 3 * n), shape.canonical()]

@@ -30,7 +30,7 @@ from kamera.window.ops import Layout, add_distractors
 from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, WindowShape
+    from kamera.models.flops import Forward, WindowShape
 
 
 @register
@@ -45,7 +45,7 @@ class ExcessProbe(WindowProbe):
         check_int(self.name, "distractors", self.distractors, 0)
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). The {X, Y}
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). The {X, Y}
         layout (3 chunks), per d distractors its layout (3 + d chunks) and, for d ≥ 1, the position-matched one (3
         chunks and a gap); per d blind and three patch queries."""
         d = range(self.distractors + 1)

@@ -23,7 +23,7 @@ from kamera.window.probes.base import WindowProbe, check_rank, register
 from kamera.window.probes.recall import recall_stream
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, WindowShape
+    from kamera.models.flops import Forward, WindowShape
 
 
 @register
@@ -36,7 +36,7 @@ class ForksProbe(WindowProbe):
         check_rank(self.name, self.rank)
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One recall
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). One recall
         layout per branch n = 0 … k (k + 1 chunks each); blind and the fork's patch query each."""
         k = shape.window
         return [shape.layout(k + 1, k + 1), shape.query_over(k + 1, 2 * (k + 1)), shape.canonical()]

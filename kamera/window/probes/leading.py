@@ -24,7 +24,7 @@ from kamera.window.ops import Layout
 from kamera.window.probes.base import WindowProbe, register
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, WindowShape
+    from kamera.models.flops import Forward, WindowShape
 
 
 @register
@@ -33,7 +33,7 @@ class LeadingProbe(WindowProbe):
     name = "leading"
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One layout of k
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). One layout of k
         + 1 chunks and blind reuse's query."""
         return [shape.layout(shape.window + 1), shape.query_over(shape.window + 1), shape.canonical()]
 

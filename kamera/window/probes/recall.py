@@ -32,7 +32,7 @@ from kamera.window.ops import Layout, recall_window, turnover_count
 from kamera.window.probes.base import WindowProbe, check_rank, register
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, WindowShape
+    from kamera.models.flops import Forward, WindowShape
 
 TAUS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
@@ -56,7 +56,7 @@ class RecallProbe(WindowProbe):
             raise ValueError(f"{self.name}: taus must be turnover fractions in [0, 1], got {self.taus}")
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). The
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). The
         eviction-time layout and each distinct turnover's layout (k + 1 chunks each), blind reuse per turnover layout
         and the stale and fresh patches' queries per τ, the target's canonical."""
         k = shape.window

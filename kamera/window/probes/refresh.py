@@ -11,9 +11,9 @@ foreign[:d] + A[d:] (the reference is the re-prefill behind A′). Refreshes of 
 - ``stale``: no refresh, the old conditioned KV carried to the target's positions.
 - ``patch_update``: R(δ)·KV(c|∅) + a rank-m patch formed on A′ (one conditioned forward; m/F bytes).
 - ``deep_refresh``: the bottom L − ⌈``deep_fraction`` · L⌉ layers keep the stale KV, the deep rest is
-  re-prefilled in context (:func:`kamera.recompute.reuse_bottom` from the stale KV).
+  re-prefilled in context (:func:`kamera.reuse.recompute.reuse_bottom` from the stale KV).
 - ``shallow_refresh``: the shallow ⌈``shallow_fraction`` · L⌉ layers are recomputed in context, the
-  deeper layers keep the stale KV (:func:`kamera.recompute.recompute`).
+  deeper layers keep the stale KV (:func:`kamera.reuse.recompute.recompute`).
 - ``reprefill``, ``blind``.
 
 Choices: the oldest frames are swapped (as a slide turns them over); the shallow refresh's
@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING
 
 from kamera.arms.budget import cell_bytes
 from kamera.arms.tokens import check_fraction
-from kamera.recompute import recompute, reuse_bottom
+from kamera.reuse.recompute import recompute, reuse_bottom
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout
 from kamera.window.probes.base import ProbeRefusal, WindowProbe, check_int, check_rank, register
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, WindowShape
+    from kamera.models.flops import Forward, WindowShape
 
 
 @register
@@ -61,7 +61,7 @@ class RefreshProbe(WindowProbe):
             raise ValueError(f"{self.name}: swaps must be ints in 0..n_chunks ({self.n_chunks}), got {self.swaps}")
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). The old layout
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). The old layout
         and one per distinct swap (K + 1 chunks each); per swap five queries (blind, stale, patch update, deep and
         shallow refresh) and the target's rows re-run through the deep and the shallow layers."""
         k, swaps = self.n_chunks, len(self.swaps)

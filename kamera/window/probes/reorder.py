@@ -37,7 +37,7 @@ from kamera.window.ops import Layout, reorder
 from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, WindowShape
+    from kamera.models.flops import Forward, WindowShape
 
 Ordering = tuple[int, ...]
 
@@ -87,7 +87,7 @@ class ReorderProbe(WindowProbe):
         check_int(self.name, "seed", self.seed, 0)
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One layout of K
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). One layout of K
         + 1 chunks per ordering of the orbit; per non-identity ordering blind, transfer, exact and orbit queries."""
         n = len(orderings(self.n_chunks, self.exhaustive_up_to, self.samples, self.seed))
         return [shape.layout(self.n_chunks + 1, n), shape.query_over(self.n_chunks + 1, 4 * (n - 1)), shape.canonical()]

@@ -32,7 +32,7 @@ from kamera.window.ops import Layout
 from kamera.window.probes.base import WindowProbe, check_rank, register
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, WindowShape
+    from kamera.models.flops import Forward, WindowShape
 
 
 def same(a: ChunkKV, b: ChunkKV) -> bool:
@@ -56,7 +56,7 @@ class RevertProbe(WindowProbe):
         check_rank(self.name, self.rank)
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). One layout of k
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). One layout of k
         + 1 chunks; blind, patched, reverted and re-added queries."""
         return [shape.layout(shape.window + 1), shape.query_over(shape.window + 1, 4), shape.canonical()]
 

@@ -42,7 +42,7 @@ from kamera.window.ops import Layout, slide
 from kamera.window.probes.base import ProbeRefusal, WindowProbe, check_rank, register
 
 if TYPE_CHECKING:
-    from kamera.models.cost import Forward, WindowShape
+    from kamera.models.flops import Forward, WindowShape
 
 NOISE = 1e-5  # ‖Δ_remove‖ / ‖KV‖ below this is float rounding (relocation), not a removal deficit
 
@@ -73,7 +73,7 @@ class SurvivorProbe(WindowProbe):
         return s
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
-        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.models.cost`). The window
+        """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). The window
         before and after the slide (k chunks each), blind, keep-as-is and removal-patch queries."""
         return [shape.layout(shape.window, 2), shape.query_over(shape.window, 3), shape.canonical()]
 

@@ -1,7 +1,7 @@
 """One job: a model × a benchmark selection × arms (and probes) → rows and probe records in a shard.
 
-A window job (a window benchmark × window probes, :mod:`kamera.window.job`) runs the same steps with its
-items built and evaluated there; its rows are keyed by the window probe as arm rows are by the arm.
+The job's item shape (:func:`kamera.job.shape_of`: arm items × arms, or window items × window probes)
+selects and evaluates its items; the steps, the store and the semantics here are the same for both.
 
     preflight (no weights) → select the items (no model but the toy task's) → the job's identity and
     shard → skip the job if the shard already holds every (item, arm) and (item, probe) it asks for
@@ -19,50 +19,36 @@ naming what is missing (so ``python -m kamera.run`` exits non-zero), with every 
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from kamera.arms import ArmRefusal
-from kamera.context import ReuseContext
-from kamera.data import MediaError
 from kamera.errors import ItemError
-from kamera.items import EvalItem
 from kamera.job import (
     DTYPES,
-    MODEL_ITEM_SOURCES,
     JobError,
     Selection,
-    Spec,
     config_key,
     expected_of,
     identity,
-    job_specs,
     preflight,
     resolve_device,
     results_root,
-    select,
+    shape_of,
     threads_for,
 )
-from kamera.metrics import E90_COLUMNS, choice_argmax, e90_columns, eta, flipped, kl, recovered
+from kamera.job.store import Shard, digest, now, provenance
 from kamera.models import Adapter, entry, load_model
 from kamera.models.loading import peak_memory_bytes
 from kamera.progress import Progress
-from kamera.registry import SHARED
-from kamera.store import Shard, digest, now, provenance
-from kamera.track import Tracker
-from kamera.window.job import evaluate_item as evaluate_window_item
-from kamera.window.job import is_window
+from kamera.run.track import Tracker
 
 log = logging.getLogger("kamera.run")
 
-__all__ = ["JobError", "evaluate_item", "preflight", "run"]
+__all__ = ["run"]
 
 
 def _load(cfg: DictConfig, device: str) -> Adapter:
@@ -70,94 +56,6 @@ def _load(cfg: DictConfig, device: str) -> Adapter:
         cfg.model.name, dtype=DTYPES[cfg.model.dtype], device=device, path=cfg.model.path,
         models_root=cfg.paths.models, attn_implementation=cfg.model.attn_implementation, seed=cfg.seed,
     )
-
-
-def _prediction(adapter: Adapter, item: EvalItem, out, choice_ids, max_new_tokens: int) -> tuple[str, float]:
-    if item.choices is not None:
-        pred = item.choices[choice_ids.index(choice_argmax(out.logits, choice_ids))]
-        return pred, float(pred == item.gold)
-    text = adapter.decode(adapter.greedy(out, max_new_tokens, adapter.stop_ids())).strip()
-    return text, float(item.score(text))
-
-
-def encode(adapter: Adapter, item: EvalItem):
-    """The item encoded once (vision tower included); its input problems become an ItemError."""
-    try:
-        return adapter.encode(item.spans())
-    except (ValueError, MediaError) as err:  # too long for the model, media that does not decode, empty span
-        raise ItemError(f"item {item.item_id} cannot be encoded by {adapter.name}: {err}") from err
-
-
-def compute_shared(ctx: ReuseContext, needs: Iterable[str]) -> float:
-    """Compute the shared quantities (in :data:`~kamera.registry.SHARED` order) before any arm runs; seconds."""
-    t0 = time.perf_counter()
-    for name in SHARED:
-        if name in needs:
-            getattr(ctx, name)
-    return time.perf_counter() - t0
-
-
-def item_measures(ctx: ReuseContext, needs: set[str]) -> dict:
-    """Per-item measures that come with a shared quantity (the patch's e90/n_B when the patch is formed)."""
-    if "patch" not in needs:
-        return dict.fromkeys(E90_COLUMNS, math.nan)
-    return dict(e90_columns(ctx.patch, ctx.conditioned))
-
-
-def evaluate_item(
-    adapter: Adapter, item: EvalItem, arms: list[Spec], probes: list[Spec], cfg: DictConfig, keys: dict
-) -> tuple[list[dict], list[dict], list[dict]]:
-    """Run ``arms`` and ``probes`` on one item: (rows, probe records, refusals), one row per arm served.
-
-    The item is encoded once and the union of the arms' and probes' ``needs`` is computed before
-    any of them runs, so ``forwards`` in a row counts the forwards that arm ran itself."""
-    ctx = ReuseContext(adapter, encode(adapter, item), canonical_context=cfg.canonical_context)
-    needs = set().union(*(s.plugin.needs for s in [*arms, *probes]))
-    if arms:
-        needs |= {"full", "blind"}  # every row's KL to re-prefill and the blind floor
-    shared_seconds = compute_shared(ctx, needs)
-    records = []
-    for s in probes:
-        for rec in s.plugin.run(ctx):
-            records.append({**keys, "item_id": item.item_id, "subset": item.subset, "probe": s.label, "knobs": s.key,
-                            **rec})
-    if not arms:
-        return [], records, []
-    ref, blind = ctx.reprefill_logits, ctx.blind.logits
-    choice_ids = adapter.letter_ids(item.choices) if item.choices is not None else None
-    kl_blind = kl(ref, blind, what=f"re-prefill ‖ blind, item {item.item_id}")
-    did_flip, page = flipped(blind, ref, choice_ids), ctx.page_bytes()
-    per_item = item_measures(ctx, needs)
-    rows, refusals = [], []
-    for s in arms:
-        t, before = time.perf_counter(), adapter.forwards.total()
-        try:
-            res = s.plugin.run(ctx)
-        except ArmRefusal as why:
-            refusals.append({"item_id": item.item_id, "arm": s.label, "knobs": s.key, "reason": str(why)})
-            continue
-        forwards = adapter.forwards.total() - before
-        pred, correct = _prediction(adapter, item, res.out, choice_ids, cfg.max_new_tokens)
-        pair = f"{s.label}, item {item.item_id}"
-        k = kl(ref, res.out.logits, what=f"re-prefill ‖ {pair}")
-        rank = res.params.get("rank")  # patch, orbit and shadowkv arms carry a rank knob
-        rows.append({
-            **keys,
-            "item_id": item.item_id, "subset": item.subset, "split": item.split, "cluster_key": item.cluster_key,
-            "arm": s.label, "arm_name": s.plugin.name, "knobs": s.key, "params": json.dumps(res.params, sort_keys=True, default=str),
-            "rank": math.nan if rank is None else float(rank),
-            "effective_rank": float(res.params.get("effective_rank", math.nan)),
-            "effective_rotary_rank": float(res.params.get("effective_rotary_rank", math.nan)),
-            "n_b": ctx.n_b, "delta": ctx.delta,
-            "kl": k, "kl_blind": kl_blind, "eta": eta(k, kl_blind, cfg.eta_floor, what=f"η of {pair}"),
-            "kl_oracle": kl(ctx.oracle.logits, res.out.logits, what=f"oracle ‖ {pair}") if "oracle" in needs else math.nan,
-            "flip": did_flip, "recovered": recovered(res.out.logits, ref, choice_ids),
-            "pred": pred, "gold": item.gold, "correct": correct, "n_choices": len(item.choices or []),
-            "bytes": int(res.bytes), "bytes_frac": res.bytes / page, "patch_dtype": res.patch_dtype,
-            "forwards": forwards, "recomputed_tokens": int(res.recomputed_tokens),
-            **per_item, "seconds": time.perf_counter() - t, "shared_seconds": shared_seconds,
-        })
-    return rows, records, refusals
 
 
 def _keys(cfg: DictConfig, key: str, ckey: str) -> dict:
@@ -178,10 +76,11 @@ def run(cfg: DictConfig) -> Path:
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(cfg.seed)
-    arms, probes = job_specs(cfg)
+    shape = shape_of(cfg)
+    arms, probes = shape.specs(cfg)
     want = expected_of(arms, probes)
-    adapter = _load(cfg, device) if cfg.bench.name in MODEL_ITEM_SOURCES else None
-    selection = select(cfg, adapter)
+    adapter = _load(cfg, device) if shape.selects_from_model(cfg) else None
+    selection = shape.select(cfg, cfg.n_items, adapter)
     ident = identity(cfg, selection)
     key = digest(ident)
     shard = Shard(results_root(cfg), cfg.group, key)
@@ -249,8 +148,7 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
     tracker = Tracker.start(cfg.tracking.mode, cfg.tracking.project, cfg.group, shard.key, meta["config"],
                             Path(cfg.paths.outputs) / "wandb", cfg.tracking.entity)
     progress = Progress(len(todo), every_s=cfg.progress_every_s)
-    # the item shape decides who evaluates an item: a window job's window probes (kamera/window/job.py) or the arms
-    evaluate = evaluate_window_item if is_window(cfg) else evaluate_item
+    evaluate = shape_of(cfg).evaluate_item  # arm items × arms, or window items × window probes
     item_seconds: list[float] = []
     try:
         for item in selection.items:

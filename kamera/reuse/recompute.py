@@ -43,9 +43,9 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from kamera.context import ReuseContext
 from kamera.core import ChunkKV, same_positions
 from kamera.models.base import MASK_KERNELS, Adapter, EncodedSpan, additive_mask
+from kamera.reuse.context import ReuseContext
 
 Rows = torch.Tensor | Sequence[int]
 

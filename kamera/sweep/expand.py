@@ -19,7 +19,6 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -29,7 +28,7 @@ from hydra.errors import HydraException
 from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from kamera.job import CONF_DIR, preflight
 
 
 class SweepError(ValueError):
@@ -75,6 +74,11 @@ def expand(overrides: Sequence[str] | None = None) -> list[list[str]]:
     return recorder.jobs
 
 
+def paper_experiments() -> list[str]:
+    """Experiment configs that run paper models: every conf/experiment file not ending in ``_tiny``."""
+    return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml") if not p.stem.endswith("_tiny"))
+
+
 def manifest_line(job: Sequence[str]) -> str:
     """One job's overrides as a shell-quoted line (``eval "set -- $LINE"`` gives the arguments back)."""
     return shlex.join(job)
@@ -96,8 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         for job in jobs:
             print(manifest_line(job))
         return 0
-    from kamera.job import preflight
-
     problems: dict[str, list[str]] = {}
     for job in jobs:
         for p in preflight(compose_config(job)):

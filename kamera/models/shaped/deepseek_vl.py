@@ -9,7 +9,7 @@ conversion script for this checkpoint; the config leaves the rest at the config 
 
 from __future__ import annotations
 
-from kamera.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]

@@ -25,8 +25,8 @@ from kamera.models.phi3_v import (
     SPECIALS,
     hub_tensor_shapes,
 )
-from kamera.shaped.tokenizers import LLAMA_SPECIALS
-from kamera.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+from kamera.models.shaped.tokenizers import LLAMA_SPECIALS
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
 
 SOURCES = {
     "config.json": "github.com/sdpython/experimental-experiment experimental_experiment/torch_models/"

@@ -8,8 +8,8 @@ render what the published templates render for user turns (text, images, videos;
 
 from __future__ import annotations
 
-from kamera.shaped.tokenizers import QWEN_SPECIALS, qwen_tokenizer_config
-from kamera.shaped.writer import ShapedSpec, TokenizerSpec, remap_indices, writer_for
+from kamera.models.shaped.tokenizers import QWEN_SPECIALS, qwen_tokenizer_config
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, remap_indices, writer_for
 
 QWEN_GENERATION = {"bos_token_id": 151643, "pad_token_id": 151643, "eos_token_id": [151645, 151643]}
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]

@@ -22,7 +22,7 @@ from kamera.models.kimi_vl import (
     SPECIALS,
     hub_tensor_shapes,
 )
-from kamera.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
 
 SOURCES = {
     "config.json": "Hub revision 398eede0 as recorded in github.com/joshuahickscorp/hawking "

@@ -5,8 +5,8 @@ dynamic NTK RoPE ×2 beyond 32k, vocabulary 151,674 with InternVL's image tokens
 
 from __future__ import annotations
 
-from kamera.shaped.tokenizers import QWEN_SPECIALS, qwen_tokenizer_config
-from kamera.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+from kamera.models.shaped.tokenizers import QWEN_SPECIALS, qwen_tokenizer_config
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
 
 CONVERTER = "huggingface/transformers src/transformers/models/internvl/convert_internvl_weights_to_hf.py"
 SOURCES = {

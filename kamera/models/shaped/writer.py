@@ -267,7 +267,7 @@ def staged(out: Path) -> Iterator[Path]:
     """A hidden sibling directory to write ``out`` into, renamed to ``out`` when the block ends and removed if
     it raises (interrupts included), so a failed writer never leaves a partial checkpoint that looks complete.
     ``out`` must be absent or empty. (A writer killed with SIGKILL leaves the hidden ``.<name>.tmp-<pid>``,
-    never ``out``; :func:`kamera.shaped.ensure` removes such leftovers under its lock.)"""
+    never ``out``; :func:`kamera.models.shaped.ensure` removes such leftovers under its lock.)"""
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not empty; shaped checkpoints are written into a new directory")
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
@@ -324,6 +324,6 @@ def writer_for(spec: ShapedSpec) -> Callable[..., Path]:
         return write(spec, out, layers=layers, vision_layers=vision_layers, seed=seed,
                      tokenizers=os.environ.get("KAMERA_TOKENIZERS") or None)
 
-    write_shaped.__doc__ = f"Write the shaped {spec.model} checkpoint into ``out`` (kamera.shaped.writer.write)."
+    write_shaped.__doc__ = f"Write the shaped {spec.model} checkpoint into ``out`` (kamera.models.shaped.writer.write)."
     write_shaped.spec = spec  # type: ignore[attr-defined]
     return write_shaped

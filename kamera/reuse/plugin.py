@@ -1,7 +1,7 @@
 """Named plugins over an item's shared forwards (reuse arms, probes): one small dataclass each.
 
 A plugin class has a ``name`` (what config files and rows call it), the shared quantities of
-:class:`~kamera.context.ReuseContext` it reads (``needs``) and its knobs as dataclass fields. The
+:class:`~kamera.reuse.context.ReuseContext` it reads (``needs``) and its knobs as dataclass fields. The
 runner computes the union of the ``needs`` of a job's plugins once per item, before any plugin runs,
 so it never has to know a plugin by name and a plugin's own forwards can be counted apart from the
 shared ones.

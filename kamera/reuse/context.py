@@ -18,9 +18,9 @@ import torch
 from transformers import DynamicCache
 
 from kamera.core import ChunkKV, Deficit, Patch, deficit, relocate, same_positions
+from kamera.items.spans import Span
 from kamera.metrics import kl
 from kamera.models.base import Adapter, Encoded, ForwardOut, additive_mask, place
-from kamera.spans import Span
 
 CanonicalContext = Literal["prefix", "native", "none"]
 

@@ -7,7 +7,7 @@ Images are split into up to 4 × 4 tiles of 384 px (longest edge resized to 1536
 
 from __future__ import annotations
 
-from kamera.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
 
 SOURCES = {
     "config.json": "huggingface.co/HuggingFaceTB/SmolVLM2-2.2B-Instruct/blob/main/config.json",

@@ -1,4 +1,4 @@
-"""``python -m kamera.run``: the Hydra entry point (thin; the job lives in ``kamera.runner``).
+"""``python -m kamera.run``: the Hydra entry point (thin; the job lives in :mod:`kamera.run.runner`).
 
     python -m kamera.run model=tiny_kimi bench=synthetic 'arms=[reprefill,blind,patch_r16]' n_items=8
     python -m kamera.run -m experiment=table3_tiny                      # a sweep, one job per testbed
@@ -17,14 +17,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from kamera.sweep import CONF_DIR
+from kamera.job.spec import CONF_DIR
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from kamera.job import JobError
-    from kamera.runner import run
-    from kamera.store import ShardCorruptError, ShardLockedError
+    from kamera.job.store import ShardCorruptError, ShardLockedError
+    from kamera.run.runner import run
 
     try:
         run(cfg)

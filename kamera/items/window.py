@@ -5,6 +5,9 @@ A windowed agent sees a stream c₁ … c_T (video segments, frames, pages) thro
 (:mod:`kamera.window.ops`) pick which chunks sit in the window, in which order, and which one is the
 chunk under test, as a :class:`~kamera.window.ops.Layout` of chunk ids.
 
+A :class:`WindowEntry` is one selected window item before it is built: the ids the store keys it by and
+the builder the runner calls with the loaded model, so selection needs no weights.
+
 Chunk ids: history chunk i is id i (0-based); ``foreign`` chunk j (another clip's frames, for the
 drift probes of App. D) is id T + j. Roles of the given spans are ignored: a window assigns them.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from kamera.spans import Span
+from kamera.items.spans import Span
 
 Answer = Callable[[tuple[int, ...]], "str | None"]
 
@@ -103,3 +106,16 @@ def from_spans(
         item_id, tuple(history), spans[-1], window, prefix, tuple(foreign),
         None if choices is None else tuple(choices), gold, dict(meta or {}),
     )
+
+
+@dataclass(frozen=True)
+class WindowEntry:
+    """One selected window item before it is built: what the store keys it by and how to build it
+    (``build(adapter)``: the loaded model's adapter → the :class:`WindowItem`)."""
+
+    item_id: str
+    subset: str
+    split: str
+    cluster_key: str
+    build: Callable[[object], WindowItem]
+    meta: dict = field(default_factory=dict)

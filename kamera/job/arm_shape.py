@@ -1,0 +1,201 @@
+"""The first item shape: ``[prefix · A… · B · query]`` evaluation items × arms (and probes).
+
+Its items come from a data benchmark (:mod:`kamera.data`, each ``ChunkedItem`` as an
+:class:`~kamera.items.eval.EvalItem`) or, for ``bench=binding``, from the toy model's own task
+(:mod:`kamera.toy.items`: the only selection that needs the model). Per item the shared forwards run
+once (the union of the arms' and probes' ``needs``), then each arm and probe: one row per (item, arm).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import time
+from collections.abc import Iterable
+from typing import ClassVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from kamera.arms import ArmRefusal
+from kamera.data import MediaError, get_benchmark
+from kamera.data.items import from_chunked
+from kamera.errors import ItemError
+from kamera.items.eval import EvalItem
+from kamera.items.selection import Selection
+from kamera.job.selection import bench_root, read_benchmark
+from kamera.job.spec import Spec, build_specs
+from kamera.metrics import E90_COLUMNS, choice_argmax, e90_columns, eta, flipped, kl, recovered
+from kamera.models import Adapter
+from kamera.models.flops import Forward, ItemShape
+from kamera.reuse.context import ReuseContext
+from kamera.reuse.forwards import item_forwards
+from kamera.reuse.plugin import SHARED
+from kamera.toy.items import toy_items
+
+# Benchmarks whose items come from the model itself (the toy task is the toy model's own task).
+MODEL_ITEM_SOURCES = {"binding": toy_items}
+
+
+class ArmItems:
+    """Evaluation items × arms (and probes): every job whose benchmark is not a window benchmark."""
+
+    kinds = ("arm", "probe")  # the plugin lists the job reads: cfg.arms, cfg.probes
+    identity_tag: ClassVar[dict] = {}  # nothing added to the config identity
+    cost_keys = ("n", "n_b", "image_tokens")  # cost.tokens.<bench>: tokens per item, B's tokens, image tokens
+
+    def selects_from_model(self, cfg: DictConfig) -> bool:
+        """Whether selecting the items needs the loaded model (the toy task's items are the toy model's)."""
+        return cfg.bench.name in MODEL_ITEM_SOURCES
+
+    def problems(self, cfg: DictConfig) -> list[str]:
+        """Benchmark name, subsets, split and kwargs, checked against the loader's own signature; no window
+        probes in an arm job."""
+        p = []
+        listed = cfg.get("window_probes")
+        if listed:
+            from kamera.window.bench import WINDOW_BENCHES
+
+            plain = OmegaConf.to_container(listed, resolve=True) if OmegaConf.is_config(listed) else listed
+            p.append(f"window_probes={plain!r}: only a window benchmark's job runs window probes "
+                     f"(bench={', '.join(WINDOW_BENCHES)})")
+        if cfg.bench.name in MODEL_ITEM_SOURCES:
+            ok = cfg.model.name.startswith("toy_")
+            return p + ([] if ok else [f"bench=binding needs a toy model (toy_binding, toy_binding_text), "
+                                       f"not {cfg.model.name}"])
+        try:
+            spec = get_benchmark(cfg.bench.name)
+            spec.resolve_subsets(cfg.bench.subset)
+            spec.resolve_split(cfg.bench.split)
+        except ValueError as err:
+            return [*p, str(err)]
+        if not isinstance(cfg.bench.kwargs, DictConfig):
+            return p  # kamera.job.checks.validate reports it
+        takes = [n for n, prm in inspect.signature(spec.rows).parameters.items() if prm.kind is prm.KEYWORD_ONLY]
+        bad = sorted(set(cfg.bench.kwargs) - set(takes))
+        return p + ([f"bench.kwargs {bad} are not options of {spec.name}; it takes {takes}"] if bad else [])
+
+    def specs(self, cfg: DictConfig) -> tuple[list[Spec], list[Spec]]:
+        """(arms, probes) built from the job's lists."""
+        return build_specs("arm", cfg.arms), build_specs("probe", cfg.probes)
+
+    def select(self, cfg: DictConfig, n: int | None, adapter: Adapter | None = None) -> Selection:
+        """The benchmark loader's items (or the toy model's task items: pass the adapter)."""
+        if cfg.bench.name in MODEL_ITEM_SOURCES:
+            if adapter is None:
+                raise ValueError(f"bench={cfg.bench.name} draws its items from the model; pass the adapter")
+            items = MODEL_ITEM_SOURCES[cfg.bench.name](adapter, n_items=n, seed=cfg.seed, subset=cfg.bench.subset)
+            return Selection(items, n_requested=n, report=f"{len(items)} items of the toy task")
+        root = bench_root(cfg, get_benchmark(cfg.bench.name).dir_name)
+        chosen = read_benchmark(cfg.bench.name, root, cfg, n, OmegaConf.to_container(cfg.bench.kwargs, resolve=True))
+        chosen.items = [from_chunked(it) for it in chosen.items]
+        return chosen
+
+    def bench_identity(self, cfg: DictConfig) -> dict:
+        """Name, subsets and split spelled out (null = the benchmark's default list), kwargs."""
+        subset, split = cfg.bench.subset, cfg.bench.split
+        if cfg.bench.name not in MODEL_ITEM_SOURCES:
+            spec = get_benchmark(cfg.bench.name)
+            subset, split = ",".join(spec.resolve_subsets(subset)), spec.resolve_split(split)
+        return {"name": cfg.bench.name, "subset": subset, "split": split,
+                "kwargs": OmegaConf.to_container(cfg.bench.kwargs, resolve=True)}
+
+    def cost_forwards(self, cfg: DictConfig, tokens: dict, specs: tuple[list[Spec], list[Spec]],
+                      n_layers: int) -> tuple[list[Forward], float]:
+        """(forwards per item, image tokens per item) from the experiment's stated ``cost.tokens.<bench>``."""
+        n = int(tokens["n"])
+        shape = ItemShape(n=n, n_b=int(tokens.get("n_b", 500)), image_tokens=int(tokens.get("image_tokens", n // 2)))
+        arms, probes = specs
+        return item_forwards(shape, [s.plugin for s in arms], [s.plugin for s in probes], n_layers), shape.image_tokens
+
+    def evaluate_item(self, adapter: Adapter, item: EvalItem, arms: list[Spec], probes: list[Spec],
+                      cfg: DictConfig, keys: dict) -> tuple[list[dict], list[dict], list[dict]]:
+        return evaluate_item(adapter, item, arms, probes, cfg, keys)
+
+
+def _prediction(adapter: Adapter, item: EvalItem, out, choice_ids, max_new_tokens: int) -> tuple[str, float]:
+    if item.choices is not None:
+        pred = item.choices[choice_ids.index(choice_argmax(out.logits, choice_ids))]
+        return pred, float(pred == item.gold)
+    text = adapter.decode(adapter.greedy(out, max_new_tokens, adapter.stop_ids())).strip()
+    return text, float(item.score(text))
+
+
+def encode(adapter: Adapter, item: EvalItem):
+    """The item encoded once (vision tower included); its input problems become an ItemError."""
+    try:
+        return adapter.encode(item.spans())
+    except (ValueError, MediaError) as err:  # too long for the model, media that does not decode, empty span
+        raise ItemError(f"item {item.item_id} cannot be encoded by {adapter.name}: {err}") from err
+
+
+def compute_shared(ctx: ReuseContext, needs: Iterable[str]) -> float:
+    """Compute the shared quantities (in :data:`~kamera.reuse.plugin.SHARED` order) before any arm runs; seconds."""
+    t0 = time.perf_counter()
+    for name in SHARED:
+        if name in needs:
+            getattr(ctx, name)
+    return time.perf_counter() - t0
+
+
+def item_measures(ctx: ReuseContext, needs: set[str]) -> dict:
+    """Per-item measures that come with a shared quantity (the patch's e90/n_B when the patch is formed)."""
+    if "patch" not in needs:
+        return dict.fromkeys(E90_COLUMNS, math.nan)
+    return dict(e90_columns(ctx.patch, ctx.conditioned))
+
+
+def evaluate_item(
+    adapter: Adapter, item: EvalItem, arms: list[Spec], probes: list[Spec], cfg: DictConfig, keys: dict
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """Run ``arms`` and ``probes`` on one item: (rows, probe records, refusals), one row per arm served.
+
+    The item is encoded once and the union of the arms' and probes' ``needs`` is computed before
+    any of them runs, so ``forwards`` in a row counts the forwards that arm ran itself."""
+    ctx = ReuseContext(adapter, encode(adapter, item), canonical_context=cfg.canonical_context)
+    needs = set().union(*(s.plugin.needs for s in [*arms, *probes]))
+    if arms:
+        needs |= {"full", "blind"}  # every row's KL to re-prefill and the blind floor
+    shared_seconds = compute_shared(ctx, needs)
+    records = []
+    for s in probes:
+        for rec in s.plugin.run(ctx):
+            records.append({**keys, "item_id": item.item_id, "subset": item.subset, "probe": s.label, "knobs": s.key,
+                            **rec})
+    if not arms:
+        return [], records, []
+    ref, blind = ctx.reprefill_logits, ctx.blind.logits
+    choice_ids = adapter.letter_ids(item.choices) if item.choices is not None else None
+    kl_blind = kl(ref, blind, what=f"re-prefill ‖ blind, item {item.item_id}")
+    did_flip, page = flipped(blind, ref, choice_ids), ctx.page_bytes()
+    per_item = item_measures(ctx, needs)
+    rows, refusals = [], []
+    for s in arms:
+        t, before = time.perf_counter(), adapter.forwards.total()
+        try:
+            res = s.plugin.run(ctx)
+        except ArmRefusal as why:
+            refusals.append({"item_id": item.item_id, "arm": s.label, "knobs": s.key, "reason": str(why)})
+            continue
+        forwards = adapter.forwards.total() - before
+        pred, correct = _prediction(adapter, item, res.out, choice_ids, cfg.max_new_tokens)
+        pair = f"{s.label}, item {item.item_id}"
+        k = kl(ref, res.out.logits, what=f"re-prefill ‖ {pair}")
+        rank = res.params.get("rank")  # patch, orbit and shadowkv arms carry a rank knob
+        rows.append({
+            **keys,
+            "item_id": item.item_id, "subset": item.subset, "split": item.split, "cluster_key": item.cluster_key,
+            "arm": s.label, "arm_name": s.plugin.name, "knobs": s.key, "params": json.dumps(res.params, sort_keys=True, default=str),
+            "rank": math.nan if rank is None else float(rank),
+            "effective_rank": float(res.params.get("effective_rank", math.nan)),
+            "effective_rotary_rank": float(res.params.get("effective_rotary_rank", math.nan)),
+            "n_b": ctx.n_b, "delta": ctx.delta,
+            "kl": k, "kl_blind": kl_blind, "eta": eta(k, kl_blind, cfg.eta_floor, what=f"η of {pair}"),
+            "kl_oracle": kl(ctx.oracle.logits, res.out.logits, what=f"oracle ‖ {pair}") if "oracle" in needs else math.nan,
+            "flip": did_flip, "recovered": recovered(res.out.logits, ref, choice_ids),
+            "pred": pred, "gold": item.gold, "correct": correct, "n_choices": len(item.choices or []),
+            "bytes": int(res.bytes), "bytes_frac": res.bytes / page, "patch_dtype": res.patch_dtype,
+            "forwards": forwards, "recomputed_tokens": int(res.recomputed_tokens),
+            **per_item, "seconds": time.perf_counter() - t, "shared_seconds": shared_seconds,
+        })
+    return rows, records, refusals

@@ -1,0 +1,50 @@
+"""The item shape of a job, chosen in this one place: arm items × arms (and probes), or window items × window
+probes (:mod:`kamera.job.window_shape`), by the job's benchmark.
+
+Preflight, selection, identity, evaluation and the cost estimate all ask :func:`shape_of` and call the shape's
+methods; no other module asks which shape a job is. Both shapes offer:
+
+    kinds                 the plugin lists the job reads (``arms``/``probes``, or ``window_probes``)
+    identity_tag          what the shape adds to the config identity
+    cost_keys             the ``cost.tokens.<bench>`` keys it reads, the tokens per item (or chunk) first
+    problems(cfg)         its checks, one line each, without data or weights
+    specs(cfg)            its plugins: (arms, probes) or (window probes, [])
+    selects_from_model    whether selecting needs the loaded model (the toy task)
+    select(cfg, n, adapter)      the items, deterministically
+    bench_identity(cfg)          the benchmark part of the identity, defaults spelled out
+    cost_forwards(cfg, tokens, specs, n_layers)   forwards and image tokens per item
+    evaluate_item(adapter, item, arms, probes, cfg, keys)   (rows, probe records, refusals)
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from kamera.items.selection import Selection
+from kamera.job.arm_shape import ArmItems
+from kamera.job.spec import Spec
+from kamera.job.window_shape import WindowItems
+from kamera.window.bench import WINDOW_BENCHES
+
+ARM_ITEMS = ArmItems()
+
+
+def shape_of(cfg: DictConfig) -> ArmItems | WindowItems:
+    """The job's item shape: window items when its benchmark is a window benchmark, else arm items."""
+    bench = WINDOW_BENCHES.get(cfg.bench.name)
+    return ARM_ITEMS if bench is None else WindowItems(bench)
+
+
+def job_specs(cfg: DictConfig) -> tuple[list[Spec], list[Spec]]:
+    """The plugins a job runs per item: (arms, probes), or (window probes, []) for a window job."""
+    return shape_of(cfg).specs(cfg)
+
+
+def select(cfg: DictConfig, adapter=None, n_items: int | None = -1) -> Selection:
+    """The job's items, chosen deterministically by the benchmark loader (or the toy model's task).
+
+    Files are read and the selected items' images decoded (rows that fail are skipped with their
+    reason: :attr:`~kamera.items.selection.Selection.defects`); no model is needed except for the toy
+    task. There is no length filter here: an item too long for the model fails when it is encoded, with
+    that reason, so the selection does not depend on the model and each item is encoded once."""
+    return shape_of(cfg).select(cfg, cfg.n_items if n_items == -1 else n_items, adapter)

@@ -1,0 +1,105 @@
+"""A job's plugin lists and vocabulary: the conf directory, ``arms`` / ``probes`` / ``window_probes`` entries
+built into :class:`Spec` s, the dtype spellings, and :class:`JobError`.
+
+An entry is a conf file's label (``patch_r16`` → conf/arm/patch_r16.yaml), that file with knobs overridden
+(``{patch_r16: {rank: 24}}``) or an inline plugin (``{name: cacheblend, ratio: 0.2}``); every bad entry of a
+list is reported at once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from kamera.job.store import Expected
+from kamera.reuse.plugin import Plugin
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}
+
+
+class JobError(RuntimeError):
+    """A job cannot start, or ended incomplete; the message says why and what to do."""
+
+# ----- arms and probes -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Spec:
+    """One entry of ``arms`` or ``probes``: its row label, its knobs (``name`` included), the built plugin.
+
+    Entries are a conf file's label (``patch_r16`` → conf/arm/patch_r16.yaml), that file with knobs
+    overridden (``{patch_r16: {rank: 24}}``, label ``patch_r16[rank=24]``) or an inline plugin
+    (``{name: cacheblend, ratio: 0.2}``, label ``cacheblend[ratio=0.2]``); on the command line
+    ``'arms=[blind,{patch_r16:{rank:24}},{name:cacheblend,ratio:0.2}]'``.
+    """
+
+    label: str
+    knobs: dict
+    plugin: Plugin
+
+    @property
+    def key(self) -> str:
+        """The knobs as canonical JSON: with the label, what identifies the plugin's records."""
+        return json.dumps(self.knobs, sort_keys=True, separators=(",", ":"), default=str)
+
+def expected_of(arms: list[Spec], probes: list[Spec]) -> Expected:
+    """What a job asks of each item, as the store matches it."""
+    return Expected(tuple((s.label, s.key) for s in arms), tuple((s.label, s.key) for s in probes))
+
+def conf_labels(kind: str) -> list[str]:
+    """The conf/<kind>/<label>.yaml files available."""
+    return sorted(p.stem for p in (CONF_DIR / kind).glob("*.yaml"))
+
+def _knob_text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+def _spec(kind: str, entry: object) -> Spec:
+    from kamera.arms import make_arm
+    from kamera.probes import make_probe
+    from kamera.window.probes import make_probe as make_window_probe
+
+    make = {"arm": make_arm, "probe": make_probe, "window_probe": make_window_probe}[kind]
+    if isinstance(entry, str):
+        base, overrides = entry, {}
+    elif isinstance(entry, dict) and "name" in entry:
+        base, overrides = None, dict(entry)
+    elif isinstance(entry, dict) and len(entry) == 1 and isinstance(next(iter(entry.values())), dict):
+        base, overrides = next(iter(entry.items()))
+    else:
+        raise ValueError(f"{kind} entry {entry!r} is neither a conf/{kind} label, {{label: {{knob: value}}}} "
+                         f"nor {{name: <registered {kind}>, knob: value}}")
+    knobs = {}
+    if base is not None:
+        path = CONF_DIR / kind / f"{base}.yaml"
+        if not path.is_file():
+            raise ValueError(f"unknown {kind} {base!r}; conf/{kind} has: {', '.join(conf_labels(kind))}")
+        knobs = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        if not isinstance(knobs, dict) or not knobs.get("name"):
+            raise ValueError(f"{path} must map `name:` (the registered {kind} it configures) and its knobs")
+    knobs = {**knobs, **overrides}
+    plugin = make(knobs.pop("name") if "name" in knobs else "", **knobs)
+    changed = sorted(((k, v) for k, v in overrides.items() if k != "name"), key=lambda kv: kv[0])
+    label = (base or plugin.name) + ("[" + ",".join(f"{k}={_knob_text(v)}" for k, v in changed) + "]" if changed else "")
+    return Spec(label, {"name": plugin.name, **plugin.params()}, plugin)
+
+def build_specs(kind: str, entries: object) -> list[Spec]:
+    """Every entry of ``arms`` / ``probes`` built; ValueError listing every bad entry at once."""
+    entries = OmegaConf.to_container(entries, resolve=True) if OmegaConf.is_config(entries) else entries
+    if not isinstance(entries, list):
+        raise ValueError(f"{kind}s must be a list, got {entries!r}")
+    specs, problems = [], []
+    for entry in entries:
+        try:
+            specs.append(_spec(kind, entry))
+        except (ValueError, TypeError) as err:
+            problems.append(str(err))
+    labels = [s.label for s in specs]
+    twice = sorted({lab for lab in labels if labels.count(lab) > 1})
+    if twice:
+        problems.append(f"{kind}s lists {twice} twice")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return specs

@@ -1,0 +1,176 @@
+"""The per-model FLOP vocabulary: a forward's shape (:class:`Forward`), an item's token shape (arm items
+:class:`ItemShape`, window items :class:`WindowShape`) and a model's FLOPs per token (:class:`ModelFlops`) from
+its full published config.
+
+Model FLOPs come from the full published config (the shaped writer's spec, or the loader's own copy of
+config.json): per token, 2 × the decoder's active weights (attention projections, MLA's low-rank ones
+included; dense MLP or the routed top-k experts, shared experts and router) plus the attention scores over
+the context (QKᵀ and AV, 2 FLOPs per multiply-add each); for each image token the vision tower's 2 × weights
+per patch (``merge²`` patches per token). The LM head runs once per forward. The H100-hour estimate built on
+these is :mod:`kamera.sweep.cost`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import NamedTuple
+
+
+class Forward(NamedTuple):
+    """``count`` forwards of ``tokens`` new tokens attending ``context`` tokens on average (a fractional count
+    is a partial forward through that share of the layers)."""
+
+    tokens: float
+    context: float
+    count: float = 1.0
+
+@dataclass(frozen=True)
+class ItemShape:
+    """Tokens of one arm item: the whole context ``n``, B's ``n_b``, the prefix, the query and image tokens."""
+
+    n: int
+    n_b: int
+    prefix: int = 40
+    query: int = 60
+    image_tokens: int = 0
+
+    def full(self, count: float = 1.0) -> Forward:
+        """The full prefill [prefix · A · B · query] (also the 4D-mask oracle's shape)."""
+        return Forward(self.n, self.n / 2, count)
+
+    def solo(self, count: float = 1.0) -> Forward:
+        """B's canonical prefill behind the prefix."""
+        return Forward(self.n_b, self.prefix + self.n_b / 2, count)
+
+    def query_over(self, count: float = 1.0) -> Forward:
+        """A query forward over the whole item's cache."""
+        return Forward(self.query, self.n, count)
+
+    def b_alone(self, count: float = 1.0) -> Forward:
+        """B prefilled with nothing before it."""
+        return Forward(self.n_b, self.n_b / 2, count)
+
+    def b_in_context(self, count: float = 1.0) -> Forward:
+        """B's rows re-run over the full prefill's cache (``count`` < 1: through that share of the layers)."""
+        return Forward(self.n_b, self.n, count)
+
+@dataclass(frozen=True)
+class WindowShape:
+    """Tokens of one window item: ``chunk`` tokens per chunk (``image_tokens`` of them visual), the prefix and
+    query, the window ``k``, the ``history`` chunks of the stream and the ``foreign`` chunks of another clip."""
+
+    chunk: int
+    window: int
+    history: int
+    foreign: int = 0
+    prefix: int = 40
+    query: int = 60
+    image_tokens: int = 0
+
+    def layout(self, chunks: int, count: float = 1.0) -> Forward:
+        """The re-prefill of a layout of ``chunks`` chunks (target included): prefix · chunks · query."""
+        n = self.prefix + chunks * self.chunk + self.query
+        return Forward(n, n / 2, count)
+
+    def query_over(self, chunks: int, count: float = 1.0) -> Forward:
+        """A query forward over a spliced layout of ``chunks`` chunks."""
+        return Forward(self.query, self.prefix + chunks * self.chunk, count)
+
+    def canonical(self, count: float = 1.0) -> Forward:
+        """A chunk's canonical prefill behind the prefix."""
+        return Forward(self.chunk, self.prefix + self.chunk / 2, count)
+
+    def rows(self, chunks: int, share: float) -> Forward:
+        """The target's rows re-run through ``share`` of the layers over a layout of ``chunks`` chunks."""
+        return Forward(self.chunk, self.prefix + chunks * self.chunk, share)
+
+@dataclass(frozen=True)
+class ModelFlops:
+    """Per-token FLOPs of a model, read off its published config."""
+
+    name: str
+    decoder: float  # 2 × active decoder weights per token
+    layers: int
+    q_width: int  # half the attention-score FLOPs per token and context token, per layer: heads × (qk + v) / 2
+    head: float  # 2 × hidden × vocabulary (one per forward)
+    vision_per_token: float  # vision tower FLOPs per image token the language model sees
+
+    def forward(self, tokens: float, context: float) -> float:
+        """FLOPs of a forward over ``tokens`` new tokens attending ``context`` tokens on average."""
+        return tokens * (self.decoder + 4 * self.layers * self.q_width * context) + self.head
+
+    def forwards(self, forwards: list[Forward], image_tokens: float = 0.0) -> float:
+        """FLOPs of a list of forwards plus ``image_tokens`` through the vision tower."""
+        return sum(f.count * self.forward(f.tokens, f.context) for f in forwards) + image_tokens * self.vision_per_token
+
+def _get(config: object, key: str, default: object = None) -> object:
+    value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+    return default if value is None else value
+
+def model_flops(name: str, config: dict) -> ModelFlops:
+    """Per-token FLOPs from a published config, read through transformers' config classes (so values the
+    file leaves at their defaults count too). MLA (``kv_lora_rank``) and DeepSeek-style MoE
+    (``n_routed_experts``, shared experts, ``first_k_dense_replace`` dense layers) are counted as such."""
+    import transformers as tf
+
+    parsed = tf.AutoConfig.for_model(**config)
+    parsed = getattr(parsed, "thinker_config", parsed)
+    t = parsed.get_text_config(decoder=True)
+    h, heads, layers = t.hidden_size, t.num_attention_heads, t.num_hidden_layers
+    if _get(t, "kv_lora_rank"):  # MLA: q (or its low-rank pair), the joint KV down-projection, its up-projection, o
+        qk, v, rope = t.qk_nope_head_dim + t.qk_rope_head_dim, t.v_head_dim, t.qk_rope_head_dim
+        q = h * heads * qk if not _get(t, "q_lora_rank") else t.q_lora_rank * (h + heads * qk)
+        attn = q + h * (t.kv_lora_rank + rope) + t.kv_lora_rank * heads * (t.qk_nope_head_dim + v) + heads * v * h
+        q_width = heads * (qk + v) // 2
+    else:
+        head_dim = _get(t, "head_dim") or h // heads
+        kv = _get(t, "num_key_value_heads", heads)
+        attn = 2 * h * heads * head_dim + 2 * h * kv * head_dim
+        q_width = heads * head_dim
+    experts = _get(t, "num_experts") or _get(t, "n_routed_experts")
+    if experts:
+        moe = t.num_experts_per_tok * 3 * h * t.moe_intermediate_size + h * experts
+        moe += 3 * h * (_get(t, "shared_expert_intermediate_size", 0) or _get(t, "n_shared_experts", 0) * t.moe_intermediate_size)
+        dense = _get(t, "first_k_dense_replace", 0)
+        mlp_total = dense * 3 * h * t.intermediate_size + (layers - dense) * moe
+    else:
+        mlp_total = layers * 3 * h * t.intermediate_size
+    v_cfg = getattr(parsed, "vision_config", None)
+    vision = 0.0
+    if v_cfg is not None:
+        vh = v_cfg.hidden_size
+        vint = _get(v_cfg, "intermediate_size", 4 * vh)
+        vlayers = _get(v_cfg, "depth") or v_cfg.num_hidden_layers
+        # patches the tower sees per token the language model sees: merge², merge kernel, 1 / pixel-shuffle ratio², scale²
+        kernel = _get(v_cfg, "merge_kernel_size")
+        per_token = (kernel[0] * kernel[1] if kernel else None) or (_get(v_cfg, "spatial_merge_size") or _get(
+            parsed, "scale_factor") or round(1 / _get(parsed, "downsample_ratio", 1.0))) ** 2
+        vision = 2.0 * vlayers * (4 * vh * vh + 2 * vh * vint) * per_token
+    return ModelFlops(name, 2.0 * (layers * attn + mlp_total), layers, q_width, 2.0 * h * t.vocab_size, vision)
+
+def published_config(name: str) -> dict:
+    """A paper model's full published config, as transformers reads it: its shaped-checkpoint spec's config, or
+    for a remote-code config (``model_type`` transformers does not know, e.g. Kimi-VL's ``kimi_vl``) the native
+    config its loader module maps it to (``native_config``). ValueError naming why not."""
+    import importlib
+
+    from transformers import CONFIG_MAPPING
+
+    from kamera.models.registry import entry
+    from kamera.models.shaped import shaped_writer
+
+    config = shaped_writer(name).spec.config
+    if config.get("model_type") in CONFIG_MAPPING:
+        return config
+    loader = entry(name).loader
+    native = getattr(importlib.import_module(loader.split(":")[0]), "native_config", None) if loader else None
+    if native is None:
+        raise ValueError(f"{name}: its published config ({config.get('model_type')}) is remote code and its loader "
+                         "has no native_config mapping for transformers")
+    return native(config).to_dict()
+
+@cache
+def paper_model_flops(name: str) -> ModelFlops:
+    """:func:`model_flops` of a paper model's :func:`published_config` (read once per process)."""
+    return model_flops(name, published_config(name))

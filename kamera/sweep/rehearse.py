@@ -1,0 +1,184 @@
+"""``make rehearse``: every paper experiment, end to end on CPU, on shaped checkpoints and fixture data.
+
+    python -m kamera.sweep.rehearse [--experiments table3,fig5] [--out outputs/rehearse] [--tokenizers DIR]
+
+For each paper experiment in ``conf/experiment`` (every file not ending in ``_tiny``) it expands the
+sweep, writes (or reuses from the cache, see :func:`kamera.models.shaped.ensure`) the shaped checkpoint of every
+model that has an adapter, lays them out as ``<out>/models/<Hub repo>/`` and a tiny copy of every
+benchmark as ``<out>/data/<benchmark dir>/`` (the layouts ``KAMERA_MODELS`` and ``KAMERA_DATA`` expect),
+then drives the harness only through its command line:
+
+    python -m kamera.sweep --check experiment=<exp> model=<models with adapters> paths.models=… paths.data=…
+    python -m kamera.run -m experiment=<exp> model=<…> n_items=1 paths.models=… paths.data=… paths.results=…
+
+Models without an adapter are not run; the summary names each with the reason. Exit status 0 when every
+job of every rehearsed model finished; 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from kamera.data import BENCHMARKS, make_fixture
+from kamera.models.registry import entry
+from kamera.models.shaped import models_root
+from kamera.sweep.cost import experiment_hours
+from kamera.sweep.expand import compose_config, expand, paper_experiments
+from kamera.window.bench import WINDOW_BENCHES
+
+# Probes that only time on a GPU, and the CPU probe a rehearsal runs in their place (same code, other device).
+CPU_STANDINS = {"ttft_cuda": "ttft"}
+
+
+class SweepJob(NamedTuple):
+    model: str
+    bench: str
+    testbed: str | None  # the testbed the sweep names for this job, if it sweeps testbeds
+    probes: tuple[str, ...]
+
+
+def sweep_jobs(experiment: str) -> list[SweepJob]:
+    """Model, benchmark name, testbed and probe labels of every job of ``experiment``."""
+    out = []
+    for job in expand([f"experiment={experiment}"]):
+        cfg = compose_config(job)
+        testbed = next((o.split("=", 1)[1] for o in job if o.startswith("testbed=")), None)
+        probes = tuple(p if isinstance(p, str) else next(iter(p)) for p in (cfg.get("probes") or []))
+        out.append(SweepJob(str(cfg.model.name), str(cfg.bench.name), testbed, probes))
+    return out
+
+
+def selection(jobs: list[SweepJob], ready: set[str]) -> list[str]:
+    """The sweep overrides that keep the jobs whose model is ready, and put a CPU probe where a probe times on a GPU.
+
+    A sweep over testbeds is narrowed by testbed (a ``model=`` override would replace each testbed's model and
+    keep its benchmark options, running models on testbeds not theirs); any other sweep by model."""
+    kept = [j for j in jobs if j.model in ready]
+    if any(j.testbed for j in kept):
+        select = [f"testbed=choice({','.join(dict.fromkeys(j.testbed for j in kept))})"]
+    else:
+        select = [f"model=choice({','.join(sorted({j.model for j in kept}))})"]
+    probes = next((j.probes for j in kept if set(j.probes) & set(CPU_STANDINS)), None)
+    if probes is not None:
+        select.append(f"probes=[{','.join(CPU_STANDINS.get(p, p) for p in probes)}]")
+    return select
+
+
+def data_benchmark(bench: str) -> str | None:
+    """The data benchmark whose files ``bench`` reads: itself, or for a window benchmark the one stored under its
+    directory (``videomme_window`` reads Video-MME); None when it reads no files (toy and synthetic streams)."""
+    if bench in BENCHMARKS:
+        return bench
+    window = WINDOW_BENCHES.get(bench)
+    if window is None:
+        raise ValueError(f"unknown benchmark {bench!r}; valid: {sorted(BENCHMARKS) + sorted(WINDOW_BENCHES)}")
+    return next((b for b, spec in BENCHMARKS.items() if window.dir_name and spec.dir_name == window.dir_name), None)
+
+
+def _run(cmd: list[str], env: dict, log: Path) -> tuple[int, float, int]:
+    """Run ``cmd`` with its output appended to ``log``; (exit status, seconds, peak RSS bytes of the child)."""
+    t = time.perf_counter()
+    with log.open("a") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    return code, time.perf_counter() - t, rss
+
+
+def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layers: int = 2) -> int:
+    out = out.resolve()
+    log = out / "rehearse.log"
+    out.mkdir(parents=True, exist_ok=True)
+    for old in ("results", "outputs"):  # a rehearsal runs every job again (the runner would skip stored rows)
+        shutil.rmtree(out / old, ignore_errors=True)
+    log.write_text("")
+    jobs = {exp: sweep_jobs(exp) for exp in experiments}
+    ready = sorted({j.model for js in jobs.values() for j in js if entry(j.model).has_adapter and entry(j.model).shaped})
+    missing = sorted({j.model for js in jobs.values() for j in js if j.model not in ready})
+    print(f"rehearsing {', '.join(experiments)} on shaped checkpoints ({layers} layers, {vision_layers} vision layers); "
+          f"log: {log}", flush=True)
+    t = time.perf_counter()
+    models = models_root(ready, out / "models", layers=layers, vision_layers=vision_layers)
+    print(f"  checkpoints: {', '.join(ready)} in {models} ({time.perf_counter() - t:.0f} s)", flush=True)
+    data = out / "data"
+    for bench in sorted({data_benchmark(j.bench) for js in jobs.values() for j in js} - {None}):
+        spec = BENCHMARKS[bench]
+        if spec.dir_name and not (data / spec.dir_name).exists():
+            make_fixture(bench, data, n=2, seed=0)
+    env = {**os.environ, "KAMERA_MODELS": str(models), "KAMERA_DATA": str(data), "WANDB_MODE": "disabled",
+           "HF_HUB_OFFLINE": "1"}
+    paths = [f"paths.models={models}", f"paths.data={data}", f"paths.results={out / 'results'}",
+             f"paths.outputs={out / 'outputs'}"]
+    failed = []
+    for exp in experiments:
+        names = sorted({j.model for j in jobs[exp] if j.model in ready})
+        skipped = sorted({j.model for j in jobs[exp] if j.model not in ready})
+        if skipped:
+            print(f"  {exp}: not run for {', '.join(skipped)} (see below)")
+        if not names:
+            print(f"  {exp}: no model of this sweep has an adapter yet; nothing to rehearse")
+            continue
+        select = selection(jobs[exp], set(ready))
+        if any(o.startswith("probes=") for o in select):
+            print(f"  {exp}: GPU-timed probes run on CPU here ({select[-1]})")
+        code, secs, _ = _run([sys.executable, "-m", "kamera.sweep", "--check", f"experiment={exp}", *select, *paths],
+                             env, log)
+        if code != 0:
+            failed.append(f"{exp}: preflight failed")
+            print(f"  {exp}: preflight FAILED (see {log})")
+            continue
+        n_jobs = sum(1 for j in jobs[exp] if j.model in names)
+        code, secs, rss = _run([sys.executable, "-m", "kamera.run", "-m", f"experiment={exp}", *select, "n_items=1",
+                                "device=cpu", *paths], env, log)
+        status = "ok" if code == 0 else f"FAILED (exit {code}, see {log})"
+        print(f"  {exp}: {n_jobs} job(s) on {', '.join(names)}: {status}, {secs:.0f} s, peak {rss / 2**30:.1f} GiB")
+        if code != 0:
+            failed.append(f"{exp}: run exit {code}")
+    for m in missing:
+        e = entry(m)
+        why = f"has no adapter yet: {e.notes or 'unverified family'}" if not e.has_adapter else "has no shaped-checkpoint writer"
+        print(f"  not rehearsed: {m} ({e.family}) {why}")
+    for exp in experiments:
+        try:
+            _, hours = experiment_hours([f"experiment={exp}"])
+        except ValueError as e:  # an experiment without its cost assumptions: the jobs above still count
+            print(f"  {exp} at paper scale: no estimate ({e})")
+            continue
+        stated = compose_config([f"experiment={exp}"]).get("cost", {}).get("h100_hours")
+        print(f"  {exp} at paper scale: ~{hours:.2f} H100-hours estimated (stated in conf/experiment/{exp}.yaml: {stated}; "
+              f"python -m kamera.sweep.cost experiment={exp} for the jobs)")
+    print(f"rows under {out / 'results'}; " + ("all rehearsed jobs finished" if not failed else "FAILED: " + "; ".join(failed)))
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kamera.sweep.rehearse", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--experiments", default=None, help=f"comma-separated (default: all of {', '.join(paper_experiments())})")
+    ap.add_argument("--out", type=Path, default=Path("outputs/rehearse"))
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--vision-layers", type=int, default=2)
+    ap.add_argument("--tokenizers", type=Path, default=None, help="real tokenizer files (qwen2/, llama2/); default $KAMERA_TOKENIZERS")
+    args = ap.parse_args(argv)
+    known = paper_experiments()
+    experiments = known if args.experiments is None else [e.strip() for e in args.experiments.split(",") if e.strip()]
+    bad = [e for e in experiments if e not in known]
+    if bad or not experiments:
+        print(f"error: unknown paper experiment(s) {bad}; conf/experiment has: {', '.join(known)}", file=sys.stderr)
+        return 2
+    if args.tokenizers is not None:
+        os.environ["KAMERA_TOKENIZERS"] = str(args.tokenizers)
+    return rehearse(experiments, args.out, layers=args.layers, vision_layers=args.vision_layers)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

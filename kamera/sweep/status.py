@@ -1,0 +1,155 @@
+"""``python -m kamera.sweep.status [experiment=X] [overrides…]`` (``make status``): how far every job of a sweep is.
+
+    python -m kamera.sweep.status                                  # every experiment in conf/experiment
+    python -m kamera.sweep.status experiment=table3 n_items=16     # one sweep, with the overrides it ran with
+
+Each job of the sweep (Hydra's own expansion, :func:`kamera.sweep.expand`) is found in the results
+root the runner resolves (``paths.results``: KAMERA_RESULTS, else ``results/raw`` under the working
+directory) by its config key, and shown as ``done k/n``, ``partial k/n``, ``failed k/n`` or
+``missing``, with every failed item's and data defect's reason. When several shards hold the same
+config (another checkpoint directory or data copy), the most recently run one is the job's; the
+others are listed as superseded. Renderers read jobs through :func:`sweep_jobs` too, so a table
+shows exactly what this lists.
+
+An experiment config may carry a ``cost:`` block (the tokens per item it assumes); its estimated
+H100-hours are then shown per job through ``kamera.sweep.cost`` (omitted when it has none).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+import pandas as pd
+from omegaconf import DictConfig
+
+from kamera.job import CONF_DIR, Spec, config_key, expected_of, job_specs, results_root
+from kamera.job.store import JobState, Shard, ShardCorruptError, latest, shards
+from kamera.sweep.cost import h100_hours, not_estimated
+from kamera.sweep.expand import SweepError, compose_config, expand
+
+
+@dataclass
+class JobView:
+    """One job of a sweep as the store holds it."""
+
+    overrides: list[str]
+    cfg: DictConfig
+    key: str  # the job's config key
+    arms: list[Spec]
+    probes: list[Spec]
+    shard: Shard | None = None
+    state: JobState = field(default_factory=lambda: JobState("missing"))
+    superseded: list[Shard] = field(default_factory=list)
+    error: str | None = None  # a shard file that does not read back
+
+    @property
+    def name(self) -> str:
+        return f"{self.cfg.model.name} · {self.cfg.bench.name}" + (
+            f" ({self.cfg.bench.subset})" if self.cfg.bench.subset else "")
+
+    def rows(self) -> pd.DataFrame:
+        """This job's rows for exactly its arms (label and knobs), one per (item, arm)."""
+        return self._records("rows", "arm", self.arms)
+
+    def probe_records(self) -> pd.DataFrame:
+        """This job's probe records for exactly its probes."""
+        return self._records("probes", "probe", self.probes)
+
+    def _records(self, table: str, column: str, specs: list[Spec]) -> pd.DataFrame:
+        if self.shard is None:
+            return pd.DataFrame()
+        frame = self.shard.table(table)
+        if frame.empty:
+            return frame
+        wanted = {(s.label, s.key) for s in specs}
+        keep = [(a, k) in wanted for a, k in zip(frame[column], frame["knobs"], strict=True)]
+        return frame[keep]
+
+
+def sweep_jobs(overrides: list[str]) -> list[JobView]:
+    """Every job of the sweep ``overrides`` describes, with its shard and state."""
+    views = []
+    for job in expand(overrides):
+        cfg = compose_config(job)
+        arms, probes = job_specs(cfg)  # a window job's window probes stand where an arm job's arms do
+        view = JobView(job, cfg, config_key(cfg), arms, probes)
+        try:
+            found = latest(shards(results_root(cfg), cfg.group), config_key=view.key)
+            if found:
+                view.shard, view.superseded = found[0], found[1:]
+                view.state = view.shard.state(expected_of(arms, probes), cfg.retry_failed)
+        except ShardCorruptError as err:
+            view.error = str(err)
+        views.append(view)
+    return views
+
+
+def estimate_hours(cfg: DictConfig) -> float | None:
+    """Estimated H100-hours of one job (:func:`kamera.sweep.cost.h100_hours`: the model's published
+    size on the experiment's stated tokens per item), when its experiment has a ``cost:`` block; None
+    otherwise, NaN for a model without a readable published config (:func:`kamera.sweep.cost.not_estimated`)."""
+    if cfg.get("cost") is None:
+        return None
+    return h100_hours(cfg)
+
+
+def why_missing(model: str) -> str:
+    """Why a sweep's model has no rows, from the model registry (no weights are loaded)."""
+    from kamera.models import UnknownModelError, entry
+
+    try:
+        e = entry(model)
+    except UnknownModelError:
+        return f"{model} is not registered"
+    if e.kind == "paper" and not e.has_adapter:
+        return f"{model} has no adapter yet"
+    return "no rows (its job has not run)"
+
+
+def report(views: list[JobView]) -> list[str]:
+    """The status lines of a sweep's jobs (and the reasons under each)."""
+    lines = []
+    hours = [estimate_hours(v.cfg) for v in views]
+    total = [h for h in hours if h is not None and h == h]
+    for v, h in zip(views, hours, strict=True):
+        status = "corrupt" if v.error else v.state.summary()
+        where = f"  {v.shard.meta_path.with_suffix('')}" if v.shard else ""
+        cost = "" if h is None else f"  ~{h:.2f} H100-h" if h == h else \
+            f"  (no cost estimate: {not_estimated(str(v.cfg.model.name))})"
+        lines.append(f"  {status:<28} {' '.join(v.overrides) or v.name}{cost}{where}")
+        if v.error:
+            lines.append(f"      {v.error}")
+        lines += [f"      {r}" for r in v.state.reasons()]
+        if v.state.todo:
+            lines.append(f"      {len(v.state.todo)} item(s) with arms or probes still to run")
+        lines += [f"      superseded (same config, other checkpoint or data): {s.meta_path}" for s in v.superseded]
+    if total:
+        lines.append(f"  estimated total: {sum(total):.2f} H100-hours (jobs with a published config)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    overrides = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in overrides):
+        print(__doc__)
+        return 0
+    named = any(o.split("=", 1)[0].lstrip("+~") == "experiment" for o in overrides)
+    experiments = [None] if named else sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+    for experiment in experiments:
+        args = overrides if experiment is None else [f"experiment={experiment}", *overrides]
+        try:
+            views = sweep_jobs(args)
+        except (SweepError, ValueError) as err:
+            print(f"cannot expand {' '.join(args)}: {err}", file=sys.stderr)
+            return 1
+        group = views[0].cfg.group if views else experiment
+        root = results_root(views[0].cfg) / group if views else ""
+        print(f"{group}: {sum(v.state.complete for v in views)}/{len(views)} job(s) done ({root})")
+        for line in report(views):
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The house: every import points down a floor (no circles, nothing runs back up), read from the source.
+
+Each room (a package of kamera, or ``experiments``) sits on one floor of :data:`FLOORS`; a module may import
+its own room and the rooms on floors below it, never a room on its own floor or above. Function-local and
+``TYPE_CHECKING`` imports count too: an import that runs back up is a circle waiting to happen, wherever it
+sits. The top-level aliases (``kamera.status``, ``kamera.shaped``, ``kamera.models.cost``) run their targets
+with :mod:`runpy` and import nothing of kamera.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Floors, bottom up: the folder names read as the pipeline.
+FLOORS: list[tuple[str, ...]] = [
+    ("kamera.errors", "kamera.progress"),  # floor-1 utilities
+    ("kamera.items", "kamera.core"),  # the hand-off (spans, items, selection); R(δ), ChunkKV, Δ, Patch
+    ("kamera.metrics", "kamera.models"),  # KL, η, flip, e90; adapters, loading, FLOPs, shaped writers
+    ("kamera.data",),  # benchmark loaders → items
+    ("kamera.reuse",),  # an item's shared forwards, partial recompute, the plugin base
+    ("kamera.arms", "kamera.toy"),  # reuse arms; toy tasks and models
+    ("kamera.diagnostics", "kamera.window"),  # measurements behind the figures; window ops and probes
+    ("kamera.probes",),  # per-item probes over the diagnostics
+    ("kamera.job",),  # spec, checks, the item shape, selection, identity, store
+    ("kamera.run", "kamera.sweep"),  # one job; a sweep of jobs (expansion, status, cost, rehearsal)
+    ("experiments",),  # rows → tables and figures
+]
+FACE = ("kamera",)  # the package face (kamera/__init__.py) may import any room; no room imports it
+ALIASES = ("kamera.status", "kamera.shaped", "kamera.models.cost")  # CLI aliases: runpy only
+# What a renderer must not import: model, forward and arm code (rows in, tables out).
+NOT_IN_EXPERIMENTS = ("kamera.models", "kamera.reuse", "kamera.arms", "kamera.probes", "kamera.core",
+                      "kamera.run.runner", "kamera.toy", "kamera.data")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for base in ("kamera", "experiments"):
+        for p in (ROOT / base).rglob("*.py"):
+            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The kamera / experiments modules ``name`` imports anywhere in its file (resolved to known modules)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for t in targets:
+            while t and t not in MODULES:  # `from kamera.job.spec import X` → kamera.job.spec
+                t = t.rpartition(".")[0]
+            if t and not (t in FACE and any(f"{t}.{a}" in MODULES for a in _names(node))):
+                found.add(t)
+            elif t in FACE:
+                found |= {f"{t}.{a}" for a in _names(node) if f"{t}.{a}" in MODULES}
+    found.discard(name)
+    return found
+
+
+def _names(node: ast.AST) -> list[str]:
+    return [a.name for a in getattr(node, "names", [])]
+
+
+def room_of(module: str) -> str:
+    """The room a module lives in: the longest room name of :data:`FLOORS` it starts with."""
+    rooms = [r for floor in FLOORS for r in floor] + list(ALIASES) + list(FACE)
+    hits = [r for r in rooms if module == r or module.startswith(r + ".")]
+    if not hits:
+        raise AssertionError(f"{module} is in no room of FLOORS: add its package to tests/test_layers.py")
+    return max(hits, key=len)
+
+
+def floor_of(room: str) -> int:
+    return next(i for i, floor in enumerate(FLOORS) if room in floor)
+
+
+EDGES = {(m, t) for m, p in MODULES.items() for t in _imports(m, p)}
+
+
+def test_every_module_has_a_room():
+    for m in MODULES:
+        room_of(m)
+
+
+def test_every_import_points_down_a_floor():
+    bad = []
+    for m, t in sorted(EDGES):
+        a, b = room_of(m), room_of(t)
+        if a == b or a in FACE:
+            continue
+        if a in ALIASES or b in ALIASES or b in FACE:
+            bad.append(f"{m} → {t}: aliases and the package face are imported by no room, and import nothing")
+        elif floor_of(b) >= floor_of(a):
+            bad.append(f"{m} ({a}, floor {floor_of(a) + 1}) → {t} ({b}, floor {floor_of(b) + 1})")
+    assert not bad, "imports that do not point down:\n" + "\n".join(bad)
+
+
+def test_no_import_circle_between_modules_of_different_rooms():
+    graph: dict[str, set[str]] = {}
+    for m, t in EDGES:
+        if room_of(m) != room_of(t):
+            graph.setdefault(room_of(m), set()).add(room_of(t))
+    seen: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        seen[node] = 1
+        for nxt in graph.get(node, ()):
+            if seen.get(nxt) == 1:
+                pytest.fail(f"import circle: {' → '.join([*path, node, nxt])}")
+            if nxt not in seen:
+                visit(nxt, [*path, node])
+        seen[node] = 2
+
+    for room in list(graph):
+        if room not in seen:
+            visit(room, [])
+
+
+def test_the_hand_off_and_the_core_import_nothing_above_them():
+    for m, t in EDGES:
+        if room_of(m) in ("kamera.items", "kamera.core"):
+            assert room_of(t) == room_of(m), f"{m} imports {t}"
+
+
+def test_renderers_import_no_model_forward_or_arm_code():
+    bad = [f"{m} → {t}" for m, t in EDGES if m.startswith("experiments")
+           and any(t == x or t.startswith(x + ".") for x in NOT_IN_EXPERIMENTS)]
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_the_house_has_at_most_nine_floors_in_use():
+    used = {floor_of(room_of(m)) for m in MODULES if room_of(m) not in ALIASES + FACE}
+    assert len(used) <= len(FLOORS)
+    # the longest chain of room imports: a floor count measured, not declared
+    graph: dict[str, set[str]] = {}
+    for m, t in EDGES:
+        a, b = room_of(m), room_of(t)
+        if a != b and a not in FACE:
+            graph.setdefault(a, set()).add(b)
+
+    def height(room: str) -> int:
+        return 1 + max((height(r) for r in graph.get(room, ())), default=0)
+
+    assert max(height(r) for r in graph) <= 9
