@@ -1,9 +1,14 @@
-"""Exceptions of the benchmark loaders: missing data, one bad source row, one unreadable media file."""
+"""Exceptions of the benchmark loaders: missing data, one bad source row (:class:`kamera.errors.ItemError`),
+one unreadable media file."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+
+from kamera.errors import ItemError  # one class for the loaders and the runner
+
+__all__ = ["BenchmarkDataMissing", "ItemError", "MediaError"]
 
 
 class BenchmarkDataMissing(FileNotFoundError):
@@ -20,11 +25,6 @@ class BenchmarkDataMissing(FileNotFoundError):
         lines.append(f"published at: {published}")
         lines.append("pass root=<dir> or set KAMERA_DATA to the folder holding the benchmark directory")
         super().__init__("\n  ".join(lines))
-
-
-class ItemError(ValueError):
-    """One source row cannot become a valid item (malformed field, no B chunk, media count mismatch);
-    loaders turn it into a logged skip with this message as the reason."""
 
 
 class MediaError(OSError):

@@ -30,7 +30,7 @@ from kamera.data.base import Benchmark, LoadContext
 from kamera.data.errors import BenchmarkDataMissing
 from kamera.data.media import cache_root
 from kamera.data.schema import ChunkedItem
-from kamera.data.selection import LoadedItems, LoadReport, select
+from kamera.data.selection import LoadedItems, LoadReport, select_rows
 
 BENCHMARKS: dict[str, Benchmark] = {
     spec.name: spec
@@ -133,7 +133,7 @@ def load_items(
         for name in subsets:
             ctx = LoadContext(spec, data_root, name, split, seed, report, cache, n_items)
             candidates += list(spec.rows(ctx, **bench_kwargs))
-        return select(
+        return select_rows(
             candidates,
             report,
             n_items=n_items,

@@ -96,7 +96,7 @@ def selection_order(ids: Sequence[str], seed: int) -> list[str]:
     return sorted(ids, key=lambda i: (hashlib.sha256(f"{seed}:{i}".encode()).hexdigest(), i))
 
 
-def select(
+def select_rows(
     rows: Sequence[Row],
     report: LoadReport,
     *,

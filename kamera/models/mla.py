@@ -37,15 +37,6 @@ class DeepseekV2Adapter(MLAAdapter):
         return "interleaved"
 
 
-class DeepseekV3Adapter(MLAAdapter):
-    """DeepSeek-V3 language model alone (text spans only); k_pe in rotate-half layout."""
-
-    family = "deepseek_v3"
-
-    def _language_model(self) -> torch.nn.Module:
-        return self.model.model
-
-
 class KimiK25Adapter(MLAAdapter):
     """kimi_k25: our CPU stand-in for Kimi-VL (same tower + MLA language model shape).
 
