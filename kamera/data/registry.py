@@ -1,4 +1,5 @@
-"""The benchmark registry and the single entry point :func:`load_items`.
+"""The benchmark registry (every module of :mod:`kamera.data` with a ``SPEC``) and the single entry point
+:func:`load_items`.
 
 Root resolution: an explicit ``root`` is the benchmark's own directory; otherwise
 ``$KAMERA_DATA/<dir name>`` (``MM-NIAH``, ``MileBench``, ``MuirBench``, ``Video-MME``, ``EgoSchema``,
@@ -10,41 +11,42 @@ elsewhere in the process are unaffected).
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kamera.data import (
-    egoschema,
-    milebench,
-    mm_niah,
-    mmlongbench_doc,
-    muirbench,
-    musique,
-    synthetic,
-    videomme,
-)
 from kamera.data.base import Benchmark, LoadContext
 from kamera.data.errors import BenchmarkDataMissing
 from kamera.data.media import cache_root
 from kamera.data.schema import ChunkedItem
 from kamera.data.selection import LoadedItems, LoadReport, select_rows
 
-BENCHMARKS: dict[str, Benchmark] = {
-    spec.name: spec
-    for spec in (
-        mm_niah.SPEC,
-        milebench.SPEC,
-        muirbench.SPEC,
-        videomme.SPEC,
-        egoschema.SPEC,
-        mmlongbench_doc.SPEC,
-        musique.SPEC,
-        synthetic.SPEC,
-    )
-}
+
+def _discover() -> dict[str, Benchmark]:
+    """Every module of :mod:`kamera.data` with a module-level ``SPEC`` (a :class:`Benchmark`), by name, in module
+    order: adding a benchmark is adding its module (and its ``conf/bench`` file), nothing here."""
+    import kamera.data as package
+
+    found: dict[str, Benchmark] = {}
+    for mod in pkgutil.iter_modules(package.__path__):
+        if mod.name == "registry":
+            continue
+        spec = getattr(importlib.import_module(f"{package.__name__}.{mod.name}"), "SPEC", None)
+        if spec is None:
+            continue
+        if not isinstance(spec, Benchmark):
+            raise TypeError(f"kamera.data.{mod.name}.SPEC is a {type(spec).__name__}, not a Benchmark")
+        if spec.name in found:
+            raise ValueError(f"benchmark {spec.name!r} is declared twice (kamera.data.{mod.name} and an earlier module)")
+        found[spec.name] = spec
+    return found
+
+
+BENCHMARKS: dict[str, Benchmark] = _discover()
 
 _OFFLINE_FLAGS = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
 
