@@ -23,6 +23,7 @@ from kamera.data.items import from_chunked
 from kamera.errors import ItemError
 from kamera.items.eval import EvalItem
 from kamera.items.selection import Selection
+from kamera.job.rows import row
 from kamera.job.selection import bench_root, read_benchmark
 from kamera.job.spec import Spec, build_specs
 from kamera.metrics import E90_COLUMNS, choice_argmax, e90_columns, eta, flipped, kl, recovered
@@ -182,10 +183,8 @@ def evaluate_item(
         pair = f"{s.label}, item {item.item_id}"
         k = kl(ref, res.out.logits, what=f"re-prefill ‖ {pair}")
         rank = res.params.get("rank")  # patch, orbit and shadowkv arms carry a rank knob
-        rows.append({
-            **keys,
-            "item_id": item.item_id, "subset": item.subset, "split": item.split, "cluster_key": item.cluster_key,
-            "arm": s.label, "arm_name": s.plugin.name, "knobs": s.key, "params": json.dumps(res.params, sort_keys=True, default=str),
+        rows.append(row(keys, item, s, {
+            "params": json.dumps(res.params, sort_keys=True, default=str),
             "rank": math.nan if rank is None else float(rank),
             "effective_rank": float(res.params.get("effective_rank", math.nan)),
             "effective_rotary_rank": float(res.params.get("effective_rotary_rank", math.nan)),
@@ -197,5 +196,5 @@ def evaluate_item(
             "bytes": int(res.bytes), "bytes_frac": res.bytes / page, "patch_dtype": res.patch_dtype,
             "forwards": forwards, "recomputed_tokens": int(res.recomputed_tokens),
             **per_item, "seconds": time.perf_counter() - t, "shared_seconds": shared_seconds,
-        })
+        }))
     return rows, records, refusals

@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from kamera.errors import ItemError
 from kamera.items.selection import Selection
 from kamera.items.window import WindowEntry
+from kamera.job.rows import row
 from kamera.job.selection import bench_root, read_benchmark
 from kamera.job.spec import Spec, build_specs
 from kamera.metrics import E90_COLUMNS
@@ -159,10 +160,9 @@ def evaluate_item(bench: WindowBench, adapter: Adapter, entry: WindowEntry, arms
             refusals.append({"item_id": entry.item_id, "arm": s.label, "knobs": s.key, "reason": why})
             continue
         seconds, held = time.perf_counter() - t, wctx.held_bytes()
-        rows += [{**keys, "item_id": entry.item_id, "subset": entry.subset, "split": entry.split,
-                  "cluster_key": entry.cluster_key, "shape": "window", "arm": s.label, "arm_name": s.plugin.name,
-                  "knobs": s.key, "n_choices": len(wctx.item.choices or ()), **ARM_COLUMNS, **r,
-                  "seconds": seconds, "shared_seconds": shared_seconds, "context_bytes": held} for r in got]
+        rows += [row(keys, entry, s, {"n_choices": len(wctx.item.choices or ()), **ARM_COLUMNS, **r, "seconds": seconds,
+                                      "shared_seconds": shared_seconds, "context_bytes": held}, {"shape": "window"})
+                 for r in got]
         wctx.trim(keep)
     return rows, [], refusals
 

@@ -40,8 +40,9 @@ from kamera.job import (
     shape_of,
     threads_for,
 )
+from kamera.job.rows import job_keys
 from kamera.job.store import Shard, digest, now, provenance
-from kamera.models import Adapter, entry, load_model
+from kamera.models import Adapter, load_model
 from kamera.models.loading import peak_memory_bytes
 from kamera.progress import Progress
 from kamera.run.track import Tracker
@@ -56,14 +57,6 @@ def _load(cfg: DictConfig, device: str) -> Adapter:
         cfg.model.name, dtype=DTYPES[cfg.model.dtype], device=device, path=cfg.model.path,
         models_root=cfg.paths.models, attn_implementation=cfg.model.attn_implementation, seed=cfg.seed,
     )
-
-
-def _keys(cfg: DictConfig, key: str, ckey: str) -> dict:
-    e = entry(cfg.model.name)
-    return {
-        "group": cfg.group, "job_key": key, "config_key": ckey, "model": cfg.model.name, "family": e.family,
-        "attention": e.attention, "dtype": DTYPES[cfg.model.dtype], "bench": cfg.bench.name, "seed": cfg.seed,
-    }
 
 
 def run(cfg: DictConfig) -> Path:
@@ -143,7 +136,7 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
     if new:
         shard.update_meta(lambda m: m["refusals"].extend(new))
     todo = shard.state(expected_of(arms, probes), cfg.retry_failed).todo
-    keys = _keys(cfg, shard.key, config_key(cfg))
+    keys = job_keys(cfg, shard.key, config_key(cfg))
     log.info("%d items selected, %d with arms or probes to run", len(selection.items), len(todo))
     tracker = Tracker.start(cfg.tracking.mode, cfg.tracking.project, cfg.group, shard.key, meta["config"],
                             Path(cfg.paths.outputs) / "wandb", cfg.tracking.entity)

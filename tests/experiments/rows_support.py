@@ -7,15 +7,8 @@ import math
 
 import pandas as pd
 
-# Every column a row of kamera.job.arm_shape.evaluate_item carries (tests/experiments/test_tiny_twins.py checks
-# this list against a real job's rows, so a renamed column fails here before a renderer silently misses it).
-ROW_COLUMNS = (
-    "group", "job_key", "config_key", "model", "family", "attention", "dtype", "bench", "seed", "item_id", "subset",
-    "split", "cluster_key", "arm", "arm_name", "knobs", "params", "rank", "effective_rank", "effective_rotary_rank",
-    "n_b", "delta", "kl", "kl_blind", "eta", "kl_oracle", "flip", "recovered", "pred", "gold", "correct", "n_choices",
-    "bytes", "bytes_frac", "patch_dtype", "forwards", "recomputed_tokens", "e90_nb_content", "e90_nb_rotary",
-    "seconds", "shared_seconds",
-)
+from kamera.job.rows import ROW_COLUMNS
+
 ATTENTION = {"kimi_vl_a3b": "MLA", "tiny_kimi": "MLA", "deepseek_vl_7b": "MHA", "llava_1_5_7b": "MHA",
              "phi3_5_vision": "MHA", "tiny_llava": "MHA"}
 ETA_FLOOR = 1e-4

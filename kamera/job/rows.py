@@ -1,0 +1,42 @@
+"""One row per (item, plugin), for both item shapes: the job's keys, the item's ids, the plugin's ids, then
+its measures; :data:`ROW_COLUMNS` is the one column list every row carries (a window row adds its own
+columns after them: ``shape``, ``probe``, ``setting``, ``variant`` … of docs/window.md)."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from kamera.job.spec import DTYPES, Spec
+
+JOB_COLUMNS = ("group", "job_key", "config_key", "model", "family", "attention", "dtype", "bench", "seed")
+ITEM_COLUMNS = ("item_id", "subset", "split", "cluster_key")
+PLUGIN_COLUMNS = ("arm", "arm_name", "knobs")  # the arm, or a window job's window probe
+MEASURE_COLUMNS = (
+    "params", "rank", "effective_rank", "effective_rotary_rank", "n_b", "delta", "kl", "kl_blind", "eta",
+    "kl_oracle", "flip", "recovered", "pred", "gold", "correct", "n_choices", "bytes", "bytes_frac", "patch_dtype",
+    "forwards", "recomputed_tokens", "e90_nb_content", "e90_nb_rotary", "seconds", "shared_seconds",
+)
+ROW_COLUMNS = JOB_COLUMNS + ITEM_COLUMNS + PLUGIN_COLUMNS + MEASURE_COLUMNS
+
+
+def job_keys(cfg: DictConfig, key: str, ckey: str) -> dict:
+    """The job's columns of every row: its group, job and config keys, the model's family and attention kind."""
+    from kamera.models import entry
+
+    e = entry(cfg.model.name)
+    return {
+        "group": cfg.group, "job_key": key, "config_key": ckey, "model": cfg.model.name, "family": e.family,
+        "attention": e.attention, "dtype": DTYPES[cfg.model.dtype], "bench": cfg.bench.name, "seed": cfg.seed,
+    }
+
+
+def row(keys: dict, item: object, spec: Spec, measures: dict, tag: dict | None = None) -> dict:
+    """One row: ``keys`` (:func:`job_keys`), the item's ids, ``tag`` (the shape's own marks), the plugin's label,
+    name and knobs, then ``measures``; ValueError naming any measure of :data:`MEASURE_COLUMNS` left out (a bug)."""
+    out = {**keys, "item_id": item.item_id, "subset": item.subset, "split": item.split,
+           "cluster_key": item.cluster_key, **(tag or {}), "arm": spec.label, "arm_name": spec.plugin.name,
+           "knobs": spec.key, **measures}
+    missing = [c for c in MEASURE_COLUMNS if c not in out]
+    if missing:
+        raise ValueError(f"a row of {spec.label} on item {item.item_id} lacks the columns {missing}")
+    return out
