@@ -32,6 +32,7 @@ from kamera.models import load_model
 from kamera.models.base import place
 from kamera.reuse.context import ReuseContext
 
+pytestmark = pytest.mark.shaped
 SHAPED = native_shaped_models()  # Kimi-VL and Phi-3.5-V: tests/models_remote (shaped_support.REMOTE)
 
 

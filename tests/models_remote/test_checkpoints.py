@@ -30,6 +30,7 @@ def names_and_shapes(name: str, path: Path) -> list[tuple[str, tuple[int, ...]]]
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.shaped
 def test_shaped_checkpoint_has_the_hub_layout(shaped, name):
     path = shaped(name)
     for f in ("config.json", "preprocessor_config.json", "generation_config.json", "tokenizer.json",
@@ -96,6 +97,7 @@ def load(name: str, path: Path):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.shaped
 def test_one_renamed_tensor_fails_naming_it(shaped, name, tmp_path):
     path = variant(shaped(name), tmp_path / "ckpt")
     renamed = {}
@@ -116,6 +118,7 @@ def test_one_renamed_tensor_fails_naming_it(shaped, name, tmp_path):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.shaped
 def test_extra_and_misshaped_tensors_fail_naming_them(shaped, name, tmp_path):
     extra = variant(shaped(name), tmp_path / "extra")
     rewrite_shard(extra, lambda t: t | {"model.extra.weight": torch.zeros(2)})
@@ -135,6 +138,7 @@ def test_extra_and_misshaped_tensors_fail_naming_them(shaped, name, tmp_path):
     assert victim["name"] in str(err.value)
 
 
+@pytest.mark.shaped
 def test_index_shard_disagreement_and_corrupt_shard_fail(shaped, tmp_path):
     src = shaped("kimi_vl_a3b")
     path = variant(src, tmp_path / "index")
@@ -163,6 +167,7 @@ def test_index_shard_disagreement_and_corrupt_shard_fail(shaped, tmp_path):
     ("phi3_5_vision", ("rope_scaling", "type"), "linear", "rope_scaling"),
     ("phi3_5_vision", ("embd_layer", "hd_transform_order"), "glb_sub", "hd_transform_order"),
 ])
+@pytest.mark.shaped
 def test_config_the_native_classes_do_not_implement_fails(shaped, tmp_path, name, field, value, match):
     path = variant(shaped(name), tmp_path / "ckpt")
     hub = json.loads((path / "config.json").read_text())
@@ -176,6 +181,7 @@ def test_config_the_native_classes_do_not_implement_fails(shaped, tmp_path, name
         load(name, path)
 
 
+@pytest.mark.shaped
 def test_tokenizer_with_a_special_at_the_wrong_id_fails(shaped, tmp_path):
     path = variant(shaped("phi3_5_vision"), tmp_path / "ckpt")
     tok = json.loads((path / "tokenizer.json").read_text())
@@ -241,12 +247,14 @@ def test_gdn_hybrid_names_its_cacheless_layers():
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.shaped
 def test_preflight_accepts_the_mapped_models(shaped, tmp_path, name):
     link = tmp_path / {"kimi_vl_a3b": "Kimi-VL-A3B-Instruct", "phi3_5_vision": "Phi-3.5-vision-instruct"}[name]
     link.symlink_to(shaped(name))
     assert preflight(compose_config([f"model={name}", f"paths.models={tmp_path}", "bench=synthetic"])) == []
 
 
+@pytest.mark.shaped
 def test_writer_refuses_a_directory_holding_a_checkpoint_and_too_few_clip_layers(shaped, tmp_path):
     with pytest.raises(FileExistsError, match="is not empty"):
         shaped_writer("kimi_vl_a3b")(shaped("kimi_vl_a3b"))

@@ -26,6 +26,8 @@ from kamera.reuse.context import ReuseContext
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import remote_reference
 
+pytestmark = pytest.mark.shaped
+
 
 @pytest.fixture(scope="module", params=["kimi_vl_a3b", "phi3_5_vision"])
 def name(request) -> str:
