@@ -186,6 +186,7 @@ def test_open_answer_items_are_greedy_decoded_and_scored(tmp_path):
     assert (rows["forwards"] == 0).all()  # greedy decoding is scoring, not the arm: re-prefill and blind run none
 
 
+@pytest.mark.integration
 def test_resume_after_kill_loses_nothing_and_duplicates_nothing(tmp_path):
     overrides = ("model=tiny_qwen2_5_vl", ARMS3, "n_items=6")
     proc = cli(tmp_path, *overrides, start_new_session=True)
@@ -205,6 +206,7 @@ def test_resume_after_kill_loses_nothing_and_duplicates_nothing(tmp_path):
     assert rows.groupby(["item_id", "arm"]).size().eq(1).all()
 
 
+@pytest.mark.integration
 def test_multirun_with_the_local_submitit_launcher(tmp_path):
     out = finish(cli(tmp_path, "testbed=tiny_qwen2_5_vl,tiny_kimi", ARMS3, "n_items=2", "launcher=submitit_local",
                      multirun=True))
@@ -286,6 +288,7 @@ def fake_bin(tmp_path: Path, **scripts: str) -> Path:
     return bin_dir
 
 
+@pytest.mark.integration
 def test_plain_sbatch_array_writes_the_same_shard_as_hydra(tmp_path):
     """SLURM/array.sbatch runs one manifest line (srun faked) into the store a Hydra job would use; the line
     is the sweep's shell-quoted manifest line, with a space and a quote in a value."""
@@ -310,6 +313,7 @@ def test_plain_sbatch_array_writes_the_same_shard_as_hydra(tmp_path):
     assert digest(meta["identity"]) == rows["job_key"].iloc[0] and meta["runs"][0]["slurm"]["SLURM_ARRAY_JOB_ID"] == "77"
 
 
+@pytest.mark.integration
 def test_the_sbatch_scripts_submit_themselves_and_create_their_log_folder(tmp_path):
     """Outside Slurm, SLURM/array.sbatch MANIFEST submits itself as an array of the manifest's length (and
     driver.sbatch itself), after creating logs/slurm/ (Slurm opens --output before the script runs)."""

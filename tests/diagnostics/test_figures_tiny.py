@@ -15,6 +15,8 @@ from experiments import common
 from kamera.run import runner
 from kamera.sweep import compose_config, expand
 
+pytestmark = pytest.mark.integration  # the session fixture sweeps and renders every twin; make dry runs
+
 ROOT = Path(__file__).resolve().parents[2]
 TWINS = ("fig3_tiny", "fig4_tiny", "fig8_tiny", "fig11_tiny", "fig12_tiny")
 SMALL = {"fig11_tiny": ["per_bench.synthetic.probes=[{ttft_tiny:{sizes:[16,32],frame_px:112,repeats:1}}]"]}

@@ -21,6 +21,8 @@ from kamera.job import store
 from kamera.run import runner
 from kamera.sweep import expand
 
+pytestmark = pytest.mark.integration  # the session fixture runs and renders every twin
+
 # each twin at two items on one or two of its testbeds (overrides of the composed tiny config)
 TWINS = {
     "table4": ["testbed=toy_binding,tiny_kimi"],

@@ -33,6 +33,7 @@ def test_a_typoed_experiment_or_testbed_fails_listing_the_valid_ones(override, v
     assert main(["--check", override]) == 1 and f"\t{valid}" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_a_typoed_experiment_fails_the_cli_without_running_a_job(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "kamera.run", "experiment=tabel3_tiny",
                            f"paths.results={tmp_path}/raw"], cwd=ROOT, env=env(), capture_output=True, text=True,

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from pipeline_support import ROOT, env, job_config
 
 from experiments import fig5
@@ -17,6 +18,7 @@ from kamera.sweep import status
 SMOKE = ("experiment=table3_tiny", "testbed=tiny_llava", "n_items=1", "arms=[reprefill,blind]")
 
 
+@pytest.mark.integration
 def test_render_reads_the_sweeps_results_root_from_any_working_directory(tmp_path, monkeypatch, capsys):
     work = tmp_path / "work"
     work.mkdir()
@@ -66,6 +68,7 @@ def test_fig5_renders_from_a_sweep_with_effective_ranks(tmp_path, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.integration
 def test_make_render_and_status_are_targets(tmp_path):
     """``make render EXP=…`` renders only (no sweep) and ``make status`` lists jobs; both from stored rows."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # also under make test

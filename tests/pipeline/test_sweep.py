@@ -37,7 +37,10 @@ def multirun(overrides: list[str], tmp_path) -> list[tuple[list[str], dict]]:
     return seen
 
 
-CASES = [[f"experiment={e}"] for e in EXPERIMENTS] + [[f"experiment={e}", *x] for e, xs in EXTRA.items() for x in xs]
+# every experiment against Hydra's own multirun is the integration tier (about 70 s on 2 cores); the cases
+# with a user's overrides stay in `make test`
+CASES = [pytest.param([f"experiment={e}"], marks=pytest.mark.integration) for e in EXPERIMENTS] + [
+    [f"experiment={e}", *x] for e, xs in EXTRA.items() for x in xs]
 
 
 @pytest.mark.parametrize("overrides", CASES, ids=" ".join)
