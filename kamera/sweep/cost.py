@@ -53,7 +53,7 @@ from omegaconf import OmegaConf
 
 from kamera.job import CONF_DIR, job_specs, shape_of
 from kamera.models.flops import Forward, paper_model_flops
-from kamera.sweep.expand import compose_config, expand, paper_experiments
+from kamera.sweep.expand import compose_config, composed, paper_experiments
 
 H100_BF16_FLOPS = 989e12
 MFU = 0.35
@@ -130,8 +130,7 @@ def experiment_hours(overrides: list[str], tokens: dict[str, int] | None = None)
     any others); ``tokens`` replaces a benchmark's stated tokens per item (per chunk for a window benchmark).
     Jobs whose model has no readable published config count 0 and carry NaN and the reason."""
     rows, seen = [], set()
-    for job in expand(overrides):
-        cfg = compose_config(job)
+    for _, cfg in composed(overrides):
         name = str(cfg.bench.name)
         seen.add(name)
         if tokens and name in tokens:

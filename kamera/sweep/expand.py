@@ -74,6 +74,12 @@ def expand(overrides: Sequence[str] | None = None) -> list[list[str]]:
     return recorder.jobs
 
 
+def composed(overrides: Sequence[str] | None = None) -> list[tuple[list[str], DictConfig]]:
+    """Every job of the sweep ``overrides`` describes, as (its overrides, its composed config), in launch order:
+    the one loop over a sweep that status, the cost estimate, the rehearsal and ``--check`` share."""
+    return [(job, compose_config(job)) for job in expand(overrides)]
+
+
 def paper_experiments() -> list[str]:
     """Experiment configs that run paper models: every conf/experiment file not ending in ``_tiny``."""
     return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml") if not p.stem.endswith("_tiny"))
@@ -101,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             print(manifest_line(job))
         return 0
     problems: dict[str, list[str]] = {}
-    for job in jobs:
-        for p in preflight(compose_config(job)):
+    for job, cfg in composed(args.overrides):
+        for p in preflight(cfg):
             problems.setdefault(p, []).append(" ".join(job))
     if not problems:
         print(f"preflight ok: {len(jobs)} job(s)")

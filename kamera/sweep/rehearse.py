@@ -30,7 +30,7 @@ from kamera.data import BENCHMARKS, make_fixture
 from kamera.models.registry import entry
 from kamera.models.shaped import models_root
 from kamera.sweep.cost import experiment_hours
-from kamera.sweep.expand import compose_config, expand, paper_experiments
+from kamera.sweep.expand import compose_config, composed, paper_experiments
 from kamera.window.bench import WINDOW_BENCHES
 
 # Probes that only time on a GPU, and the CPU probe a rehearsal runs in their place (same code, other device).
@@ -44,11 +44,10 @@ class SweepJob(NamedTuple):
     probes: tuple[str, ...]
 
 
-def sweep_jobs(experiment: str) -> list[SweepJob]:
+def rehearsal_jobs(experiment: str) -> list[SweepJob]:
     """Model, benchmark name, testbed and probe labels of every job of ``experiment``."""
     out = []
-    for job in expand([f"experiment={experiment}"]):
-        cfg = compose_config(job)
+    for job, cfg in composed([f"experiment={experiment}"]):
         testbed = next((o.split("=", 1)[1] for o in job if o.startswith("testbed=")), None)
         probes = tuple(p if isinstance(p, str) else next(iter(p)) for p in (cfg.get("probes") or []))
         out.append(SweepJob(str(cfg.model.name), str(cfg.bench.name), testbed, probes))
@@ -102,7 +101,7 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
     for old in ("results", "outputs"):  # a rehearsal runs every job again (the runner would skip stored rows)
         shutil.rmtree(out / old, ignore_errors=True)
     log.write_text("")
-    jobs = {exp: sweep_jobs(exp) for exp in experiments}
+    jobs = {exp: rehearsal_jobs(exp) for exp in experiments}
     ready = sorted({j.model for js in jobs.values() for j in js if entry(j.model).has_adapter and entry(j.model).shaped})
     missing = sorted({j.model for js in jobs.values() for j in js if j.model not in ready})
     print(f"rehearsing {', '.join(experiments)} on shaped checkpoints ({layers} layers, {vision_layers} vision layers); "

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 from kamera.job import CONF_DIR, Spec, config_key, expected_of, job_specs, results_root
 from kamera.job.store import JobState, Shard, ShardCorruptError, latest, shards
 from kamera.sweep.cost import h100_hours, not_estimated
-from kamera.sweep.expand import SweepError, compose_config, expand
+from kamera.sweep.expand import SweepError, composed
 
 
 @dataclass
@@ -70,8 +70,7 @@ class JobView:
 def sweep_jobs(overrides: list[str]) -> list[JobView]:
     """Every job of the sweep ``overrides`` describes, with its shard and state."""
     views = []
-    for job in expand(overrides):
-        cfg = compose_config(job)
+    for job, cfg in composed(overrides):
         arms, probes = job_specs(cfg)  # a window job's window probes stand where an arm job's arms do
         view = JobView(job, cfg, config_key(cfg), arms, probes)
         try:

@@ -13,8 +13,9 @@ from shaped_support import need_real_tokenizer
 
 from kamera.models import entry
 from kamera.models.shaped.__main__ import main as shaped_main
+from kamera.sweep import paper_experiments
 from kamera.sweep.rehearse import main as rehearse_main
-from kamera.sweep.rehearse import paper_experiments, selection, sweep_jobs
+from kamera.sweep.rehearse import rehearsal_jobs, selection
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_rehearse_runs_table3_and_fig5_end_to_end_on_shaped_checkpoints(shaped_cache, tmp_path):
     """Through the command line only, on fixture data: every job of both sweeps (Qwen2.5-VL, Qwen3-VL, Qwen3-Omni
     and Kimi-VL, all with adapters and writers) writes its rows."""
-    ready = sorted({j.model for e in ("table3", "fig5") for j in sweep_jobs(e)})
+    ready = sorted({j.model for e in ("table3", "fig5") for j in rehearsal_jobs(e)})
     assert "kimi_vl_a3b" in ready and all(entry(m).has_adapter and entry(m).shaped for m in ready)
     for m in ready:
         need_real_tokenizer(m)
@@ -50,11 +51,11 @@ def test_a_testbed_sweep_is_narrowed_by_testbed_and_gpu_probes_get_their_cpu_twi
     """Fig. 10 sweeps testbeds: the rehearsal keeps the testbeds whose model is ready (a model= override would
     run that model on every testbed, audio options included); Fig. 11's ttft_cuda probe times on CPU as ttft."""
     ready = {"kimi_vl_a3b", "qwen2_5_vl_7b", "qwen3_vl_8b"}
-    (narrow,) = selection(sweep_jobs("fig10"), ready)
+    (narrow,) = selection(rehearsal_jobs("fig10"), ready)
     assert narrow.startswith("testbed=choice(") and "qwen2_5_omni_7b_audio" not in narrow
     assert "kimi_vl_a3b_mmlongbench_doc" in narrow and "qwen2_5_vl_7b_videomme" in narrow
-    assert selection(sweep_jobs("fig11"), ready) == ["model=choice(kimi_vl_a3b,qwen2_5_vl_7b)", "probes=[ttft]"]
-    assert selection(sweep_jobs("table3"), {"qwen2_5_vl_7b"}) == ["model=choice(qwen2_5_vl_7b)"]
+    assert selection(rehearsal_jobs("fig11"), ready) == ["model=choice(kimi_vl_a3b,qwen2_5_vl_7b)", "probes=[ttft]"]
+    assert selection(rehearsal_jobs("table3"), {"qwen2_5_vl_7b"}) == ["model=choice(qwen2_5_vl_7b)"]
 
 
 def test_every_non_tiny_experiment_is_a_paper_experiment():
