@@ -27,3 +27,18 @@ def tiny():
         return cache[(name, dtype)]
 
     return get
+
+
+SHAPED_FIXTURES = {"shaped_cache", "shaped_root", "shaped", "remote"}  # tests/shaped_fixtures.py, models_remote
+CANARY = "smolvlm2"  # the one shaped checkpoint `make test` writes (tests/models/test_shaped.py)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Keep the tiers honest: a test on shaped checkpoints (GBs each; up to ~32 GB in pytest's basetemp
+    without ``$KAMERA_SHAPED``) carries the ``shaped`` mark, unless it runs the SmolVLM2 canary."""
+    stray = [item.nodeid for item in items
+             if SHAPED_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("shaped") is None
+             and CANARY not in getattr(getattr(item, "callspec", None), "params", {}).values()]
+    if stray:
+        raise pytest.UsageError("tests on shaped checkpoints must be marked @pytest.mark.shaped (only the "
+                                f"{CANARY} canary stays in make test): " + ", ".join(stray))
