@@ -19,27 +19,22 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from experiments.common import STYLE, load, publish, save_figure, write_text
-from experiments.windows import eta_cell, footnote, mean_of, models, num, records, write_table
+from experiments.common import (
+    STYLE,
+    cli,
+    document,
+    figure_outputs,
+    footer_below,
+    markdown_rows,
+    paper_or,
+    partial_tag,
+    table_outputs,
+)
+from experiments.windows import eta_cell, mean_of, models, num, records
 from kamera.metrics import flip_recover
 from kamera.window.summary import mean, median, select
 
 PROBES = ("divergent", "excess", "refresh")
-# App. D of the paper, Qwen2.5-VL (GQA) unless the model says otherwise: (model, probe, setting, variant) → value.
-PAPER_APPD = {
-    ("qwen2_5_vl_7b", "divergent", "drop_duplicate", "transfer"): "0.92",
-    ("qwen2_5_vl_7b", "divergent", "drop_duplicate", "exact"): "0.92",
-    ("qwen2_5_vl_7b", "divergent", "reorder", "transfer"): "0.76–0.77",
-    ("qwen2_5_vl_7b", "divergent", "replace_one", "transfer"): "0.76–0.77",
-    ("qwen2_5_vl_7b", "divergent", "replace_all", "transfer"): "−3.5 (divergence 0.43)",
-    ("qwen2_5_vl_7b", "divergent", "replace_all", "exact"): "0.95",
-    **{("qwen2_5_vl_7b", "excess", f"d={d}", "stale_matched"): v for d, v in enumerate(("0.93", "0.71", "0.39", "0.08"))},
-    **{("qwen2_5_vl_7b", "excess", f"d={d}", "rebuilt"): "≈ 0.92" for d in range(4)},
-    **{("qwen2_5_vl_7b", "refresh", f"d={d}", "patch_update"): "0.81–0.91" for d in range(4)},
-    **{("qwen3_vl_8b", "refresh", f"d={d}", "patch_update"): "0.94–0.98" for d in range(4)},
-    **{("qwen2_5_vl_7b", "refresh", f"d={d}", "deep_refresh"): "≥ 0.90" for d in range(4)},
-    ("qwen2_5_vl_7b", "refresh", "d=3", "shallow_refresh"): "down to 0.37",
-}
 PANELS = (("divergent", "perturbation", ("transfer", "exact", "blind")),
           ("excess", "distractors", ("stale_matched", "stale_superset", "rebuilt", "blind")),
           ("refresh", "swapped", ("stale", "patch_update", "deep_refresh", "shallow_refresh", "blind")))
@@ -57,13 +52,17 @@ def groups(rows: pd.DataFrame) -> list[tuple[str, str, str, str, list[dict]]]:
     return out
 
 
-def table(rows: pd.DataFrame) -> pd.DataFrame:
+def table(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
+    """One line per (model, probe, setting, variant); the paper's value (conf/experiment/appd.yaml
+    ``paper.values``: model → probe → setting → variant) where it states one."""
+    values = paper_or(paper, "appd").get("values", {})
     out = {}
     for model, a, probe, setting, variant, got in groups(rows):
         div = mean_of(got, "divergence") if probe == "divergent" else float("nan")
         out[(f"{model} ({a})", probe, setting, variant)] = [
             eta_cell(r["eta"] for r in got), num(flip_recover([r["flip"] for r in got], [r["recovered"] for r in got])),
-            sum(bool(r["flip"]) for r in got), num(div, 3), PAPER_APPD.get((model, probe, setting, variant), ""),
+            sum(bool(r["flip"]) for r in got), num(div, 3),
+            values.get(model, {}).get(probe, {}).get(setting, {}).get(variant, ""),
         ]
     frame = pd.DataFrame.from_dict(out, orient="index",
                                    columns=["η mean [95% CI]", "flip-recover", "flips", "divergence", "paper"])
@@ -104,22 +103,20 @@ def plot(data: pd.DataFrame, title: str, footer: str = "") -> plt.Figure:
             ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.4), ncol=2)
         fig.suptitle(title, fontsize=8)
         fig.tight_layout()
-        footnote(fig, footer)
+        footer_below(fig, footer)
     return fig
 
 
 def figure_markdown(data: pd.DataFrame, group: str, footer: str = "") -> str:
-    lines = [f"**App. D ({group})** — η per panel point: mean / median over items with a measurable deficit", "",
-             "| model | probe | x | variant | n | η mean | η median |", "|---" * 7 + "|"]
-    lines += [f"| {r['model']} ({r['arch']}) | {r['probe']} | {r['x']} | {r['variant']} | {r['n']} | {num(r['eta'])} | "
-              f"{num(r['eta_median'])} |" for _, r in data.iterrows()]
-    if footer:
-        lines.append(f"\n_{footer}_")
-    return "\n".join(lines) + "\n"
+    body = [[f"{r['model']} ({r['arch']})", r["probe"], r["x"], r["variant"], r["n"], num(r["eta"]),
+             num(r["eta_median"])] for _, r in data.iterrows()]
+    return document([f"**App. D ({group})** — η per panel point: mean / median over items with a measurable deficit", "",
+                     *markdown_rows(["model", "probe", "x", "variant", "n", "η mean", "η median"], body)], footer)
 
 
-def render(rows: pd.DataFrame, group: str, tables: Path, figures: Path, footer: str = "") -> tuple[str, list[Path]]:
-    frame = table(rows)
+def render(rows: pd.DataFrame, group: str, tables: Path, figures: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
+    frame = table(rows, paper)
     if frame.empty:
         raise SystemExit(f"{group} has no divergent, excess or refresh window rows")
     notes = ["Divergent: the stored patch formed on A served behind A′ (transfer) vs A′'s own (exact); divergence = 1 − "
@@ -127,23 +124,22 @@ def render(rows: pd.DataFrame, group: str, tables: Path, figures: Path, footer: 
              "position-matched (stale_matched) or formed without them and relocated (stale_superset), vs rebuilt. "
              "Refresh: after d of K = 4 antecedent chunks were swapped, the stale KV vs a rank-32 patch update, the deep "
              "three quarters re-prefilled, or the shallow quarter only. Paper: App. D of the preprint."]
-    md, paths = write_table(frame, tables, f"App. D ({group}) — the drift envelope",
-                            f"Divergent antecedents, excess context and the cheapest refresh ({group}).",
-                            f"tab:{group}", footer, notes)
+    tag = partial_tag(footer)
+    md, paths = table_outputs(frame, tables, f"App. D ({group}) — the drift envelope{tag}",
+                              f"Divergent antecedents, excess context and the cheapest refresh ({group}).",
+                              f"tab:{group}", footer, notes, math=False)
     data = curve(rows)
-    partial = ", partial" if footer.startswith("PARTIAL") else ""
-    fig = plot(data, f"App. D ({group}{partial}): median η of the stored / refreshed chunk (means in the table)",
-               footer)
-    paths += [*save_figure(fig, figures), write_text(figures.with_suffix(".md"), figure_markdown(data, group, footer))]
-    return md, paths
+    fig = plot(data, f"App. D ({group}{tag}): median η of the stored / refreshed chunk (means in the table)", footer)
+    _, figure_paths = figure_outputs(fig, figure_markdown(data, group, footer), figures, footer, place=None)
+    return md, [*paths, *figure_paths]
 
 
 def main(argv: list[str] | None = None) -> None:
-    exp = load(__doc__.split("\n\n")[0], "appd", argv)
-    figure = exp.out.with_name(exp.out.name + "_figure") if exp.out else exp.stem("figure")  # --out: one stem each
-    md, paths = render(exp.rows, exp.name, exp.stem("table"), figure, exp.footer)
-    print(md)
-    publish(exp, paths)
+    def draw(exp):
+        figure = exp.out.with_name(exp.out.name + "_figure") if exp.out else exp.stem("figure")  # --out: one stem each
+        return render(exp.rows, exp.name, exp.stem("table"), figure, exp.footer, exp.paper)
+
+    cli(__doc__, "appd", draw, argv)
 
 
 if __name__ == "__main__":

@@ -17,23 +17,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import load, publish
-from experiments.windows import eta_cell, mean_of, models, num, ratio, records, write_table
+from experiments.common import cli, paper_or, partial_tag, table_outputs
+from experiments.windows import eta_cell, mean_of, models, num, ratio, records
 from kamera.window.summary import select
 
-CHECKS = [  # (check, the paper's claim it tests)
-    ("revert: KV bitwise the stored canonical", "exact: overwrite with KV(B|∅), no arithmetic"),
-    ("revert: query bitwise blind reuse", "exact"),
-    ("revert: cost", "free (a copy)"),
-    ("re-add: KV and query bitwise the patched cache", "exact and reversible"),
-    ("re-add: cost", "a single rank-m add"),
-    ("disposability: the call matches whether blind reuse flips the answer", "the answer tells"),
-    ("disposability: items called disposable / load-bearing", "—"),
-    ("disposability: cost per test", "one decode rather than a recompute"),
-    ("forks: every branch reads the one shared canonical", "the canonical is shared"),
-    ("forks: bytes per branch vs a duplicated page", "a per-branch patch, not a duplicated cache"),
-    ("forks: all branches, shared canonical + patches vs duplicated pages", "—"),
-    ("forks: η of a branch's patch", "—"),
+CHECKS = [  # the checks, in order; the paper's claim each tests is conf/experiment/appe.yaml's paper.claims
+    "revert: KV bitwise the stored canonical",
+    "revert: query bitwise blind reuse",
+    "revert: cost",
+    "re-add: KV and query bitwise the patched cache",
+    "re-add: cost",
+    "disposability: the call matches whether blind reuse flips the answer",
+    "disposability: items called disposable / load-bearing",
+    "disposability: cost per test",
+    "forks: every branch reads the one shared canonical",
+    "forks: bytes per branch vs a duplicated page",
+    "forks: all branches, shared canonical + patches vs duplicated pages",
+    "forks: η of a branch's patch",
 ]
 
 
@@ -72,17 +72,19 @@ def column(recs: list[dict], model: str) -> list[str]:
     ]
 
 
-def frame(rows: pd.DataFrame) -> pd.DataFrame:
+def frame(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
+    claims = paper_or(paper, "appe").get("claims", {})
     recs = [r for r in records(rows) if r["probe"] in ("revert", "disposability", "forks")]
-    table = pd.DataFrame({"paper (App. E)": [claim for _, claim in CHECKS]}, index=[c for c, _ in CHECKS])
+    table = pd.DataFrame({"paper (App. E)": [claims.get(c, "–") for c in CHECKS]}, index=list(CHECKS))
     for model, a in models(recs):
         table[f"{model} ({a})"] = column(recs, model)
     table.index.name = "check"
     return table
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    table = frame(rows)
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
+    table = frame(rows, paper)
     if table.shape[1] == 1:
         raise SystemExit(f"{group} has no revert, disposability or forks window rows")
     notes = ["The chunk behind a k-chunk window, patched at rank 32 in the live cache. Revert: its slots overwritten with "
@@ -90,15 +92,12 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tupl
              "the patch on and after the revert; the call (disposable = the answer did not move) is right when it agrees "
              "with whether blind reuse flips the re-prefill decision. Forks: one branch per recall window of the chunk, "
              "each a rank-32 patch over the one shared canonical; a duplicated cache stores the chunk's page per branch."]
-    return write_table(table, stem, f"App. E ({group}) — reversible edits, checked",
-                       f"Conditioning as a reversible switch ({group}).", f"tab:{group}", footer, notes)
+    return table_outputs(table, stem, f"App. E ({group}) — reversible edits, checked{partial_tag(footer)}",
+                         f"Conditioning as a reversible switch ({group}).", f"tab:{group}", footer, notes, math=False)
 
 
 def main(argv: list[str] | None = None) -> None:
-    exp = load(__doc__.split("\n\n")[0], "appe", argv)
-    md, paths = render(exp.rows, exp.name, exp.stem("table"), exp.footer)
-    print(md)
-    publish(exp, paths)
+    cli(__doc__, "appe", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,14 @@
 """What every table and figure shares: exactly the experiment's rows, CI cells, the paper's numbers,
 a provenance footer and byte-stable output.
 
+A renderer is ``experiments/<name>.py``: one ``render(…)`` (a pure function of rows, probe records and the
+paper's values, returning its markdown and the paths it wrote) and ``main = cli(__doc__, "<name>", draw)``.
+It writes through the helpers here only: :func:`markdown_table` / :func:`markdown_rows` / :func:`document`
+(markdown), :func:`latex_table` (LaTeX), :func:`table_outputs` and :func:`figure_outputs` (the files),
+:func:`partial_tag` (the title's ", partial"). The paper's values it prints come from the experiment's
+``paper:`` block (``conf/experiment/<name>.yaml``; the composed config's ``paper`` key, see
+:func:`paper_values`); ``python -m experiments.common --docs`` writes them into docs/reproduction.md.
+
 A renderer reads the jobs of its experiment as Hydra expands them with the same overrides the sweep
 ran with (:func:`kamera.sweep.status.sweep_jobs`), from the results root the runner resolves
 (``paths.results``: KAMERA_RESULTS, else ``results/raw`` under the working directory), and counts
@@ -10,6 +18,7 @@ commit (and whether it was dirty), package versions, device and dtype its rows c
 
     python -m experiments.common experiment=table3_tiny [overrides…] [--allow-partial]   # make render EXP=…
     python experiments/table3.py experiment=table3_tiny [overrides…] [--allow-partial] [--out STEM]
+    python -m experiments.common --docs [--check]   # docs/reproduction.md's paper values from the paper: blocks
 
 Tables and figures are pure functions of the rows; nothing here loads a model or runs a forward.
 """
@@ -17,6 +26,8 @@ Tables and figures are pure functions of the rows; nothing here loads a model or
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import importlib
 import json
 import os
@@ -33,6 +44,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from omegaconf import OmegaConf
 
 from kamera.job.store import ShardCorruptError, atomic_write_text
 from kamera.metrics import bootstrap_ci
@@ -44,14 +56,33 @@ STYLE = Path(__file__).resolve().parent / "paper.mplstyle"
 FULL_WIDTH = 6.75  # inches: a multi-panel figure spans two of the style's 3.25 in columns and the gap between
 ERRORBAR = {"elinewidth": 0.6, "capsize": 1.0, "capthick": 0.6}  # error bars of bar charts (95% CIs)
 
-# The paper's numbers (EXPERIMENTS.md), keyed by our model / subset / arm names.
-PAPER_TABLE3 = {
-    ("qwen2_5_vl_7b", "reasoning-image"): {"reprefill": 0.59, "blind": 0.41, "patch_r16": 0.64, "patch_r64": 0.59},
-    ("qwen2_5_vl_7b", "retrieval-image"): {"reprefill": 0.74, "blind": 0.38, "patch_r16": 0.72, "patch_r64": 0.70},
-    ("kimi_vl_a3b", "reasoning-image"): {"reprefill": 0.80, "blind": 0.57, "patch_r16": 0.79, "patch_r64": 0.82},
-    ("kimi_vl_a3b", "retrieval-image"): {"reprefill": 0.55, "blind": 0.35, "patch_r16": 0.52, "patch_r64": 0.55},
-}
-PAPER_FIG5_MLA_BLIND_FLOOR = 0.44  # Kimi-VL blind-reuse KL in Fig. 5
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "conf" / "experiment"  # <name>.yaml (paper scale, with its paper: block) and <name>_tiny.yaml
+DOCS = ROOT / "docs" / "reproduction.md"
+
+
+def artifacts() -> list[str]:
+    """Every paper table and figure: each ``<name>`` of conf/experiment with both ``<name>.yaml`` and
+    ``<name>_tiny.yaml`` (the Makefile's ARTIFACTS and the tests' lists are read off the same files)."""
+    return sorted(p.stem for p in EXPERIMENTS.glob("*.yaml")
+                  if not p.stem.endswith("_tiny") and (EXPERIMENTS / f"{p.stem}_tiny.yaml").exists())
+
+
+@functools.cache
+def _paper_block(experiment: str) -> dict:
+    cfg = OmegaConf.load(EXPERIMENTS / f"{experiment}.yaml")
+    return OmegaConf.to_container(cfg.get("paper") or OmegaConf.create({}), resolve=True)
+
+
+def paper_values(experiment: str) -> dict:
+    """The ``paper:`` block of conf/experiment/<experiment>.yaml as plain data: the paper's values a renderer
+    prints beside ours (a renderer called without ``paper=`` reads its own experiment's)."""
+    return copy.deepcopy(_paper_block(experiment))
+
+
+def paper_or(paper: dict | None, experiment: str) -> dict:
+    """``paper`` (the composed config's ``paper`` block, as :class:`Experiment` carries it), else the file's."""
+    return paper_values(experiment) if paper is None else paper
 
 
 @dataclass
@@ -68,6 +99,7 @@ class Experiment:
     figures: Path
     out: Path | None
     tracking: str
+    paper: dict  # the composed config's paper: block (the paper's values; {} without one)
 
     def stem(self, kind: str) -> Path:
         """Where an output goes: ``--out`` if given, else <paths.tables | paths.figures>/<experiment>."""
@@ -116,9 +148,10 @@ def load(description: str, default_experiment: str, argv: list[str] | None = Non
         raise SystemExit(str(err)) from None
     if rows.empty and probes.empty:
         raise SystemExit(f"{cfg.group}: no stored rows for its {len(unique)} job(s) under {cfg.paths.results}")
+    paper = OmegaConf.to_container(cfg.paper, resolve=True) if cfg.get("paper") is not None else {}
     return Experiment(cfg.group, unique, rows, probes, incomplete, footer(readable, incomplete),
                       Path(cfg.paths.tables), Path(cfg.paths.figures), Path(args.out) if args.out else None,
-                      args.tracking)
+                      args.tracking, paper)
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -170,13 +203,16 @@ def write_text(path: Path, text: str) -> Path:
     return path
 
 
-def save_figure(fig: plt.Figure, stem: Path, footer: str = "") -> list[Path]:
-    """PDF (no creation date: reruns are byte-identical) and PNG, with the footer in small type below the
-    first axes' x label."""
-    if footer:
+def save_figure(fig: plt.Figure, stem: Path, footer: str = "", place: str | None = "axes") -> list[Path]:
+    """PDF (no creation date: reruns are byte-identical) and PNG, with the footer in small type: below the first
+    axes' x label (``place="axes"``), or centred under the whole grid of panels (``"figure"``); ``None`` when
+    the figure already carries it (:func:`footer_below`, drawn inside the style context)."""
+    if footer and place == "axes":
         ax = fig.axes[0]
         ax.annotate("\n".join(textwrap.wrap(footer, 110)), xy=(0.5, 0), xycoords=ax.xaxis.label, xytext=(0, -4),
                     textcoords="offset points", ha="center", va="top", fontsize=3.5)
+    elif footer and place == "figure":
+        fig.text(0.5, 0.0, "\n".join(textwrap.wrap(footer, 160)), ha="center", va="top", fontsize=4)
     stem.parent.mkdir(parents=True, exist_ok=True)
     pdf, png = stem.with_suffix(".pdf"), stem.with_suffix(".png")
     opts = {"bbox_inches": "tight", "pad_inches": 0.02}
@@ -186,7 +222,15 @@ def save_figure(fig: plt.Figure, stem: Path, footer: str = "") -> list[Path]:
     return [pdf, png]
 
 
-# ----- what the renderers of Tables 4–8 and Figs. 6, 7, 9, 10 share -------------------------------
+def footer_below(fig: plt.Figure, footer: str) -> None:
+    """The provenance footer in small type below everything drawn, for figures with several rows of axes and
+    legends below them (call it last inside the style context, then save with ``place=None``)."""
+    if footer:
+        bottom = fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight()  # figure fraction
+        fig.text(0.0, bottom - 0.005, "\n".join(textwrap.wrap(footer, 160)), ha="left", va="top", fontsize=3.5)
+
+
+# ----- what every renderer shares ----------------------------------------------------------------------
 def cli(doc: str, default: str, draw: Callable[[Experiment], tuple[str, list[Path]]],
         argv: list[str] | None = None) -> None:
     """A renderer's ``main``: load the experiment's rows, ``draw`` them, print the markdown, publish."""
@@ -237,11 +281,6 @@ def kl_fmt(value: float) -> str:
     return f"{value:.2g}"
 
 
-def pct_fmt(value: float) -> str:
-    """A fraction as a percentage: '68%'."""
-    return f"{100 * value:.0f}%"
-
-
 def with_paper(cell: str, paper: float | str | None, fmt: Callable[[float], str] = "{:.2f}".format) -> str:
     """``cell`` with the paper's value beside it, '0.41 [0.3, 0.5] (paper 0.41)', where the paper has one."""
     if paper is None or (isinstance(paper, float) and np.isnan(paper)):
@@ -265,17 +304,26 @@ def natural_order(labels, first: list[str] = ()) -> list[str]:
     return head + [a for a in present if a not in head]
 
 
-def markdown_table(frame: pd.DataFrame, title: str, footer: str = "", notes: list[str] = ()) -> str:
-    """A titled markdown table of ``frame`` (index = first column; tuple column names joined by ' · '),
-    notes below it and the footer last."""
+def markdown_rows(header: list[str], rows: list[list]) -> list[str]:
+    """Markdown table lines: the header, the separator and one line per row (cells as ``str``)."""
+    return ["| " + " | ".join(map(str, header)) + " |", "|---" * len(header) + "|",
+            *["| " + " | ".join(map(str, r)) + " |" for r in rows]]
+
+
+def document(lines: list[str], footer: str = "") -> str:
+    """Markdown lines, the footer last (in italics, after a blank line)."""
+    return "\n".join([*lines, *([f"\n_{footer}_"] if footer else [])]) + "\n"
+
+
+def markdown_table(frame: pd.DataFrame, title: str, footer: str = "", notes: list[str] = (), subtitle: str = "") -> str:
+    """A markdown table of ``frame`` (its index levels the first columns; tuple column names joined by ' · ')
+    under the bold ``title`` (and `` — subtitle`` in plain type), each note below it after a blank line and
+    the footer last."""
     names = [" · ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in frame.columns]
-    lines = [f"**{title}**", "", "| " + " | ".join([str(frame.index.name or ""), *names]) + " |",
-             "|---" * (len(names) + 1) + "|"]
-    lines += ["| " + " | ".join([str(i), *map(str, row)]) + " |" for i, row in frame.iterrows()]
-    lines += [f"\n{n}" for n in notes]
-    if footer:
-        lines.append(f"\n_{footer}_")
-    return "\n".join(lines) + "\n"
+    index = [str(n or "") for n in frame.index.names]
+    body = [[*(i if isinstance(i, tuple) else (i,)), *row] for i, row in frame.iterrows()]
+    head = f"**{title}**" + (f" — {subtitle}" if subtitle else "")
+    return document([head, "", *markdown_rows([*index, *names], body), *[f"\n{n}" for n in notes]], footer)
 
 
 LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -291,13 +339,17 @@ def latex_text(text: str) -> str:
     return "".join(LATEX_ESCAPES.get(c, c) for c in text)
 
 
-def latex_table(frame: pd.DataFrame, caption: str, label: str, footer: str = "") -> str:
-    """``frame`` as a booktabs LaTeX table: cells and the plain-text ``caption`` escaped, symbols as math (so
-    pdflatex compiles it), the footer as a leading comment."""
-    styler = frame.rename_axis(None).style.format(escape="latex").format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
-    tex = styler.to_latex(hrules=True, caption=latex_text(caption), label=label,
+def latex_table(frame: pd.DataFrame, caption: str, label: str, footer: str = "", math: bool = True) -> str:
+    """``frame`` as a booktabs LaTeX table, cells escaped, the footer as a leading comment. ``math``: the
+    plain-text ``caption`` escaped too and symbols set as math, so pdflatex compiles it without a unicode
+    package (the row index's name dropped); ``math=False``: the caption is LaTeX already, the index names are
+    kept and symbols stay UTF-8 (Tables 1–3, App. D / E)."""
+    styler = (frame.rename_axis(None) if math else frame).style.format(escape="latex")
+    styler = styler.format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
+    tex = styler.to_latex(hrules=True, caption=latex_text(caption) if math else caption, label=label,
                           column_format="l" + "c" * len(frame.columns), multicol_align="c", position_float="centering")
-    tex = "".join(LATEX_SYMBOLS.get(c, c) for c in tex)
+    if math:
+        tex = "".join(LATEX_SYMBOLS.get(c, c) for c in tex)
     return f"% {footer}\n{tex}" if footer else tex
 
 
@@ -317,16 +369,20 @@ def arm_table(columns: dict[tuple[str, str], dict[str, str]], counts: dict[tuple
 
 
 def table_outputs(frame: pd.DataFrame, stem: Path, title: str, caption: str, label: str, footer: str = "",
-                  notes: list[str] = ()) -> tuple[str, list[Path]]:
-    """A table's markdown (title, notes, footer) and booktabs LaTeX, written to <stem>.md and <stem>.tex."""
-    md = markdown_table(frame, title, footer, notes)
-    tex = latex_table(frame, caption, label, footer)
+                  notes: list[str] = (), math: bool = True, subtitle: str = "",
+                  index_label: str | None = None) -> tuple[str, list[Path]]:
+    """A table's markdown (:func:`markdown_table`; ``index_label`` names its first column where the frame's
+    index has no name) and booktabs LaTeX (:func:`latex_table`), written to <stem>.md and <stem>.tex."""
+    md = markdown_table(frame.rename_axis(index_label) if index_label else frame, title, footer, notes, subtitle)
+    tex = latex_table(frame, caption, label, footer, math)
     return md, [write_text(stem.with_suffix(".md"), md), write_text(stem.with_suffix(".tex"), tex)]
 
 
-def figure_outputs(fig: plt.Figure, md: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    """A figure's <stem>.pdf (byte-stable) and .png, and its data table <stem>.md."""
-    return md, [*save_figure(fig, stem, footer), write_text(stem.with_suffix(".md"), md)]
+def figure_outputs(fig: plt.Figure, md: str, stem: Path, footer: str = "",
+                   place: str | None = "axes") -> tuple[str, list[Path]]:
+    """A figure's <stem>.pdf (byte-stable) and .png with the footer (:func:`save_figure`'s ``place``), and its
+    data table <stem>.md."""
+    return md, [*save_figure(fig, stem, footer, place), write_text(stem.with_suffix(".md"), md)]
 
 
 def suffixed(stem: Path, suffix: str) -> Path:

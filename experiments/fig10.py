@@ -30,18 +30,13 @@ from experiments.common import (
     interval,
     markdown_table,
     natural_order,
+    paper_or,
     partial_tag,
     require_rows,
 )
 from kamera.sweep.status import why_missing
 
 ARMS = ["reprefill", "blind", "patch_r64", "oracle4d"]
-# Fig. 10 prints no numbers; its two vision-doc settings are Table 4's multi-hop cells (rank-64 patch).
-PAPER = {"vision-doc MLA": {"reprefill": 0.41, "blind": 0.28, "patch_r64": 0.41},
-         "vision-doc GQA": {"reprefill": 0.28, "blind": 0.15, "patch_r64": 0.28}}
-PAPER_NOTE = ("Paper (Fig. 10): vision and video show the gap and the rank-m patch recovers it; audio (Qwen2.5-Omni, "
-              "n = 40, exploratory) a smaller, partly recovered gap; dense text (MuSiQue) and multi-image MC are "
-              "negative controls with no reuse gap. The vision-doc values beside ours are Table 4's.")
 
 
 def matches(rows: pd.DataFrame, spec: dict) -> pd.Series:
@@ -96,14 +91,16 @@ def plot(acc: pd.DataFrame, order: list[str], arms: list[str], missing: dict[str
 
 
 def to_markdown(acc: pd.DataFrame, order: list[str], arms: list[str], missing: dict[str, str], title: str,
-                footer: str) -> str:
+                footer: str, paper: dict | None = None) -> str:
+    """The data table, the paper's accuracies (conf/experiment/fig10.yaml ``paper``) beside ours."""
+    values = paper_or(paper, "fig10")
     table = {}
     for setting in order:
         g = acc[acc["setting"] == setting].set_index("arm")
         if g.empty:
             table[setting] = {"models": "–", "n": "–", **dict.fromkeys(arms, "missing: " + missing.get(setting, "no rows"))}
             continue
-        paper = PAPER.get(setting, {})
+        paper = values.get("settings", {}).get(setting, {})
         line = {"models": ", ".join(sorted(set(", ".join(g["models"]).split(", ")))), "n": str(int(g["n"].max()))}
         for arm in arms:
             cell = "–" if arm not in g.index else f"{g.at[arm, 'acc']:.2f} [{g.at[arm, 'lo']:.2f}, {g.at[arm, 'hi']:.2f}]"
@@ -111,11 +108,11 @@ def to_markdown(acc: pd.DataFrame, order: list[str], arms: list[str], missing: d
         table[setting] = line
     frame = pd.DataFrame(table).T
     frame.index.name = "setting"
-    return markdown_table(frame, f"{title} — accuracy, mean [95% cluster-bootstrap CI]", footer, [PAPER_NOTE])
+    return markdown_table(frame, f"{title} — accuracy, mean [95% cluster-bootstrap CI]", footer, [values["note"]])
 
 
 def render(rows: pd.DataFrame, settings: list[dict], missing: dict[str, str], group: str, stem: Path,
-           footer: str = "") -> tuple[str, list[Path]]:
+           footer: str = "", paper: dict | None = None) -> tuple[str, list[Path]]:
     """``settings``: the config's ``settings`` list; ``missing``: why a setting without rows has none."""
     require_rows(rows, group)
     bad = [s for s in settings if not isinstance(s, dict) or not {"label", "model", "bench"} <= set(s)]
@@ -124,7 +121,8 @@ def render(rows: pd.DataFrame, settings: list[dict], missing: dict[str, str], gr
     acc, order = accuracy(rows, settings)
     arms = natural_order(rows["arm"], ARMS)
     title = f"Fig. 10 ({group}{partial_tag(footer)})"
-    return figure_outputs(plot(acc, order, arms, missing, title), to_markdown(acc, order, arms, missing, title, footer), stem, footer)
+    md = to_markdown(acc, order, arms, missing, title, footer, paper)
+    return figure_outputs(plot(acc, order, arms, missing, title), md, stem, footer)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -134,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         settings = OmegaConf.to_container(exp.jobs[0].cfg.get("settings") or [], resolve=True)
         present = set(zip(exp.rows["model"], exp.rows["bench"], strict=True)) if not exp.rows.empty else set()
         missing = {s["label"]: why_missing(s["model"]) for s in settings if (s["model"], s["bench"]) not in present}
-        return render(exp.rows, settings, missing, exp.name, exp.stem("figure"), exp.footer)
+        return render(exp.rows, settings, missing, exp.name, exp.stem("figure"), exp.footer, exp.paper)
 
     cli(__doc__, "fig10", draw, argv)
 

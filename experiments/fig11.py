@@ -26,30 +26,22 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import STYLE, ci_cell, load, publish
-from experiments.panels import (
-    blank,
-    cell,
-    finish,
-    load_sources,
-    md_table,
-    of_probe,
-    one_label,
-    partial_suffix,
+from experiments.common import (
+    STYLE,
+    ci_cell,
+    cli,
+    document,
+    figure_outputs,
+    markdown_rows,
+    paper_or,
+    partial_tag,
 )
+from experiments.panels import blank, cell, load_sources, of_probe, one_label
 from kamera.diagnostics.ttft import cumulative
 
 ITEM_ARM = ["model", "dtype", "bench", "subset", "seed", "item_id", "arm", "knobs"]
 CEILING, FLOOR = "reprefill", "blind"
 N_MAX = 32
-# Fig. 11 of the paper (H100 bf16, MLA multi-hop, live SGLang FA3 / MoonViT) and §6 / App. C.6.
-PAPER_BYTES = {"patch_r64": "25 MB (8.6%) = ceiling", "patch_r16": "6.2 MB (2.1%)", "reprefill": "292 MB"}
-PAPER_SPEEDUP = {256: 1.8, 512: 3.1, 1024: 8.0, 2048: 29.3}  # ×prefill per segment length (visual tokens)
-PAPER = ("Paper (Fig. 11, §6, App. C.6; H100 bf16): (a) a rank-64 patch matches the multi-hop ceiling at 25 MB "
-         "(8.6% of the 292 MB page; the text says ≈ 25%), rank 16 at 6.2 MB (2.1%; text ≈ 6%); (b) patch-apply "
-         "instead of the per-reuse prefill improves TTFT 1.8× → 3.1× → 8× → 29.3× at 256 → 2048 vision tokens; "
-         "(c) recompute costs N × 430 ms, Kamera forms once + N × 2.6 ms: break-even after ≈ 9 reuses "
-         "(11.9× at N = 16, 27× at N = 64 with storage).")
 
 
 # ----- (a) bytes vs accuracy -------------------------------------------------------------------------
@@ -183,15 +175,15 @@ def plot(points: pd.DataFrame, t: pd.DataFrame, cum: pd.DataFrame, title: str) -
 
 
 def to_markdown(points: pd.DataFrame, dropped: int, t: pd.DataFrame, cum: pd.DataFrame, title: str,
-                sources: list[str]) -> list[str]:
+                sources: list[str], paper: dict) -> list[str]:
     src = f" plus source experiment(s) {', '.join(sources)}" if sources else ""
     lines = [f"**{title}**", "", f"*(a) accuracy vs KV bytes per reuse context (rows of this experiment{src})*", ""]
     if points.empty:
         lines.append("no rows with bytes")
     else:
         body = [[r.model, r.bench, r.arm, str(r.n), cell(r.bytes / 2**20, ".4g"), cell(r.bytes_frac, ".3f"), r.cell,
-                 PAPER_BYTES.get(r.arm, "–")] for r in points.itertuples(index=False)]
-        lines += md_table(["model", "bench", "arm", "n", "MB", "of page", "accuracy [95% CI]", "paper"], body)
+                 paper.get("bytes", {}).get(r.arm, "–")] for r in points.itertuples(index=False)]
+        lines += markdown_rows(["model", "bench", "arm", "n", "MB", "of page", "accuracy [95% CI]", "paper"], body)
         if dropped:
             lines.append(f"\n{dropped} (item, arm) row(s) present in two sources counted once")
     lines += ["", f"*(b, c) TTFT in ms, median over items ({device_note(t) if not t.empty else 'no timings'}); "
@@ -211,34 +203,35 @@ def to_markdown(points: pd.DataFrame, dropped: int, t: pd.DataFrame, cum: pd.Dat
                              cell(per["prefill_ms"], ".4g"), cell(per["form_ms"], ".4g"), str(int(m)),
                              cell(r["apply_ms"], ".3g"), cell(r["reuse_ms"], ".4g"), cell(r["speedup_prefill"], ".2f"),
                              cell(r["speedup_recompute"], ".2f"), cell(be["break_even_prefill"], ".0f"),
-                             cell(be["break_even_recompute"], ".0f"), cell(PAPER_SPEEDUP.get(n_vis), ".1f")])
-        lines += md_table(["model", "device", "visual", "n_B", "vision", "prefill", "form", "m", "apply", "reuse",
+                             cell(be["break_even_recompute"], ".0f"), cell(paper.get("speedup", {}).get(n_vis), ".1f")])
+        lines += markdown_rows(["model", "device", "visual", "n_B", "vision", "prefill", "form", "m", "apply", "reuse",
                            "×prefill", "×recomp", "N* prefill", "N* recomp", "paper ×prefill"], body)
-    return [*lines, "", PAPER]
+    return [*lines, "", paper["note"]]
 
 
 def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           sources: list[str] | None = None) -> tuple[str, list[Path]]:
+           sources: list[str] | None = None, paper: dict | None = None) -> tuple[str, list[Path]]:
     points, dropped = bytes_points(rows)
     records = one_label(of_probe(probes, "ttft"), "ttft")
     t = timings(records) if not records.empty else pd.DataFrame()
     cum = amortisation(t) if not t.empty else pd.DataFrame()
     if points.empty and t.empty:
         raise SystemExit(f"{group} has no rows with bytes and no ttft records")
-    title = f"Fig. 11 ({group}{partial_suffix(footer)})"
-    return finish(plot(points, t, cum, title), to_markdown(points, dropped, t, cum, title, sources or []), stem, footer)
+    title = f"Fig. 11 ({group}{partial_tag(footer)})"
+    md = document(to_markdown(points, dropped, t, cum, title, sources or [], paper_or(paper, "fig11")), footer)
+    return figure_outputs(plot(points, t, cum, title), md, stem, footer, place="figure")
 
 
 def main(argv: list[str] | None = None) -> None:
-    exp = load(__doc__.split("\n\n")[0], "fig11", argv)
-    names = list(exp.jobs[0].cfg.get("sources") or [])
-    src = load_sources(exp, names, argv)
-    rows = pd.concat([f for f in (exp.rows, src.rows) if not f.empty], ignore_index=True) \
-        if not (exp.rows.empty and src.rows.empty) else pd.DataFrame()
-    footer = exp.footer + (f"; {src.footer}" if src.footer else "")
-    md, paths = render(rows, exp.probes, exp.name, exp.stem("figure"), footer, names)
-    print(md)
-    publish(exp, paths)
+    def draw(exp):
+        names = list(exp.jobs[0].cfg.get("sources") or [])
+        src = load_sources(exp, names, argv)
+        rows = pd.concat([f for f in (exp.rows, src.rows) if not f.empty], ignore_index=True) \
+            if not (exp.rows.empty and src.rows.empty) else pd.DataFrame()
+        footer = exp.footer + (f"; {src.footer}" if src.footer else "")
+        return render(rows, exp.probes, exp.name, exp.stem("figure"), footer, names, exp.paper)
+
+    cli(__doc__, "fig11", draw, argv)
 
 
 if __name__ == "__main__":

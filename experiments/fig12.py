@@ -26,18 +26,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import STYLE
-from experiments.panels import blank, cell, finish, main_for, md_table, of_probe, one_label, partial_suffix
+from experiments.common import STYLE, cli, document, figure_outputs, markdown_rows, paper_or, partial_tag
+from experiments.panels import blank, cell, of_probe, one_label
 from kamera.diagnostics.fidelity import FIG12A_ARMS, FIG12C_ARMS, REFERENCE, kl_by_arm, mc_agreement
 
-# Fig. 12 and §6 / App. C.6 of the paper (live SGLang engine, H100, bf16).
-PAPER = ("Paper (Fig. 12, §6, App. C.6; live SGLang FA3, bf16): (a) with the patch the residual next-token KL is "
-         "≈ 1e-3 on four backbones, two orders below blind reuse (0.03–0.12); (b) relocation stays at the bf16 "
-         "floor across the sectioned and interleaved M-RoPE layouts and rotary bases; (c) splice + patch matches "
-         "the re-prefill accuracy within 1–3 points on Video-MME and EgoSchema (Qwen2.5-VL, Kimi-VL) and agrees "
-         "with its answer on 89–95% of items, 97–100% at higher ranks.")
-PAPER_KL = {"blind": "0.03–0.12", "patch_r8": "≈ 1e-3", "patch_r64": "≈ 1e-3"}
-PAPER_AGREEMENT = "89–95% (97–100% at higher rank)"
 FLOOR_LAYER = 0
 
 
@@ -171,45 +163,49 @@ def plot(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFram
     return fig
 
 
-def to_markdown(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFrame, title: str) -> list[str]:
+def to_markdown(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFrame, title: str,
+                paper: dict) -> list[str]:
     lines = [f"**{title}** — the harness's own splice (the paper measures inside SGLang)", "",
              "*(a) next-token KL to re-prefill*", ""]
     if kl.empty:
         lines.append(f"no rows of {', '.join(FIG12A_ARMS)}")
     else:
         body = [[r.model, r.arm, str(int(r.n)), cell(r.kl_mean, ".2e"), cell(r.kl_median, ".2e"), cell(r.argmax_flip, ".2f"),
-                 PAPER_KL.get(r.arm, "–")] for r in kl.itertuples(index=False)]
-        lines += md_table(["model", "arm", "n", "KL mean", "KL median", "argmax flips", "paper KL"], body)
+                 paper.get("kl", {}).get(r.arm, "–")] for r in kl.itertuples(index=False)]
+        lines += markdown_rows(["model", "arm", "n", "KL mean", "KL median", "argmax flips", "paper KL"], body)
     lines += ["", f"*(b) relative error of relocated keys (median over items); bf16 floor {cell(floor, '.2e')}*", ""]
     if reloc.empty:
         lines.append("no relocation records")
     else:
         body = [[r.model, r.scheme, r.dtype, str(int(r.distance)), str(int(r.items)), cell(r.layer0, ".2e"),
                  cell(r.worst_layer, ".2e")] for r in reloc.itertuples(index=False)]
-        lines += md_table(["model", "scheme", "dtype", "δ", "items", "layer 0", "worst layer"], body)
+        lines += markdown_rows(["model", "scheme", "dtype", "δ", "items", "layer 0", "worst layer"], body)
     lines += ["", "*(c) multiple-choice accuracy and per-item agreement with re-prefill*", ""]
     if agree.empty:
         lines.append(f"no multiple-choice rows of {REFERENCE} and {', '.join(FIG12C_ARMS)}")
     else:
         body = [[r.model, r.bench, r.arm, str(r.n), cell(r.accuracy, ".3f"), cell(100 * r.agreement, ".1f"),
-                 cell(r.chance, ".2f"), PAPER_AGREEMENT if r.arm != REFERENCE else "–"]
+                 cell(r.chance, ".2f"), paper.get("agreement", "–") if r.arm != REFERENCE else "–"]
                 for r in agree.itertuples(index=False)]
-        lines += md_table(["model", "bench", "arm", "n", "accuracy", "agreement %", "chance", "paper agreement"], body)
-    return [*lines, "", PAPER]
+        lines += markdown_rows(["model", "bench", "arm", "n", "accuracy", "agreement %", "chance", "paper agreement"], body)
+    return [*lines, "", paper["note"]]
 
 
-def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     rows = labelled(rows)
     kl, agree = kl_panel(rows), agreement_panel(rows)
     reloc, floor = relocation_panel(one_label(of_probe(probes, "relocation"), "relocation"))
     if kl.empty and agree.empty and reloc.empty:
         raise SystemExit(f"{group} has no rows of {', '.join(FIG12A_ARMS + FIG12C_ARMS)} and no relocation records")
-    title = f"Fig. 12 ({group}{partial_suffix(footer)})"
-    return finish(plot(kl, reloc, floor, agree, title), to_markdown(kl, reloc, floor, agree, title), stem, footer)
+    title = f"Fig. 12 ({group}{partial_tag(footer)})"
+    md = document(to_markdown(kl, reloc, floor, agree, title, paper_or(paper, "fig12")), footer)
+    return figure_outputs(plot(kl, reloc, floor, agree, title), md, stem, footer, place="figure")
 
 
 def main(argv: list[str] | None = None) -> None:
-    main_for(__doc__, "fig12", render, argv)
+    cli(__doc__, "fig12", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
+        argv)
 
 
 if __name__ == "__main__":

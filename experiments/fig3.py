@@ -20,24 +20,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import STYLE
-from experiments.panels import (
-    blank,
-    cell,
-    finish,
-    integer_ticks,
-    main_for,
-    md_table,
-    of_probe,
-    one_label,
-    partial_suffix,
-)
+from experiments.common import STYLE, cli, document, figure_outputs, markdown_rows, paper_or, partial_tag
+from experiments.panels import blank, cell, integer_ticks, of_probe, one_label
 
-# Fig. 3 of the paper (Kimi-VL-A3B, MLA content channel c_KV, 27 layers) and §4.
-PAPER = ("Paper (Fig. 3, Kimi-VL-A3B, MLA c_KV, 27 layers; §4): (a) the useful knee is near m ≈ 32, well "
-         "left of the ≈ 120 components holding 90% of Δ's energy; (b) the conditioning deficit grows from "
-         "≈ 0.08 (shallow) to ≈ 0.49 (deep) and is almost entirely conditioning, not position; (c) a median of "
-         "≈ 25 landmark keys (≈ 2% of A's tokens) carries 90% of the cross-block attention.")
 NORMS = {"raw": ("raw (no R(δ))", ":"), "ratio": ("conditioning ‖Δ‖", "-"), "position": ("position (R(δ) alone)", "--"),
          "conditioning_a": ("A-specific (oracle)", "-."), "position_residual": ("prefix-distance residual (oracle)", (0, (1, 3)))}
 TABLE_RANKS = (8, 32)
@@ -142,7 +127,7 @@ def headline(model: str, lay: pd.DataFrame) -> str:
     return f"- **{model}**: " + ("; ".join(bits) if bits else "no records")
 
 
-def to_markdown(layers: pd.DataFrame, models: list[str], title: str) -> list[str]:
+def to_markdown(layers: pd.DataFrame, models: list[str], title: str, note: str) -> list[str]:
     lines = [f"**{title}** — content channel; energy at m = mean over items, e90 and landmarks = median over items, "
              "norms = mean over items", ""]
     lines += [headline(m, layers[layers["model"] == m] if not layers.empty else layers) for m in models]
@@ -152,11 +137,12 @@ def to_markdown(layers: pd.DataFrame, models: list[str], title: str) -> list[str
         lay = layers[layers["model"] == model] if not layers.empty else layers
         lines += ["", f"*{model}*", ""]
         body = [[str(r["layer"]), *[cell(r.get(c)) for c, _ in cols]] for _, r in lay.iterrows()]
-        lines += md_table(["layer", *[label for _, label in cols]], body or [["–"] * (len(cols) + 1)])
-    return [*lines, "", PAPER]
+        lines += markdown_rows(["layer", *[label for _, label in cols]], body or [["–"] * (len(cols) + 1)])
+    return [*lines, "", note]
 
 
-def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     energy = one_label(of_probe(probes, "energy"), "energy")
     norms = one_label(of_probe(probes, "deficit_norms"), "deficit_norms")
     landmarks = one_label(of_probe(probes, "landmarks"), "landmarks")
@@ -166,13 +152,15 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
                          "landmarks])")
     curves = energy_curves(energy) if not energy.empty else pd.DataFrame()
     layers = per_layer(norms, energy, landmarks)
-    title = f"Fig. 3 ({group}{partial_suffix(footer)})"
+    title = f"Fig. 3 ({group}{partial_tag(footer)})"
     fig = plot(curves, layers, energy, models, title)
-    return finish(fig, to_markdown(layers, models, title), stem, footer)
+    md = document(to_markdown(layers, models, title, paper_or(paper, "fig3")["note"]), footer)
+    return figure_outputs(fig, md, stem, footer, place="figure")
 
 
 def main(argv: list[str] | None = None) -> None:
-    main_for(__doc__, "fig3", render, argv)
+    cli(__doc__, "fig3", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
+        argv)
 
 
 if __name__ == "__main__":

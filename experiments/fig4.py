@@ -19,22 +19,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import STYLE
-from experiments.panels import blank, cell, finish, main_for, md_table, of_probe, one_label, partial_suffix
+from experiments.common import STYLE, cli, document, figure_outputs, markdown_rows, paper_or, partial_tag
+from experiments.panels import blank, cell, of_probe, one_label
 from kamera.diagnostics.selectors import RANDOM
 from kamera.diagnostics.video import SIGNALS, signal_spearman
 
 ORACLE = "oracle"
-# Fig. 4 of the paper: (a) Kimi-VL selectors, recall of the true top-50% (cross-attention mass 0.70, §B and
-# the caption); (b) Qwen2.5-VL video, Spearman ρ per signal as labelled on the bars.
-PAPER_RECALL = {"cross_mass": 0.70, RANDOM: 0.5}
-# the bars whose label the extracted text ties to one signal (motion and warp residual read −0.20 / −0.22)
-PAPER_RHO = {"frame_similarity": 0.08, "embed_diff": 0.61}
-PAPER = ("Paper (Fig. 4): (a, Kimi-VL) the best selector, cross-attention mass, reaches recall 0.70 of the true "
-         "top-50% (random ≈ 0.5): it leads but does not locate the deficit; (b, Qwen2.5-VL video) the deficit is "
-         "anti-correlated with motion (ρ ≈ −0.2 for optical-flow motion and warp residual: the bars read −0.20 and "
-         "−0.22), uncorrelated with frame similarity (+0.08), and tracked only by the vision-embedding difference "
-         "(+0.61).")
 TOKEN_KEYS = ["model", "bench", "item_id", "token", "frame", "row", "col"]  # items of two benchmarks stay apart
 
 
@@ -61,7 +51,7 @@ def paper_marks(ax: plt.Axes, names: list[str], paper: dict[str, float]) -> None
         ax.hlines(v, i - 0.1, i + 0.9 - 0.1, color="k", linewidth=1.2, label="paper" if j == 0 else None)
 
 
-def plot(recall: pd.DataFrame, rho: pd.DataFrame, title: str) -> plt.Figure:
+def plot(recall: pd.DataFrame, rho: pd.DataFrame, title: str, paper: dict) -> plt.Figure:
     with plt.style.context(str(STYLE)):
         fig, (a, b) = plt.subplots(1, 2, figsize=(6.75, 2.4))
         if recall.empty:
@@ -75,7 +65,7 @@ def plot(recall: pd.DataFrame, rho: pd.DataFrame, title: str) -> plt.Figure:
                 r = drawn[drawn["model"] == model].set_index("selector")["recall"]
                 a.bar(np.arange(len(names)) + i * width, [r.get(s, np.nan) for s in names], width, label=model)
             a.axhline(0.5, color="0.4", linestyle="--", linewidth=0.8)
-            paper_marks(a, names, PAPER_RECALL)
+            paper_marks(a, names, paper.get("recall", {}))
             a.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=20)
             a.set_ylim(0, 1)
             a.set_ylabel("recall of true top-50% ‖Δ‖ tokens")
@@ -90,7 +80,7 @@ def plot(recall: pd.DataFrame, rho: pd.DataFrame, title: str) -> plt.Figure:
                 r = rho[rho["model"] == model].set_index("signal")["pooled"]
                 b.bar(np.arange(len(SIGNALS)) + i * width, [r.get(s, np.nan) for s in SIGNALS], width, label=model)
             b.axhline(0, color="0.2", linewidth=0.6)
-            paper_marks(b, list(SIGNALS), PAPER_RHO)
+            paper_marks(b, list(SIGNALS), paper.get("rho", {}))
             b.set_xticks(np.arange(len(SIGNALS)) + 0.4 - width / 2, SIGNALS, rotation=20)
             b.set_ylim(-1, 1)
             b.set_ylabel("Spearman ρ(‖Δ_i‖, signal)")
@@ -101,14 +91,14 @@ def plot(recall: pd.DataFrame, rho: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
-def to_markdown(recall: pd.DataFrame, rho: pd.DataFrame, title: str) -> list[str]:
+def to_markdown(recall: pd.DataFrame, rho: pd.DataFrame, title: str, paper: dict) -> list[str]:
     lines = [f"**{title}**", "", "*(a) selector recall of the true top-50% ‖Δ‖ tokens (mean over items)*", ""]
     if recall.empty:
         lines.append("no selector_recall records")
     else:
-        body = [[m, s, str(int(n)), cell(v), cell(PAPER_RECALL.get(s), ".2f")]
+        body = [[m, s, str(int(n)), cell(v), cell(paper.get("recall", {}).get(s), ".2f")]
                 for m, s, n, v in recall[["model", "selector", "n", "recall"]].itertuples(index=False)]
-        lines += md_table(["model", "selector", "items", "recall", "paper"], body)
+        lines += markdown_rows(["model", "selector", "items", "recall", "paper"], body)
     lines += ["", "*(b) Spearman ρ of per-token ‖Δ_i‖ with each signal: pooled over items; per-item mean [min, max]*", ""]
     if rho.empty:
         lines.append("no video_signals records (B needs frames with a previous frame of the same token grid)")
@@ -116,11 +106,13 @@ def to_markdown(recall: pd.DataFrame, rho: pd.DataFrame, title: str) -> list[str
         body = [[r.model, r.signal, str(int(r.n_tokens)), cell(r.pooled, "+.3f"),
                  f"{cell(r.mean, '+.3f')} [{cell(r.min, '+.2f')}, {cell(r.max, '+.2f')}]", str(int(r.count))]
                 for r in rho.itertuples(index=False)]
-        lines += md_table(["model", "signal", "tokens", "ρ pooled", "ρ per item", "items"], body)
-    return [*lines, "", PAPER]
+        lines += markdown_rows(["model", "signal", "tokens", "ρ pooled", "ρ per item", "items"], body)
+    return [*lines, "", paper["note"]]
 
 
-def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
+    paper = paper_or(paper, "fig4")
     selectors = one_label(of_probe(probes, "selector_recall"), "selector_recall")
     video = one_label(of_probe(probes, "video_signals"), "video_signals")
     if selectors.empty and video.empty:
@@ -128,12 +120,14 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
                          "(probes=[selector_recall, video_signals])")
     recall = recall_table(selectors) if not selectors.empty else pd.DataFrame()
     rho = spearman_table(video) if not video.empty else pd.DataFrame()
-    title = f"Fig. 4 ({group}{partial_suffix(footer)})"
-    return finish(plot(recall, rho, title), to_markdown(recall, rho, title), stem, footer)
+    title = f"Fig. 4 ({group}{partial_tag(footer)})"
+    md = document(to_markdown(recall, rho, title, paper), footer)
+    return figure_outputs(plot(recall, rho, title, paper), md, stem, footer, place="figure")
 
 
 def main(argv: list[str] | None = None) -> None:
-    main_for(__doc__, "fig4", render, argv)
+    cli(__doc__, "fig4", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
+        argv)
 
 
 if __name__ == "__main__":

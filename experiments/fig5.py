@@ -25,15 +25,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    PAPER_FIG5_MLA_BLIND_FLOOR,
-    STYLE,
-    interval,
-    load,
-    publish,
-    save_figure,
-    write_text,
-)
+from experiments.common import STYLE, cli, document, figure_outputs, interval, paper_or, partial_tag
 
 FULL = "full"
 
@@ -87,7 +79,7 @@ def cell(kl: float, lo: float, hi: float, m: str, m_eff: float) -> str:
     return f"{kl:.2e} [{lo:.2e}, {hi:.2e}]" + (f" (m_eff {m_eff:.3g})" if clamped else "")
 
 
-def to_markdown(frame: pd.DataFrame, group: str, footer: str = "") -> str:
+def to_markdown(frame: pd.DataFrame, group: str, footer: str = "", paper: dict | None = None) -> str:
     ranks = list(frame["m"].unique())
     lines = [f"**Figure 5 ({group})** — KL to re-prefill by patch rank, mean and median over items, each with its "
              "95% bootstrap CI (clusters of items resampled together); blind = no patch; m_eff = the mean rank "
@@ -99,27 +91,21 @@ def to_markdown(frame: pd.DataFrame, group: str, footer: str = "") -> str:
             cells = {m: cell(k, a, b, m, e) for m, k, a, b, e in zip(g["m"], g[col], g[lo], g[hi], g["m_eff"], strict=True)}
             lines.append(f"| {line} | {int(g['n'].max())} | {g['blind_kl'].iloc[0]:.2e} | "
                          + " | ".join(cells.get(m, "–") for m in ranks) + " |")
-    lines.append(f"\nPaper (Fig. 5): knee at m ≈ 8–16, plateau by m ≈ 32; MLA blind floor {PAPER_FIG5_MLA_BLIND_FLOOR}.")
-    if footer:
-        lines.append(f"\n_{footer}_")
-    return "\n".join(lines) + "\n"
+    lines.append(f"\n{paper_or(paper, 'fig5')['note']}")
+    return document(lines, footer)
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     frame = curve(rows)
     if frame.empty:
         raise SystemExit(f"{group} has no plain patch rows (arms patch_r<m> / patch_full)")
-    md = to_markdown(frame, group, footer)
-    partial = ", partial" if footer.startswith("PARTIAL") else ""
-    fig = plot(frame, f"Fig. 5 ({group}{partial})")
-    return md, [*save_figure(fig, stem, footer), write_text(stem.with_suffix(".md"), md)]
+    md = to_markdown(frame, group, footer, paper)
+    return figure_outputs(plot(frame, f"Fig. 5 ({group}{partial_tag(footer)})"), md, stem, footer)
 
 
 def main(argv: list[str] | None = None) -> None:
-    exp = load(__doc__.split("\n\n")[0], "fig5", argv)
-    md, paths = render(exp.rows, exp.name, exp.stem("figure"), exp.footer)
-    print(md)
-    publish(exp, paths)
+    cli(__doc__, "fig5", lambda exp: render(exp.rows, exp.name, exp.stem("figure"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

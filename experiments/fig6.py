@@ -38,17 +38,16 @@ from experiments.common import (
     FULL_WIDTH,
     STYLE,
     cli,
+    document,
     figure_outputs,
     interval,
     markdown_table,
+    paper_or,
     params,
     partial_tag,
     require_rows,
 )
 
-PAPER_NOTE = ("Paper (Fig. 6, Kimi-VL / Qwen2.5-VL): (a) the rank-16 patch closes 68%; oracle top-p needs "
-              "p ≈ 0.5 to match; first-k (k = 8, 32) recovers ≈ 0. (b) one injected layer explains ≈ 27% of the "
-              "final deficit shallow, ≈ 97% deep. (c) 90% of Δ's energy needs ≈ 51% of (layer × head) cells.")
 N_PERMUTATIONS = 200
 HEAD_SPARSE = 0.25
 
@@ -177,7 +176,8 @@ def plot(tokens: pd.DataFrame, depth: pd.DataFrame, heads: pd.DataFrame, title: 
     return fig
 
 
-def to_markdown(tokens: pd.DataFrame, depth: pd.DataFrame, heads: pd.DataFrame, title: str, footer: str) -> str:
+def to_markdown(tokens: pd.DataFrame, depth: pd.DataFrame, heads: pd.DataFrame, title: str, footer: str,
+                note: str) -> str:
     def ci(mean, lo, hi, scale=100.0, digits=0) -> str:
         return "–" if np.isnan(mean) else f"{scale * mean:.{digits}f} [{scale * lo:.{digits}f}, {scale * hi:.{digits}f}]"
 
@@ -197,20 +197,24 @@ def to_markdown(tokens: pd.DataFrame, depth: pd.DataFrame, heads: pd.DataFrame, 
         (a, f"{title} (a) — % of the blind → re-prefill gap closed vs tokens recomputed, mean [95% CI]"),
         (b, f"{title} (b) — % of the final-layer deficit explained by one injected layer, mean [95% CI]"),
         (c, f"{title} (c) — fraction of (layer × head) cells holding 90% of Δ's energy, mean [95% CI]"))]
-    return "\n".join(parts) + f"\n{PAPER_NOTE}\n" + (f"\n_{footer}_\n" if footer else "")
+    return document(["\n".join(parts), note], footer)
 
 
-def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     require_rows(rows, group)
+    note = paper_or(paper, "fig6")["note"]
     probes = with_clusters(probes, rows) if not probes.empty else pd.DataFrame(
         columns=["model", "item_id", "probe", "cluster_key"])
     tokens, depth, heads = token_curve(rows), depth_curve(probes), head_summary(head_table(probes))
     title = f"Fig. 6 ({group}{partial_tag(footer)})"
-    return figure_outputs(plot(tokens, depth, heads, title), to_markdown(tokens, depth, heads, title, footer), stem, footer)
+    return figure_outputs(plot(tokens, depth, heads, title), to_markdown(tokens, depth, heads, title, footer, note),
+                          stem, footer)
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "fig6", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer), argv)
+    cli(__doc__, "fig6", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
+        argv)
 
 
 if __name__ == "__main__":

@@ -27,23 +27,17 @@ from experiments.common import (
     FULL_WIDTH,
     STYLE,
     cli,
+    document,
     figure_outputs,
     interval,
     markdown_table,
     natural_order,
+    paper_or,
     partial_tag,
     require_rows,
 )
 
 ARMS = ["patch_r64", "cacheblend", "mpic", "epic", "vlcache", "blind"]
-# Fig. 7(b), the bars' labels (flip recovery, pooled n = 583): Kamera rank-m, CacheBlend-15, MPIC-32,
-# EPIC-16, VLCache-0.10.
-PAPER_FLIP = {"patch_r64": 0.96, "cacheblend": 0.44, "mpic": 0.41, "epic": 0.30, "vlcache": 0.21}
-PAPER_MODELS = {"qwen2_5_vl_7b", "qwen3_vl_8b", "qwen3_omni_30b_a3b"}
-PAPER_NOTE = ("Paper (Fig. 7, MuirBench; Qwen2.5-VL, Qwen3-VL, Qwen3-Omni): (a) the patch closes 98–100% of the "
-              "KL, token baselines 10–71%; (b) flip recovery (pooled n = 583): patch 0.96, CacheBlend-15 0.44, "
-              "MPIC-32 0.41, EPIC-16 0.30, VLCache-0.10 0.21; (c) the patch's per-item KL hugs zero while every "
-              "token baseline sits near blind reuse.")
 KL_FLOOR = 1e-12
 
 
@@ -58,10 +52,11 @@ def closed(rows: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["model", "arm", "eta", "lo", "hi", "n"])
 
 
-def flips(rows: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
+def flips(rows: pd.DataFrame, arms: list[str], paper: dict | None = None) -> pd.DataFrame:
     """(b): per arm, flip recovery pooled over models [CI], and the number of flipped (model, item) pairs; the
-    paper's bar beside it where the rows come from the paper's models."""
-    paper = PAPER_FLIP if set(rows["model"]) & PAPER_MODELS else {}
+    paper's bar beside it where the rows come from the paper's models (conf/experiment/fig7.yaml ``paper``)."""
+    paper = paper_or(paper, "fig7")
+    paper = paper.get("flip", {}) if set(rows["model"]) & set(paper.get("models", [])) else {}
     out = []
     for arm in arms:
         g = rows[(rows["arm"] == arm) & rows["flip"].astype(bool)]
@@ -112,7 +107,8 @@ def pct(value: float) -> str:
     return f"{round(float(100 * value))}"
 
 
-def to_markdown(a_data: pd.DataFrame, b_data: pd.DataFrame, kl: pd.DataFrame, title: str, footer: str) -> str:
+def to_markdown(a_data: pd.DataFrame, b_data: pd.DataFrame, kl: pd.DataFrame, title: str, footer: str,
+                note: str) -> str:
     def cell(mean, lo, hi) -> str:
         return "–" if not np.isfinite(mean) else f"{pct(mean)} [{pct(lo)}, {pct(hi)}]"
 
@@ -121,11 +117,11 @@ def to_markdown(a_data: pd.DataFrame, b_data: pd.DataFrame, kl: pd.DataFrame, ti
     b = pd.DataFrame({"% flips recovered": [cell(r.recovered, r.lo, r.hi) + ("" if r.paper is None or pd.isna(r.paper)
                                             else f" (paper {pct(r.paper)})") for r in b_data.itertuples()],
                       "flipped items": list(b_data["n"])}, index=pd.Index(list(b_data["arm"]), name="arm"))
-    return "\n".join([
+    return document(["\n".join([
         markdown_table(a, f"{title} (a) — % of the blind → re-prefill KL closed (mean η), [95% CI]"),
         markdown_table(b, f"{title} (b) — flip recovery pooled over models, [95% CI]"),
         markdown_table(kl, f"{title} (c) — per-item residual KL, pooled over models"),
-    ]) + f"\n{PAPER_NOTE}\n" + (f"\n_{footer}_\n" if footer else "")
+    ]), note], footer)
 
 
 def kl_quantiles(rows: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
@@ -140,16 +136,19 @@ def kl_quantiles(rows: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
     return frame
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     require_rows(rows, group)
+    paper = paper_or(paper, "fig7")
     arms = natural_order([a for a in rows["arm"].unique() if a != "reprefill"], ARMS)
-    a_data, b_data = closed(rows, [x for x in arms if x != "blind"]), flips(rows, arms)
+    a_data, b_data = closed(rows, [x for x in arms if x != "blind"]), flips(rows, arms, paper)
     title = f"Fig. 7 ({group}{partial_tag(footer)})"
-    return figure_outputs(plot(rows, arms, a_data, b_data, title), to_markdown(a_data, b_data, kl_quantiles(rows, arms), title, footer), stem, footer)
+    md = to_markdown(a_data, b_data, kl_quantiles(rows, arms), title, footer, paper["note"])
+    return figure_outputs(plot(rows, arms, a_data, b_data, title), md, stem, footer)
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "fig7", lambda exp: render(exp.rows, exp.name, exp.stem("figure"), exp.footer), argv)
+    cli(__doc__, "fig7", lambda exp: render(exp.rows, exp.name, exp.stem("figure"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

@@ -22,14 +22,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import STYLE
-from experiments.panels import cell, finish, main_for, md_table, of_probe, partial_suffix
+from experiments.common import STYLE, cli, document, figure_outputs, markdown_rows, paper_or, partial_tag
+from experiments.panels import cell, of_probe
 
 MAX_COLUMNS = 8
-# Fig. 8 of the paper (28 layers, L0 … L27) and App. C.3.
-PAPER = ("Paper (Fig. 8, App. C.3): shallow layers reuse verbatim, the correction emerges in the middle layers "
-         "(ℓ* ≈ L15 of 28) and concentrates in the deep ones; it lands on almost every token (a token subset "
-         "misses it) while ≈ 90% of its energy lies in ≈ 11% of the feature directions.")
 
 
 def planes(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -114,7 +110,7 @@ def plot(mean: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
-def to_markdown(table: pd.DataFrame, counts: pd.DataFrame, title: str) -> list[str]:
+def to_markdown(table: pd.DataFrame, counts: pd.DataFrame, title: str, note: str) -> list[str]:
     lines = [f"**{title}** — mean |Δ| per layer (mean over items and bins); top-¼ shares of the plane's mass "
              "along tokens and along features (components)", ""]
     for c in counts.itertuples(index=False):
@@ -129,11 +125,12 @@ def to_markdown(table: pd.DataFrame, counts: pd.DataFrame, title: str) -> list[s
             by = h.set_index("channel")
             body.append([str(layer), *[cell(by.at[c, q]) for c in chans
                                        for q in ("mean_abs", "token_top_quarter", "feature_top_quarter")]])
-        lines += md_table(head, body)
-    return [*lines, "", PAPER]
+        lines += markdown_rows(head, body)
+    return [*lines, "", note]
 
 
-def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     records = of_probe(probes, "depth_planes")
     if records.empty:
         raise SystemExit(f"{group} has no depth_planes records (probes=[depth_planes, depth_components])")
@@ -142,12 +139,14 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
         raise SystemExit(f"{group}: several depth_planes configurations share a basis "
                          f"({sorted(records['probe'].unique())}); render one per basis")
     mean, counts = planes(records)
-    title = f"Fig. 8 ({group}{partial_suffix(footer)})"
-    return finish(plot(mean, title), to_markdown(summary(mean), counts, title), stem, footer)
+    title = f"Fig. 8 ({group}{partial_tag(footer)})"
+    md = document(to_markdown(summary(mean), counts, title, paper_or(paper, "fig8")["note"]), footer)
+    return figure_outputs(plot(mean, title), md, stem, footer, place="figure")
 
 
 def main(argv: list[str] | None = None) -> None:
-    main_for(__doc__, "fig8", render, argv)
+    cli(__doc__, "fig8", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
+        argv)
 
 
 if __name__ == "__main__":

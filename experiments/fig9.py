@@ -29,17 +29,10 @@ from experiments.common import (
     figure_outputs,
     interval,
     markdown_table,
+    paper_or,
     partial_tag,
     require_rows,
 )
-
-# e90/n_B on V where the paper prints it (Table 7; Fig. 9a draws the same quantity), and Fig. 9a's MLA reference.
-PAPER_E90 = {"deepseek_vl_7b": 0.29, "internvl_chat_v1_1": 0.30, "phi3_5_vision": 0.20, "internvl3_8b": 0.18,
-             "kimi_vl_a3b": 0.10}
-PAPER_NOTE = ("Paper (Fig. 9, MMLongBench-Doc): (a) e90/n_B 0.15–0.30 across the MHA VLMs and hybrids, Kimi-VL "
-              "(MLA) reference 0.10; (b) recovery monotone in rank 16 → 64 → 256; (c) the gap tracks capability, "
-              "not size: near zero for LLaVA-1.5 and SmolVLM2 (both below the faithfulness floor), present for "
-              "DeepSeek-VL at the same 7B / 576 tokens.")
 
 
 def summary(rows: pd.DataFrame) -> pd.DataFrame:
@@ -105,7 +98,10 @@ def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
-def to_markdown(frame: pd.DataFrame, title: str, footer: str) -> str:
+def to_markdown(frame: pd.DataFrame, title: str, footer: str, paper: dict | None = None) -> str:
+    """The data table, the paper's e90/n_B (conf/experiment/fig9.yaml ``paper``) beside ours."""
+    paper = paper_or(paper, "fig9")
+
     def ci(r, col: str, fmt: str = "{:.2f}", scale: float = 1.0) -> str:
         v = r[col]
         if not np.isfinite(v):
@@ -114,27 +110,28 @@ def to_markdown(frame: pd.DataFrame, title: str, footer: str) -> str:
 
     table = {}
     for _, r in frame.iterrows():
-        paper = PAPER_E90.get(r["model"])
+        e90 = paper.get("e90", {}).get(r["model"])
         line = {"attention": r["attention"] + (" (reference)" if r["attention"] == "MLA" else ""), "n": r["n"],
-                "e90/n_B": ci(r, "e90") + (f" (paper {paper:.2f})" if paper is not None else ""),
+                "e90/n_B": ci(r, "e90") + (f" (paper {e90:.2f})" if e90 is not None else ""),
                 "blind KL": ci(r, "kl", "{:.2g}")}
         line.update({f"% closed, rank {k}": ci(r, f"eta@{k}", "{:.0f}", 100) for k in ranks(frame)})
         table[r["model"]] = line
     out = pd.DataFrame(table).T
     out.index.name = "model"
     return markdown_table(out, f"{title} — e90/n_B, % of blind KL closed per patch rank, blind KL: mean [95% "
-                          "cluster-bootstrap CI]", footer, [PAPER_NOTE])
+                          "cluster-bootstrap CI]", footer, [paper["note"]])
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     require_rows(rows, group)
     frame = summary(rows)
     title = f"Fig. 9 ({group}{partial_tag(footer)})"
-    return figure_outputs(plot(frame, title), to_markdown(frame, title, footer), stem, footer)
+    return figure_outputs(plot(frame, title), to_markdown(frame, title, footer, paper), stem, footer)
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "fig9", lambda exp: render(exp.rows, exp.name, exp.stem("figure"), exp.footer), argv)
+    cli(__doc__, "fig9", lambda exp: render(exp.rows, exp.name, exp.stem("figure"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

@@ -1,35 +1,25 @@
 """What the diagnostic figures (Figs. 3, 4, 8, 11, 12) share: picking a probe's records, empty panels,
-markdown tables, source experiments, and the render → files → print plumbing.
+number cells and source experiments (the files, markdown and ``main`` are :mod:`experiments.common`'s).
 
-A diagnostic figure is a pure function of stored rows and probe records (``experiments.common.load``
-gives both); each renderer here has the same shape:
-
-    render(rows, probes, group, stem, footer) -> (markdown, [pdf, png, md])
-
-so golden tests call it on fixed frames and ``main`` calls it on an experiment's stored data. A panel
-whose records are missing is drawn as an empty panel that says so (the markdown says so too), never
-silently dropped; a figure with no data for any panel is an error.
+A panel whose records are missing is drawn as an empty panel that says so (the markdown says so too),
+never silently dropped; a figure with no data for any panel is an error.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from experiments.common import Experiment, footer, load, parse, publish, save_figure, write_text
+from experiments.common import Experiment, footer, parse
 from kamera.job.store import ShardCorruptError
 from kamera.sweep import SweepError
 from kamera.sweep.status import sweep_jobs
-
-Renderer = Callable[[pd.DataFrame, pd.DataFrame, str, Path, str], tuple[str, list[Path]]]
 
 
 def of_probe(probes: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -66,37 +56,9 @@ def cell(x: float | None, spec: str = ".3g") -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Markdown table lines."""
-    return ["| " + " | ".join(header) + " |", "|---" * len(header) + "|",
-            *["| " + " | ".join(map(str, r)) + " |" for r in rows]]
-
-
-def partial_suffix(footer_line: str) -> str:
-    return ", partial" if footer_line.startswith("PARTIAL") else ""
-
-
-def finish(fig: plt.Figure, lines: list[str], stem: Path, footer_line: str) -> tuple[str, list[Path]]:
-    """Write the figure (PDF byte-stable, PNG) with the footer in small type under the whole grid of
-    panels, and its markdown (``lines`` plus the footer)."""
-    if footer_line:
-        fig.text(0.5, 0.0, "\n".join(textwrap.wrap(footer_line, 160)), ha="center", va="top", fontsize=4)
-    md = "\n".join([*lines, *([f"\n_{footer_line}_"] if footer_line else [])]) + "\n"
-    return md, [*save_figure(fig, stem), write_text(stem.with_suffix(".md"), md)]
-
-
 def integer_ticks(ax: plt.Axes) -> None:
     """Integer ticks on the x axis (layers)."""
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def main_for(doc: str, default_experiment: str, render: Renderer, argv: list[str] | None = None) -> Experiment:
-    """``python -m experiments.<fig> experiment=…``: load the experiment, render, print the markdown."""
-    exp = load(doc.split("\n\n")[0], default_experiment, argv)
-    md, paths = render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer)
-    print(md)
-    publish(exp, paths)
-    return exp
 
 
 # ----- source experiments -----------------------------------------------------------------------

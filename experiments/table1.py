@@ -19,26 +19,22 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import load, publish
-from experiments.windows import eta_cell, models, num, paper, records, write_table
+from experiments.common import cli, paper_or, partial_tag, table_outputs
+from experiments.windows import eta_cell, models, num, paper, records
 from kamera.window.summary import select, table1
 
-# Table 1 of the paper (§5; Video-MME segments, n = 25–32 per model).
-PAPER_TABLE1 = {
-    "qwen2_5_vl_7b": {"stale": -0.68, "fresh": 0.87, "flip": (0.25, 0.75), "keep_kl": 0.015, "removal": 0.87},
-    "qwen3_vl_8b": {"stale": -2.85, "fresh": 0.96, "flip": (0.00, 1.00), "keep_kl": 0.113, "removal": 0.83},
-    "kimi_vl_a3b": {"stale": 0.29, "fresh": 0.81, "flip": (0.00, 0.67), "keep_kl": 0.023, "removal": 0.82},
-}
 COLUMNS = ["arch", "n", "stale η (τ = 1)", "fresh η (τ = 1)", "flips", "flip-recover stale → fresh",
            "n (survivor)", "keep-as-is KL", "keep / blind KL", "removal η vs keep-as-is", "removal η vs blind"]
 
 
-def frame(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per model (every model with recall or survivor rows)."""
+def frame(rows: pd.DataFrame, values: dict | None = None) -> pd.DataFrame:
+    """One line per model (every model with recall or survivor rows); the paper's values (conf/experiment/
+    table1.yaml ``paper``) beside the paper models'."""
+    paper_models = paper_or(values, "table1").get("models", {})
     recs = records(rows)
     out = {}
     for model, a in models(recs):
-        t, p = table1(recs, model), PAPER_TABLE1.get(model, {})
+        t, p = table1(recs, model), paper_models.get(model, {})
         stale = [r["eta"] for r in select(recs, model=model, probe="recall", tau=1.0, variant="stale_patch")]
         fresh = [r["eta"] for r in select(recs, model=model, probe="recall", tau=1.0, variant="fresh_patch")]
         removal = select(recs, model=model, probe="survivor", variant="removal_patch")
@@ -55,8 +51,10 @@ def frame(rows: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    table = frame(rows)
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
+    paper = paper_or(paper, "table1")
+    table = frame(rows, paper)
     if table.empty:
         raise SystemExit(f"{group} has no recall or survivor window rows")
     notes = ["Recall: the chunk re-admitted after the whole window turned over (τ = 1); stale = the patch frozen at "
@@ -64,18 +62,15 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tupl
              "chunk evicted, the interior survivor kept as-is (R(δ) only) or with a rank-64 removal patch. η = 1 − "
              "KL/KL_blind, mean [95% bootstrap CI] over items with a measurable deficit (KL_blind ≥ eta_floor); "
              "flip-recover over the items where blind reuse flips the re-prefill decision."]
-    if rows["model"].isin(list(PAPER_TABLE1)).any():
-        notes.append("Paper: Table 1 of the preprint (Video-MME segments, n = 25–32 per model).")
-    return write_table(table, stem, f"Table 1 ({group}) — eviction is asymmetric",
-                       f"Recall needs a fresh patch, survivors need only R($\\delta$) ({group}).", f"tab:{group}",
-                       footer, notes)
+    if rows["model"].isin(list(paper.get("models", {}))).any():
+        notes.append(paper["note"])
+    return table_outputs(table, stem, f"Table 1 ({group}) — eviction is asymmetric{partial_tag(footer)}",
+                         f"Recall needs a fresh patch, survivors need only R($\\delta$) ({group}).", f"tab:{group}",
+                         footer, ["\n".join(notes)], math=False)
 
 
 def main(argv: list[str] | None = None) -> None:
-    exp = load(__doc__.split("\n\n")[0], "table1", argv)
-    md, paths = render(exp.rows, exp.name, exp.stem("table"), exp.footer)
-    print(md)
-    publish(exp, paths)
+    cli(__doc__, "table1", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

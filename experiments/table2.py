@@ -28,23 +28,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import load, publish
-from experiments.windows import eta_cell, mean_of, models, num, ratio, records, write_table
+from experiments.common import cli, paper_or, partial_tag, table_outputs
+from experiments.windows import eta_cell, mean_of, models, num, ratio, records
 from kamera.window.summary import select
 
-# (operating point, mechanism, paper cost, paper "where it holds", probe, variant, row filter) — Table 2 of the paper.
+# (operating point, mechanism, probe, variant, row filter) — Table 2 of the paper; the paper's cost and "where it
+# holds" per point are conf/experiment/table2.yaml's paper.points.
 POINTS = [
-    ("re-prefill (the floor)", "one forward over the window", "a full prefill", "all (the ceiling)",
-     "deep_half", "reprefill", {}),
-    ("leading-segment reuse", "truncate + relocate", "free (deficit = 0)", "all (causal)", "leading", "leading", {}),
-    ("exact per-context patch", "rank-m SVD(Δ)", "one B-forward", "all (ceiling)", "deep_half", "patch", {}),
-    ("reorder orbit-patch", "one patch / orbit", "one patch / chunk", "all families", "reorder", "orbit", {}),
-    ("deep-half patch", "deepest ∼ n_L/2 only", "half the bytes", "all (∼ 95%)", "deep_half", "patch_deep", {}),
-    ("reversible eviction: survivor", "relocate", "free", "GQA/deepst./MLA", "survivor", "keep_as_is", {}),
-    ("reversible eviction: recall", "patch recall", "rank-32 patch", "GQA/deepst./MLA", "recall", "fresh_patch",
-     {"tau": 1.0}),
-    ("partial forward", "shallow reuse, deep recompute", "ℓ⋆/n_L of prefill", "depth-bounded", "refresh",
-     "deep_refresh", {"swapped": lambda d: d >= 1}),
+    ("re-prefill (the floor)", "one forward over the window", "deep_half", "reprefill", {}),
+    ("leading-segment reuse", "truncate + relocate", "leading", "leading", {}),
+    ("exact per-context patch", "rank-m SVD(Δ)", "deep_half", "patch", {}),
+    ("reorder orbit-patch", "one patch / orbit", "reorder", "orbit", {}),
+    ("deep-half patch", "deepest ∼ n_L/2 only", "deep_half", "patch_deep", {}),
+    ("reversible eviction: survivor", "relocate", "survivor", "keep_as_is", {}),
+    ("reversible eviction: recall", "patch recall", "recall", "fresh_patch", {"tau": 1.0}),
+    ("partial forward", "shallow reuse, deep recompute", "refresh", "deep_refresh", {"swapped": lambda d: d >= 1}),
 ]
 COLUMNS = ["mechanism", "cost (paper)", "forwards at the operation", "stored forwards", "bytes / page",
            "η mean [95% CI]", "KL to re-prefill", "where it holds (paper)"]
@@ -56,22 +54,26 @@ def pick(recs: list[dict], model: str, probe: str, variant: str, where: dict) ->
     return [r for r in got if all(f(r.get(c)) if callable(f) else r.get(c) == f for c, f in where.items())]
 
 
-def extra(point: str, got: list[dict], recs: list[dict], model: str) -> str:
+def extra(point: str, got: list[dict], recs: list[dict], model: str, paper: dict) -> str:
     """What a point adds to its fidelity cell: deep-half vs the full patch, the partial forward's layer share."""
     if point == "deep-half patch":
         full = pick(recs, model, "deep_half", "patch", {})
         eta, size = ratio(mean_of(got, "eta"), mean_of(full, "eta")), ratio(mean_of(got, "bytes"), mean_of(full, "bytes"))
-        return f"; {num(eta)}× the full patch's η at {num(size)}× its bytes (paper ∼95% at half)"
+        return f"; {num(eta)}× the full patch's η at {num(size)}× its bytes (paper {paper['deep_half']})"
     if point == "partial forward":
         return f"; {num(ratio(mean_of(got, 'recomputed_layers'), mean_of(got, 'n_layers')))} of the layers recomputed"
     return ""
 
 
-def frame(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per (operating point, model)."""
+def frame(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
+    """One line per (operating point, model), the paper's cost and "where it holds" (conf/experiment/table2.yaml
+    ``paper``) beside the measured ones."""
+    paper = paper_or(paper, "table2")
     recs = records(rows)
     out = {}
-    for point, mechanism, cost, holds, probe, variant, where in POINTS:
+    for point, mechanism, probe, variant, where in POINTS:
+        stated = paper.get("points", {}).get(point, {})
+        cost, holds = stated.get("cost", "–"), stated.get("holds", "–")
         for model, a in models(recs):
             got = pick(recs, model, probe, variant, where)
             if not got:
@@ -79,7 +81,7 @@ def frame(rows: pd.DataFrame) -> pd.DataFrame:
                 continue
             out[(point, f"{model} ({a})")] = [
                 mechanism, cost, num(mean_of(got, "forwards")), num(mean_of(got, "stored_forwards")),
-                num(mean_of(got, "bytes_frac")), eta_cell(r["eta"] for r in got) + extra(point, got, recs, model),
+                num(mean_of(got, "bytes_frac")), eta_cell(r["eta"] for r in got) + extra(point, got, recs, model, paper),
                 num(mean_of(got, "kl"), 3), holds,
             ]
     table = pd.DataFrame.from_dict(out, orient="index", columns=COLUMNS)
@@ -87,24 +89,22 @@ def frame(rows: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    table = frame(rows)
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
+    table = frame(rows, paper)
     if table.empty:
         raise SystemExit(f"{group} has no window rows")
     notes = ["Cost as measured: forwards run at the operation (the variant's own query forward not counted), forwards "
              "behind the stored state it reads (the canonical, patches formed earlier), bytes stored or recomputed for "
              "the chunk / its KV page, means over items. η over items with a measurable deficit (a leading chunk has "
              "none: its KL shows the exactness). Paper columns: Table 2 of the preprint."]
-    return write_table(table, stem, f"Table 2 ({group}) — operating points, measured",
-                       f"Operating points for cross-chunk KV reuse, measured cost and fidelity ({group}).",
-                       f"tab:{group}", footer, notes)
+    return table_outputs(table, stem, f"Table 2 ({group}) — operating points, measured{partial_tag(footer)}",
+                         f"Operating points for cross-chunk KV reuse, measured cost and fidelity ({group}).",
+                         f"tab:{group}", footer, notes, math=False)
 
 
 def main(argv: list[str] | None = None) -> None:
-    exp = load(__doc__.split("\n\n")[0], "table2", argv)
-    md, paths = render(exp.rows, exp.name, exp.stem("table"), exp.footer)
-    print(md)
-    publish(exp, paths)
+    cli(__doc__, "table2", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

@@ -9,36 +9,28 @@ and .tex (booktabs), each with the provenance footer, and prints the markdown.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import PAPER_TABLE3, ci_cell, load, publish, write_text
+from experiments.common import ci_cell, cli, natural_order, paper_or, partial_tag, table_outputs
 
 ARM_ORDER = ["reprefill", "blind", "patch_r16", "patch_r64"]
 
 
-def aggregate(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per (model, subset, arm): n, accuracy and its 95% CI cell; chance per (model, subset)."""
+def aggregate(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
+    """One line per (model, subset, arm): n, accuracy and its 95% CI cell; chance per (model, subset); the
+    paper's value (``paper["accuracy"][model][subset][arm]``) where it has one."""
+    accuracy = paper_or(paper, "table3").get("accuracy", {})
     out = []
     for (model, subset, arm), g in rows.groupby(["model", "subset", "arm"], sort=True):
         out.append({
             "model": model, "subset": subset, "arm": arm, "n": len(g),
             "accuracy": g["correct"].mean(), "cell": ci_cell(g["correct"]),
             "chance": (1.0 / g["n_choices"][g["n_choices"] > 0]).mean(),
-            "paper": PAPER_TABLE3.get((model, subset), {}).get(arm),
+            "paper": accuracy.get(model, {}).get(subset, {}).get(arm),
         })
     return pd.DataFrame(out)
-
-
-def arm_order(arms) -> list[str]:
-    """The paper's arms first, then the rest in natural order (patch_r1 < patch_r8 < patch_r128)."""
-    def natural(a: str) -> list:
-        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", a.replace("_full", "_r1000000"))]
-
-    rest = sorted(set(arms) - set(ARM_ORDER), key=natural)
-    return [a for a in ARM_ORDER if a in set(arms)] + rest
 
 
 def wide(agg: pd.DataFrame) -> pd.DataFrame:
@@ -52,42 +44,21 @@ def wide(agg: pd.DataFrame) -> pd.DataFrame:
         cells["chance / n"] = f"{g['chance'].iloc[0]:.2f} / {int(g['n'].max())}"
         table[col] = cells
     frame = pd.DataFrame(table)
-    frame = frame.reindex([*arm_order(agg["arm"].unique()), "chance / n"])
+    frame = frame.reindex([*natural_order(agg["arm"].unique(), ARM_ORDER), "chance / n"])
     frame.columns = pd.MultiIndex.from_tuples(cols, names=["model", "subset"])
     return frame.fillna("–")
 
 
-def to_markdown(frame: pd.DataFrame, title: str, footer: str = "") -> str:
-    head = "| arm | " + " | ".join(f"{m} · {s}" for m, s in frame.columns) + " |"
-    sep = "|---" * (len(frame.columns) + 1) + "|"
-    body = ["| " + " | ".join([str(arm), *map(str, row)]) + " |" for arm, row in frame.iterrows()]
-    tail = ["", f"_{footer}_"] if footer else []
-    return "\n".join([f"**{title}** — accuracy, mean [95% bootstrap CI]", "", head, sep, *body, *tail]) + "\n"
-
-
-def to_latex(frame: pd.DataFrame, caption: str, label: str, footer: str = "") -> str:
-    styler = frame.style.format(escape="latex").format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
-    tex = styler.to_latex(
-        hrules=True, caption=caption, label=label, column_format="l" + "c" * len(frame.columns),
-        multicol_align="c", position_float="centering",
-    )
-    return f"% {footer}\n{tex}" if footer else tex
-
-
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    frame = wide(aggregate(rows))
-    partial = ", partial" if footer.startswith("PARTIAL") else ""
-    md = to_markdown(frame, f"Table 3 ({group}{partial})", footer)
-    tex = to_latex(frame, f"Accuracy per arm ({group}{partial}); mean and 95\\% bootstrap CI over items.",
-                   f"tab:{group}", footer)
-    return md, [write_text(stem.with_suffix(".md"), md), write_text(stem.with_suffix(".tex"), tex)]
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
+    tag = partial_tag(footer)
+    return table_outputs(wide(aggregate(rows, paper)), stem, f"Table 3 ({group}{tag})",
+                         f"Accuracy per arm ({group}{tag}); mean and 95\\% bootstrap CI over items.", f"tab:{group}",
+                         footer, math=False, subtitle="accuracy, mean [95% bootstrap CI]", index_label="arm")
 
 
 def main(argv: list[str] | None = None) -> None:
-    exp = load(__doc__.split("\n\n")[0], "table3", argv)
-    md, paths = render(exp.rows, exp.name, exp.stem("table"), exp.footer)
-    print(md)
-    publish(exp, paths)
+    cli(__doc__, "table3", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from experiments.common import (
     arm_table,
     cli,
     natural_order,
+    paper_or,
     partial_tag,
     require_rows,
     row_cell,
@@ -30,16 +31,6 @@ from experiments.common import (
 )
 
 ARMS = ["reprefill", "blind", "patch_r16", "patch_r64", "cross_mass", "nystrom"]
-# Table 4 (MMLongBench-Doc two-page multi-hop accuracy): MLA = Kimi-VL, GQA = Qwen2.5-VL ("—": not run).
-PAPER = {
-    ("kimi_vl_a3b", "two_page"): {"reprefill": 0.41, "blind": 0.28, "patch_r16": 0.39, "patch_r64": 0.41,
-                                  "cross_mass": 0.35, "nystrom": 0.26},
-    ("qwen2_5_vl_7b", "two_page"): {"reprefill": 0.28, "blind": 0.15, "patch_r16": 0.24, "patch_r64": 0.28},
-}
-PAPER_BYTES = {"patch_r16": "≈6%", "patch_r64": "≈25%"}  # Table 4's arm labels, "layout-invariant" (paper models)
-PAPER_NOTE = ("Paper (Table 4): MLA multi-hop .41 / .28 / .39 / .41 / .35 / .26, GQA .28 / .15 / .24 / .28 "
-              "(re-prefill, blind, r16, r64, cross-mass 0.25, Nyström 64); single-hop accuracy unchanged "
-              "under reuse (0.57, §1).")
 SUBSETS = {"two_page": "multi-hop", "one_page": "single-hop", "two_hop": "multi-hop", "bind": "multi-hop",
            "control_b": "single-hop (B)", "control": "single-hop (A)"}
 
@@ -48,8 +39,11 @@ def subset_label(subset: str) -> str:
     return f"{SUBSETS[subset]} ({subset})" if subset in SUBSETS else subset
 
 
-def wide(rows: pd.DataFrame) -> pd.DataFrame:
-    """Arms × (model, accuracy per subset | bytes) cells, and an n row (items per column)."""
+def wide(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
+    """Arms × (model, accuracy per subset | bytes) cells, and an n row (items per column); the paper's values
+    (conf/experiment/table4.yaml ``paper``) beside ours."""
+    paper = paper_or(paper, "table4")
+    accuracy, paper_bytes = paper.get("accuracy", {}), paper.get("bytes", {})
     arms = natural_order(rows["arm"], ARMS)
     columns, n = {}, {}
     for model, m in rows.groupby("model", sort=True):
@@ -57,30 +51,31 @@ def wide(rows: pd.DataFrame) -> pd.DataFrame:
         subsets = sorted(m["subset"].unique(), key=lambda s: (not SUBSETS.get(s, "").startswith("multi"), s))
         for subset in subsets:
             g = m[m["subset"] == subset]
-            paper = PAPER.get((model, subset), {})
+            values = accuracy.get(model, {}).get(subset, {})
             columns[(model, subset_label(subset))] = {
-                a: with_paper(row_cell(g[g["arm"] == a], "correct"), paper.get(a)) for a in arms
+                a: with_paper(row_cell(g[g["arm"] == a], "correct"), values.get(a)) for a in arms
                 if (g["arm"] == a).any()}
             n[(model, subset_label(subset))] = str(g["item_id"].nunique())
         columns[(model, "KV bytes")] = {
             a: with_paper(f"{100 * m.loc[m['arm'] == a, 'bytes_frac'].mean():.1f}%",
-                          PAPER_BYTES.get(a) if any(model == k[0] for k in PAPER) else None)
+                          paper_bytes.get(a) if model in accuracy else None)
             for a in arms if (m["arm"] == a).any()}
         n[(model, "KV bytes")] = ""
     return arm_table(columns, n, arms)
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     require_rows(rows, group)
-    tag = partial_tag(footer)
-    return table_outputs(wide(rows), stem, f"Table 4 ({group}{tag}) — accuracy, mean [95% cluster-bootstrap CI]; "
+    paper, tag = paper_or(paper, "table4"), partial_tag(footer)
+    return table_outputs(wide(rows, paper), stem, f"Table 4 ({group}{tag}) — accuracy, mean [95% cluster-bootstrap CI]; "
                          "KV bytes for B as % of its page",
                          f"Two-page multi-hop accuracy and KV bytes per arm ({group}{tag}); mean and 95% "
-                         "cluster-bootstrap CI over documents.", f"tab:{group}", footer, [PAPER_NOTE])
+                         "cluster-bootstrap CI over documents.", f"tab:{group}", footer, [paper["note"]])
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "table4", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer), argv)
+    cli(__doc__, "table4", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from experiments.common import (
     cli,
     kl_fmt,
     natural_order,
+    paper_or,
     partial_tag,
     require_rows,
     row_cell,
@@ -32,28 +33,16 @@ from experiments.common import (
 ARMS = ["reprefill", "patch_r64", "vlcache", "cacheblend", "sink", "shallow_reprefill", "shallow_reprefill_l1", "blind"]
 SHORT = {"ActionSequence": "AS", "ActionPrediction": "AP", "ObjectShuffle": "OS", "StateChange": "SC"}
 POOLED, KL = "pooled", "mean KL"
-# Table 5 (Qwen2.5-VL, MileBench temporal): flip-recover per subset, and mean KL; "pooled" is not printed in
-# the paper, which states the r64 patch "recovers the re-prefill decision 97% of the time" (§6).
-PAPER = {
-    "reprefill": {"AS": 1.00, "AP": 1.00, "OS": 1.00, "SC": 1.00, KL: 0.00},
-    "patch_r64": {"AS": 1.00, "AP": 1.00, "OS": 0.94, "SC": 0.93, KL: 0.013, POOLED: 0.97},
-    "vlcache": {"AS": 0.10, "AP": 0.04, "OS": 0.06, "SC": 0.00, KL: 1.23},
-    "cacheblend": {"AS": 0.25, "AP": 0.09, "OS": 0.11, "SC": 0.36, KL: 1.13},
-    "sink": {"AS": 0.10, "AP": 0.04, "OS": 0.11, "SC": 0.21, KL: 1.22},
-    "shallow_reprefill": {"AS": 0.90, "AP": 0.96, "OS": 0.89, "SC": 0.93, KL: 0.027},
-}
-PAPER_MODEL = "qwen2_5_vl_7b"
-PAPER_NOTE = ("Paper (Table 5, Qwen2.5-VL): r64 1.00 / 1.00 / 0.94 / 0.93, KL 0.013; VLCache .10 .04 .06 .00, KL 1.23; "
-              "CacheBlend .25 .09 .11 .36, KL 1.13; sink KL 1.22; shallow (bottom 3 layers) .90 .96 .89 .93, KL 0.027; "
-              "pooled flip subset n = 75.")
 
 
-def wide(rows: pd.DataFrame) -> pd.DataFrame:
-    """Arms × (model, subset | pooled | mean KL) cells, and an n row."""
+def wide(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
+    """Arms × (model, subset | pooled | mean KL) cells, and an n row; the paper's values (conf/experiment/
+    table5.yaml ``paper``: arm → subset | pooled | mean KL) beside the paper model's."""
+    values = paper_or(paper, "table5")
     arms = natural_order(rows["arm"], ARMS)
     columns, n = {}, {}
     for model, m in rows.groupby("model", sort=True):
-        paper = PAPER if model == PAPER_MODEL else {}
+        paper = values.get("arms", {}) if model == values.get("model") else {}
         order = sorted(m["subset"].unique(), key=lambda s: (list(SHORT).index(s) if s in SHORT else len(SHORT), s))
         groups = [(SHORT.get(s, s), m[m["subset"] == s]) for s in order]
         for name, g in groups + ([(POOLED, m)] if len(groups) > 1 else []):
@@ -67,17 +56,18 @@ def wide(rows: pd.DataFrame) -> pd.DataFrame:
     return arm_table(columns, n, arms)
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     require_rows(rows, group)
-    tag = partial_tag(footer)
-    return table_outputs(wide(rows), stem, f"Table 5 ({group}{tag}) — flip-recover on the items blind reuse flips, "
+    paper, tag = paper_or(paper, "table5"), partial_tag(footer)
+    return table_outputs(wide(rows, paper), stem, f"Table 5 ({group}{tag}) — flip-recover on the items blind reuse flips, "
                          "mean [95% cluster-bootstrap CI]; mean KL to re-prefill",
                          f"Answer-flip recovery per subset and pooled, and mean KL ({group}{tag}); mean and 95% "
-                         "cluster-bootstrap CI over flipped items.", f"tab:{group}", footer, [PAPER_NOTE])
+                         "cluster-bootstrap CI over flipped items.", f"tab:{group}", footer, [paper["note"]])
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "table5", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer), argv)
+    cli(__doc__, "table5", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

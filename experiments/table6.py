@@ -23,6 +23,7 @@ import pandas as pd
 from experiments.common import (
     cli,
     cluster_labels,
+    paper_or,
     params,
     partial_tag,
     row_cell,
@@ -33,13 +34,6 @@ from kamera.metrics import paired_bootstrap_ci
 
 METHODS = {"patch": "feature patch (low-rank Δ)", "quest": "oracle query-aware (Quest-style)",
            "first_k": "first-k (EPIC/MPIC-style)", "shadowkv": "low-rank-K (ShadowKV-style)"}
-# Table 6 (Qwen2.5-VL, n = 46): fraction of the loss closed at the bytes of a rank-16 / rank-64 patch.
-PAPER = {"patch": {16: 0.82, 64: 0.90}, "quest": {16: 0.55, 64: 0.79}, "first_k": {16: 0.31, 64: 0.41},
-         "shadowkv": {16: "≤0", 64: "≤0"}}
-PAPER_MODEL = "qwen2_5_vl_7b"
-PAPER_NOTE = ("Paper (Table 6, Qwen2.5-VL, n = 46): rank-16 (≡ 31 tok) / rank-64 (≡ 124 tok): patch .82 / .90, "
-              "Quest-style .55 / .79, first-k .31 / .41, ShadowKV-style ≤0 / ≤0; paired Δη (r64 − Quest) = 0.24 "
-              "[0.07, 0.41].")
 
 
 def budgeted(rows: pd.DataFrame) -> pd.DataFrame:
@@ -66,8 +60,11 @@ def paired_delta(g: pd.DataFrame, rank: float, other: str = "quest") -> str:
     return f"{mean:.2f} [{lo:.2f}, {hi:.2f}] (n = {len(shared)})"
 
 
-def wide(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Methods × (model, budget) η cells plus budget rows; and the paired-Δη lines."""
+def wide(rows: pd.DataFrame, paper: dict | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """Methods × (model, budget) η cells plus budget rows (the paper's η, conf/experiment/table6.yaml ``paper``,
+    beside the paper model's); and the paired-Δη lines."""
+    paper = paper_or(paper, "table6")
+    methods = paper.get("methods", {})
     data = budgeted(rows)
     if data.empty:
         raise SystemExit("no budgeted rows (patch_r<m> and quest / first_k / shadowkv arms with match_rank)")
@@ -77,7 +74,8 @@ def wide(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             g = m[m["budget_rank"] == rank]
             col = (model, f"rank-{rank:g} bytes")
             columns[col] = {METHODS[meth]: with_paper(row_cell(g[g["method"] == meth], "eta"),
-                                                      PAPER[meth].get(rank) if model == PAPER_MODEL else None)
+                                                      methods.get(meth, {}).get(rank)
+                                                      if model == paper.get("model") else None)
                             for meth in METHODS if (g["method"] == meth).any()}
             tokens = g.loc[g["method"].isin(["quest", "first_k"]), "budget_tokens"].mean()
             patch = g[g["method"] == "patch"]
@@ -92,19 +90,21 @@ def wide(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return frame, lines
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
-    frame, lines = wide(rows)
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
+    paper = paper_or(paper, "table6")
+    frame, lines = wide(rows, paper)
     tag = partial_tag(footer)
     return table_outputs(frame, stem, f"Table 6 ({group}{tag}) — share of the conditioning loss closed (η) at a "
                          "matched KV-byte budget, mean [95% cluster-bootstrap CI]",
                          f"Share of the conditioning loss closed at matched KV bytes ({group}{tag}); mean η and "
                          "95% cluster-bootstrap CI. " + "; ".join(lines), f"tab:{group}", footer,
                          ["Paired bootstrap of Δη on the items both methods have:\n" + "\n".join(f"- {x}" for x in lines),
-                          PAPER_NOTE])
+                          paper["note"]])
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "table6", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer), argv)
+    cli(__doc__, "table6", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import pandas as pd
 from experiments.common import (
     cli,
     kl_fmt,
+    paper_or,
     partial_tag,
     require_rows,
     row_cell,
@@ -36,18 +37,6 @@ from experiments.common import (
     with_paper,
 )
 from kamera.metrics import eta
-
-# Table 7: n, ctrl-KL, loss-KL, e90/n_B (V), gap@64 per backbone.
-PAPER = {
-    "qwen2_5_vl_7b": {"n": 48, "ctrl": 0.0025, "loss": 0.025, "e90": 0.20, "gap@64": 0.85},
-    "qwen3_vl_8b": {"n": 94, "ctrl": 0.0001, "loss": 0.001, "e90": 0.26, "gap@64": 0.92},
-    "internvl3_8b": {"n": 46, "ctrl": 0.0029, "loss": 0.046, "e90": 0.18, "gap@64": 0.89},
-    "deepseek_vl_7b": {"n": 46, "ctrl": 0.0009, "loss": 0.025, "e90": 0.29, "gap@64": 0.87},
-    "internvl_chat_v1_1": {"n": 46, "ctrl": 0.0005, "loss": 0.006, "e90": 0.30, "gap@64": 0.89},
-    "phi3_5_vision": {"n": 46, "ctrl": 0.0001, "loss": 0.016, "e90": 0.20, "gap@64": 0.96},
-}
-PAPER_NOTE = ("Paper (Table 7): ctrl-KL 10–320× below loss-KL, e90/n_B ≤ 0.30 on V (lower still on GQA's K), "
-              "gap@64 0.85–0.96 (0.92–0.99 at rank 256).")
 
 
 def per_item(rows: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -87,9 +76,10 @@ def model_row(rows: pd.DataFrame, paper: dict) -> dict:
     return cell
 
 
-def table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per model (its family beside it)."""
-    lines = {f"{model} ({m['attention'].iloc[0]})": model_row(m, PAPER.get(model, {}))
+def table(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
+    """One line per model (its family beside it; the paper's values, conf/experiment/table7.yaml ``paper``)."""
+    models = paper_or(paper, "table7").get("models", {})
+    lines = {f"{model} ({m['attention'].iloc[0]})": model_row(m, models.get(model, {}))
              for model, m in rows.groupby("model", sort=True)}
     frame = pd.DataFrame(lines).T
     gap_cols = sorted((c for c in frame.columns if c.startswith("gap@")), key=lambda c: int(c[4:]))
@@ -98,21 +88,22 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     """``rows`` need the job columns ``canonical_context`` and ``eta_floor`` (see :func:`main`)."""
     require_rows(rows, group)
-    tag = partial_tag(footer)
-    return table_outputs(table(rows), stem, f"Table 7 ({group}{tag}) — the deficit by 4D-mask isolation: mean [95% "
+    paper, tag = paper_or(paper, "table7"), partial_tag(footer)
+    return table_outputs(table(rows, paper), stem, f"Table 7 ({group}{tag}) — the deficit by 4D-mask isolation: mean [95% "
                          "cluster-bootstrap CI]; gap@m = median over items with a measurable loss-KL",
                          f"Cross-chunk conditioning deficit per backbone, 4D-mask isolation ({group}{tag}); means "
-                         "(gap@m: medians) with 95% cluster-bootstrap CIs.", f"tab:{group}", footer, [PAPER_NOTE])
+                         "(gap@m: medians) with 95% cluster-bootstrap CIs.", f"tab:{group}", footer, [paper["note"]])
 
 
 def main(argv: list[str] | None = None) -> None:
     def draw(exp):
         rows = with_job_columns(exp, exp.rows, {"canonical_context": lambda c: c.canonical_context,
                                                 "eta_floor": lambda c: c.eta_floor})
-        return render(rows, exp.name, exp.stem("table"), exp.footer)
+        return render(rows, exp.name, exp.stem("table"), exp.footer, exp.paper)
 
     cli(__doc__, "table7", draw, argv)
 

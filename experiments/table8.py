@@ -30,6 +30,7 @@ from experiments.common import (
     STYLE,
     cli,
     cluster_labels,
+    paper_or,
     params,
     partial_tag,
     require_rows,
@@ -41,19 +42,7 @@ from experiments.common import (
 )
 from kamera.metrics import bootstrap_ci
 
-# Table 8 (η at rank 64): patch η, re-prefill fraction to match, token η@0.5; n = 40 per model.
-PAPER = {
-    "kimi_vl_a3b": {"patch": 0.91, "match": 0.89, "token": 0.32},
-    "qwen2_5_vl_7b": {"patch": 0.96, "match": 0.86, "token": 0.60},
-    "qwen3_vl_8b": {"patch": 0.88, "match": 0.89, "token": 0.63},
-    "qwen3_omni_30b_a3b": {"patch": 0.90, "match": 0.88, "token": 0.86},
-    "deepseek_vl_7b": {"patch": 0.96, "match": "∼1.0", "token": 0.70},
-    "phi3_5_vision": {"patch": 0.90, "match": 0.88, "token": 0.68},
-}
-PAPER_RANK = 64
 TOLERANCE = 1e-6  # η differences below this are float rounding
-PAPER_NOTE = ("Paper (Table 8, n = 40/model, rank 64): layer re-prefill must re-run ∼86–89% of layers (essentially "
-              "all on DeepSeek-VL) to match the patch; token recompute saturates well below it at a 50% budget.")
 
 
 def measured(rows: pd.DataFrame) -> pd.DataFrame:
@@ -125,14 +114,16 @@ def n_layers(m: pd.DataFrame) -> str:
     return "?"
 
 
-def table(rows: pd.DataFrame) -> pd.DataFrame:
+def table(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
+    """One line per model; the paper's values (conf/experiment/table8.yaml ``paper``) beside the rank it states."""
+    values = paper_or(paper, "table8")
     lines = {}
     for model, m in rows.groupby("model", sort=True):
-        m, paper = measured(m), PAPER.get(model, {})
+        m, paper = measured(m), values.get("models", {}).get(model, {})
         line = {"family (n_L)": f"{m['attention'].iloc[0] if len(m) else '?'} ({n_layers(m)})",
                 "n": str(m["item_id"].nunique())}
         for rank in sorted(m.loc[m["arm_name"] == "patch", "rank"].dropna().unique()):
-            at = paper if rank == PAPER_RANK else {}
+            at = paper if rank == values.get("rank") else {}
             line[f"patch η@{rank:g}"] = with_paper(row_cell(m[(m["arm_name"] == "patch") & (m["rank"] == rank)], "eta"),
                                                   at.get("patch"))
             line[f"re-prefill to match r{rank:g}"] = with_paper(fraction_cell(frontier(m, rank)), at.get("match"))
@@ -167,20 +158,21 @@ def plot(rows: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, figure_stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, group: str, stem: Path, figure_stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     require_rows(rows, group)
-    tag = partial_tag(footer)
-    md, paths = table_outputs(table(rows), stem, f"Table 8 ({group}{tag}) — the repair frontier: mean η [95% "
+    paper, tag = paper_or(paper, "table8"), partial_tag(footer)
+    md, paths = table_outputs(table(rows, paper), stem, f"Table 8 ({group}{tag}) — the repair frontier: mean η [95% "
                               "cluster-bootstrap CI]; re-prefill to match = re-run fraction of layers where shallow "
                               f"re-prefill first reaches the patch's η (sweep: {figure_stem.name}.pdf)",
                               f"The repair frontier ({group}{tag}); mean η and 95% cluster-bootstrap CIs.",
-                              f"tab:{group}", footer, [PAPER_NOTE])
+                              f"tab:{group}", footer, [paper["note"]])
     return md, [*paths, *save_figure(plot(rows, f"Table 8 sweep ({group}{tag})"), figure_stem, footer)]
 
 
 def main(argv: list[str] | None = None) -> None:
     cli(__doc__, "table8", lambda exp: render(exp.rows, exp.name, exp.stem("table"),
-                                              suffixed(exp.stem("figure"), "_sweep"), exp.footer), argv)
+                                              suffixed(exp.stem("figure"), "_sweep"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

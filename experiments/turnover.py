@@ -18,13 +18,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from experiments.common import STYLE, load, publish, save_figure, write_text
+from experiments.common import STYLE, cli, document, figure_outputs, paper_or, partial_tag
 from experiments.windows import models, num, records
 from kamera.window.summary import turnover_curve
-
-# §5: "decaying monotonically from η ≈ 0.9 at no turnover to actively harmful at full turnover (η = −0.68 GQA,
-# −2.85 deepstack; MLA decays more gently to +0.29)"; the fresh rank-32 patch 0.87 / 0.96 / 0.81.
-PAPER_FULL_TURNOVER = {"qwen2_5_vl_7b": (-0.68, 0.87), "qwen3_vl_8b": (-2.85, 0.96), "kimi_vl_a3b": (0.29, 0.81)}
 
 
 def curves(rows: pd.DataFrame) -> pd.DataFrame:
@@ -34,7 +30,8 @@ def curves(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
+def plot(frame: pd.DataFrame, title: str, paper: dict | None = None) -> plt.Figure:
+    full = paper_or(paper, "turnover").get("full_turnover", {})  # model → (stale, fresh) η at τ = 1
     with plt.style.context(str(STYLE)):
         fig, axes = plt.subplots(1, 2, figsize=(6.5, 2.4), sharex=True)
         for ax, stat, name in ((axes[0], "", "mean"), (axes[1], "_median", "median")):
@@ -42,19 +39,21 @@ def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
                 label = f"{model} ({g['arch'].iloc[0]})"
                 ax.plot(g["tau"], g[f"stale_eta{stat}"], marker="o", color=f"C{i}", label=f"{label} stale")
                 ax.plot(g["tau"], g[f"fresh_eta{stat}"], marker="s", color=f"C{i}", linestyle="--", label=f"{label} fresh")
-                if model in PAPER_FULL_TURNOVER and not stat:
-                    ax.scatter([1.0, 1.0], PAPER_FULL_TURNOVER[model], marker="x", color=f"C{i}", zorder=3)
+                if model in full and not stat:
+                    ax.scatter([1.0, 1.0], full[model], marker="x", color=f"C{i}", zorder=3)
             ax.axhline(0.0, color="0.5", linewidth=0.6)
             ax.set_xlabel("turnover τ (fraction of the window replaced)")
             ax.set_ylabel(f"η, {name} over items")
             ax.set_title(f"({'ab'[stat != '']}) {name}")
         axes[1].legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
-        marks = "; ×: paper at τ = 1" if frame["model"].isin(list(PAPER_FULL_TURNOVER)).any() else ""
+        marks = "; ×: paper at τ = 1" if frame["model"].isin(list(full)).any() else ""
         fig.suptitle(f"{title} (solid: stale patch; dashed: fresh rank-32{marks})", fontsize=8, y=1.06)
     return fig
 
 
-def to_markdown(frame: pd.DataFrame, group: str, footer: str = "") -> str:
+def to_markdown(frame: pd.DataFrame, group: str, footer: str = "", paper: dict | None = None) -> str:
+    paper = paper_or(paper, "turnover")
+    full = paper.get("full_turnover", {})
     lines = [f"**Turnover ({group})** — η = 1 − KL/KL_blind of the recalled chunk vs turnover τ; mean / median over "
              "items with a measurable deficit", "",
              "| model | τ | n | stale η mean | stale η median | fresh η mean | fresh η median | stale KL | blind KL | "
@@ -64,29 +63,24 @@ def to_markdown(frame: pd.DataFrame, group: str, footer: str = "") -> str:
                      f"{num(c['stale_eta_median'])} | {num(c['fresh_eta'])} | {num(c['fresh_eta_median'])} | "
                      f"{num(c['stale_kl'], 3)} | {num(c['blind_kl'], 3)} | {num(c['reprefill_correct'])} | "
                      f"{num(c['stale_correct'])} |")
-    if frame["model"].isin(list(PAPER_FULL_TURNOVER)).any():
-        lines.append("\nPaper (§5, Table 1): stale η ≈ 0.9 at τ = 0, at τ = 1 " + ", ".join(
-            f"{m} {s:+.2f} (fresh {f:.2f})" for m, (s, f) in PAPER_FULL_TURNOVER.items()) + ".")
-    if footer:
-        lines.append(f"\n_{footer}_")
-    return "\n".join(lines) + "\n"
+    if frame["model"].isin(list(full)).any():
+        lines.append(f"\n{paper['note']} " + ", ".join(f"{m} {s:+.2f} (fresh {f:.2f})" for m, (s, f) in full.items())
+                     + ".")
+    return document(lines, footer)
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "") -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
+           paper: dict | None = None) -> tuple[str, list[Path]]:
     frame = curves(rows)
     if frame.empty:
         raise SystemExit(f"{group} has no recall window rows")
-    md = to_markdown(frame, group, footer)
-    partial = ", partial" if footer.startswith("PARTIAL") else ""
-    fig = plot(frame, f"Turnover ({group}{partial})")
-    return md, [*save_figure(fig, stem, footer), write_text(stem.with_suffix(".md"), md)]
+    paper = paper_or(paper, "turnover")
+    md = to_markdown(frame, group, footer, paper)
+    return figure_outputs(plot(frame, f"Turnover ({group}{partial_tag(footer)})", paper), md, stem, footer)
 
 
 def main(argv: list[str] | None = None) -> None:
-    exp = load(__doc__.split("\n\n")[0], "turnover", argv)
-    md, paths = render(exp.rows, exp.name, exp.stem("figure"), exp.footer)
-    print(md)
-    publish(exp, paths)
+    cli(__doc__, "turnover", lambda exp: render(exp.rows, exp.name, exp.stem("figure"), exp.footer, exp.paper), argv)
 
 
 if __name__ == "__main__":

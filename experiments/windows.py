@@ -2,22 +2,18 @@
 
 Window rows (:mod:`kamera.job.window_shape`) carry one row per (item, probe, setting, variant); these helpers
 turn them into the records :mod:`kamera.window.summary` reduces, name each model by its architecture as
-the paper's tables do (GQA, deepstack, MLA, MHA), format cells and write a table as markdown and
-booktabs LaTeX with the provenance footer. Nothing here loads a model.
+the paper's tables do (GQA, deepstack, MLA, MHA) and format cells; the tables and figures are written by
+:mod:`experiments.common`. Nothing here loads a model.
 """
 
 from __future__ import annotations
 
 import math
-import textwrap
 from collections.abc import Iterable
-from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
-from experiments.common import ci_cell, write_text
-from experiments.table3 import to_latex
+from experiments.common import ci_cell
 from kamera.window.summary import mean, median
 
 ARCH_ORDER = ("GQA", "deepstack", "MLA", "MHA")
@@ -75,35 +71,6 @@ def mean_of(recs: Iterable[dict], column: str) -> float:
     return mean(r[column] for r in recs)
 
 
-def footnote(fig: plt.Figure, footer: str) -> None:
-    """The provenance footer in small type below everything drawn (the footer of
-    :func:`experiments.common.save_figure`, for figures with several rows of axes and legends below them;
-    save with footer="")."""
-    if footer:
-        bottom = fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight()  # figure fraction
-        fig.text(0.0, bottom - 0.005, "\n".join(textwrap.wrap(footer, 160)), ha="left", va="top", fontsize=3.5)
-
-
 def ratio(a: float, b: float) -> float:
     """a / b, NaN where b is 0 or either is NaN."""
     return a / b if b and b == b and a == a else math.nan
-
-
-def markdown(frame: pd.DataFrame, title: str, footer: str = "", notes: Iterable[str] = ()) -> str:
-    """A frame (its index levels the first columns) as a markdown table under a bold title, notes and footer below."""
-    names = [str(n or "") for n in frame.index.names]
-    head = "| " + " | ".join([*names, *map(str, frame.columns)]) + " |"
-    sep = "|---" * (len(frame.columns) + len(names)) + "|"
-    body = ["| " + " | ".join([*map(str, i if isinstance(i, tuple) else (i,)), *map(str, row)]) + " |"
-            for i, row in frame.iterrows()]
-    tail = [*(["", *notes] if notes else []), *(["", f"_{footer}_"] if footer else [])]
-    return "\n".join([f"**{title}**", "", head, sep, *body, *tail]) + "\n"
-
-
-def write_table(frame: pd.DataFrame, stem: Path, title: str, caption: str, label: str, footer: str = "",
-                notes: Iterable[str] = ()) -> tuple[str, list[Path]]:
-    """<stem>.md and <stem>.tex (booktabs) of one table; returns the markdown and the paths."""
-    notes = list(notes)
-    md = markdown(frame, title + (", partial" if footer.startswith("PARTIAL") else ""), footer, notes)
-    tex = to_latex(frame, caption, label, footer)
-    return md, [write_text(stem.with_suffix(".md"), md), write_text(stem.with_suffix(".tex"), tex)]
