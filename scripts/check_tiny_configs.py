@@ -25,7 +25,7 @@ from kamera.job import CONF_DIR, config_key
 from kamera.sweep import compose_config, expand
 from kamera.sweep import main as sweep_main
 
-IGNORED = ("paper", "cost", "hydra")
+IGNORED = ("paper", "cost", "hydra", "tiny_sweep")  # tiny_sweep: the sweep, which the manifest covers
 
 
 def tiny_experiments() -> list[str]:
