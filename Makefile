@@ -37,8 +37,11 @@ lint: ## ruff over the package, experiments, scripts and tests
 # The paper's tables and figures: each is conf/experiment/<name>.yaml (paper scale) and <name>_tiny.yaml
 # (CPU), rendered by the renderer its config names; `make <name> [SCALE=paper] [LAUNCHER=slurm]` sweeps
 # then renders. docs/reproduction.md lists every one with its configs and the paper's values.
-ARTIFACTS := table3 fig5 table4 table5 table6 table7 table8 fig6 fig7 fig9 fig10 \
-             fig3 fig4 fig8 fig11 fig12 table1 table2 turnover appd appe
+# ARTIFACTS: every conf/experiment/<name>.yaml with a <name>_tiny.yaml twin, those whose paper config reads
+# other experiments' rows (sources: [...]) last, so paper-all has run their sources first.
+artifacts_paired := $(sort $(foreach t,$(wildcard conf/experiment/*_tiny.yaml),$(if $(wildcard $(t:_tiny.yaml=.yaml)),$(notdir $(t:_tiny.yaml=)))))
+artifacts_sourced := $(sort $(notdir $(basename $(shell grep -l '^sources: *\[ *[a-z]' $(artifacts_paired:%=conf/experiment/%.yaml)))))
+ARTIFACTS := $(filter-out $(artifacts_sourced),$(artifacts_paired)) $(artifacts_sourced)
 
 artifacts: ## list the table / figure targets (each: make <name> [SCALE=paper] [LAUNCHER=slurm] [ARGS=…])
 	@echo $(ARTIFACTS)
