@@ -390,8 +390,49 @@ def suffixed(stem: Path, suffix: str) -> Path:
     return stem.with_name(stem.name + suffix)
 
 
+DOCS_ROW = re.compile(r"^\| (?P<title>[^|]*) \| `(?P<name>[a-z0-9_]+)` \| [^|]* \| [^|]* \| (?P<status>[^|]*) \|$")
+
+
+def docs_table(text: str) -> str:
+    """docs/reproduction.md with its artifact table regenerated from the paper: blocks: one row per
+    :func:`artifacts` entry (its ``paper.title``, target, configs and ``paper.summary``), in the doc's order
+    (new artifacts last, status "not run yet"); each row's status and the rest of the prose kept as written."""
+    lines = text.split("\n")
+    rows = [i for i, line in enumerate(lines) if DOCS_ROW.match(line)]
+    if not rows:
+        raise SystemExit(f"{DOCS}: no artifact table (rows | title | `name` | configs | paper | status |)")
+    status = {m["name"]: m["status"] for m in (DOCS_ROW.match(lines[i]) for i in rows)}
+    names = [n for n in status if n in artifacts()] + [n for n in artifacts() if n not in status]
+    table = []
+    for name in names:
+        paper = paper_values(name)
+        missing = [k for k in ("title", "summary") if not paper.get(k)]
+        if missing:
+            raise SystemExit(f"conf/experiment/{name}.yaml: its paper: block lacks {', '.join(missing)}")
+        table.append(f"| {paper['title']} | `{name}` | `{name}`, `{name}_tiny` | {paper['summary']} | "
+                     f"{status.get(name, 'not run yet')} |")
+    return "\n".join([*lines[:rows[0]], *table, *lines[rows[-1] + 1:]])
+
+
+def docs(check: bool = False) -> int:
+    """``--docs``: rewrite docs/reproduction.md's artifact table from the paper: blocks; ``--check``: exit 1 if stale."""
+    text = DOCS.read_text()
+    new = docs_table(text)
+    if check:
+        print(f"{DOCS}: {'current' if new == text else 'stale: run python -m experiments.common --docs'}")
+        return 0 if new == text else 1
+    if new != text:
+        atomic_write_text(DOCS, new)
+    print(f"{DOCS}: {'rewritten' if new != text else 'current'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``python -m experiments.common experiment=X …``: run the renderer the experiment names (``renderer:``)."""
+    """``python -m experiments.common experiment=X …``: run the renderer the experiment names (``renderer:``);
+    ``--docs [--check]``: docs/reproduction.md's paper values from the paper: blocks."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--docs" in argv:
+        raise SystemExit(docs(check="--check" in argv))
     args = parse(__doc__.split("\n\n")[0], "table3_tiny", sys.argv[1:] if argv is None else argv)
     experiment = next(o for o in args.overrides if o.split("=", 1)[0].lstrip("+~") == "experiment")
     try:
