@@ -1,10 +1,12 @@
-"""Model adapters (one per family) and the registry of tiny twins and paper checkpoints."""
+"""Model adapters (one per family) and the registry of tiny twins, toy models and paper checkpoints (read from
+conf/model/*.yaml, each file one model's entry)."""
 
 from kamera.models.base import Adapter, Encoded, EncodedSpan, ForwardOut, additive_mask, place
 from kamera.models.entry import ModelEntry
 from kamera.models.registry import (
     MODELS,
     CheckpointNotFoundError,
+    ModelConfError,
     UnknownModelError,
     checkpoint_path,
     entry,
@@ -20,6 +22,7 @@ __all__ = [
     "Encoded",
     "EncodedSpan",
     "ForwardOut",
+    "ModelConfError",
     "ModelEntry",
     "UnknownModelError",
     "additive_mask",

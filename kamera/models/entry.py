@@ -1,7 +1,8 @@
 """One registered model: what it is, how it loads, and how its shaped checkpoint is written.
 
-Kept apart from the registry so that modules contributing entries (``kamera.models.extras``) can
-import :class:`ModelEntry` without importing the registry that merges them.
+Each entry is declared in ``conf/model/<name>.yaml`` (its ``entry`` node, one key per field below, references as
+``"module:name"`` strings); :mod:`kamera.models.registry` reads the files. Kept apart from the registry so that
+modules that only need the type (the shaped writers, the loaders) import nothing that reads files.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ class ModelEntry:
     ``model_class``: transformers' own class, tokenizer and PIL image processor from the checkpoint) or
     through its own ``loader``.
 
-    ``loader`` and ``shaped`` are ``"module:function"`` references, resolved only when used:
+    In ``conf/model``, ``adapter``, ``tiny_config`` and ``image_processor`` are ``"module:name"`` references,
+    resolved when the file is read; ``chat`` is a two-string list and ``load_kwargs`` a mapping.
+    ``loader`` and ``shaped`` stay ``"module:function"`` references, resolved only when used:
 
     - ``loader(path: Path, *, dtype: torch.dtype, device: str, attn_implementation: str) -> Adapter``
       with ``path`` the checkpoint directory (paper) or the shipped weights directory (toy);

@@ -9,7 +9,7 @@ conversion script for this checkpoint; the config leaves the rest at the config 
 
 from __future__ import annotations
 
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, writer_for
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
@@ -26,27 +26,7 @@ SOURCES = {
                  "<｜end▁of▁sentence｜> 100001 and <image_placeholder> 100015 (image_token_id of the config class)",
 }
 
-DEEPSEEK_VL_7B = {
-    "architectures": ["DeepseekVLHybridForConditionalGeneration"],
-    "model_type": "deepseek_vl_hybrid",
-    "image_token_id": 100015,
-    "tie_word_embeddings": True,
-    "torch_dtype": "bfloat16",
-    "text_config": {
-        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "max_position_embeddings": 16384,
-        "num_attention_heads": 32, "num_hidden_layers": 30, "vocab_size": 102400,
-    },
-    "vision_config": {
-        "model_type": "siglip_vision_model", "hidden_size": 1024, "intermediate_size": 4096, "image_size": 384,
-        "patch_size": 16, "hidden_act": "gelu", "vision_use_head": False, "num_attention_heads": 16,
-        "num_hidden_layers": 24,
-    },
-    "high_res_vision_config": {
-        "model_type": "sam_vision_model", "hidden_size": 768, "intermediate_size": 3072, "mlp_dim": 3072,
-        "image_size": 1024, "patch_size": 16, "num_attention_heads": 12, "num_hidden_layers": 12,
-        "global_attn_indexes": [2, 5, 8, 11], "window_size": 14, "output_channels": 256,
-    },
-}
+DEEPSEEK_VL_7B = published_json("deepseek_vl_7b")  # configs/deepseek_vl_7b.json
 
 
 def _remap(cfg: dict, layers: int, vision_layers: int) -> None:

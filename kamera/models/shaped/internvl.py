@@ -6,7 +6,7 @@ dynamic NTK RoPE ×2 beyond 32k, vocabulary 151,674 with InternVL's image tokens
 from __future__ import annotations
 
 from kamera.models.shaped.tokenizers import QWEN_SPECIALS, qwen_tokenizer_config
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, writer_for
 
 CONVERTER = "huggingface/transformers src/transformers/models/internvl/convert_internvl_weights_to_hf.py"
 SOURCES = {
@@ -21,34 +21,7 @@ SOURCES = {
                      "no default system turn)",
 }
 
-INTERNVL3_8B = {
-    "architectures": ["InternVLForConditionalGeneration"],
-    "model_type": "internvl",
-    "downsample_ratio": 0.5,
-    "image_seq_length": 256,
-    "image_token_id": 151667,
-    "projector_hidden_act": "gelu",
-    "vision_feature_layer": -1,
-    "vision_feature_select_strategy": "default",
-    "torch_dtype": "bfloat16",
-    "text_config": {
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "attention_dropout": 0.0,
-        "bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": 3584,
-        "initializer_range": 0.02, "intermediate_size": 18944, "max_position_embeddings": 32768,
-        "max_window_layers": 70, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
-        "rms_norm_eps": 1e-06, "rope_scaling": {"factor": 2.0, "rope_type": "dynamic", "type": "dynamic"},
-        "rope_theta": 1000000.0, "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-        "use_cache": True, "use_sliding_window": False, "vocab_size": 151674,
-    },
-    "vision_config": {
-        "model_type": "internvl_vision", "architectures": ["InternVisionModel"], "attention_bias": True,
-        "attention_dropout": 0.0, "hidden_act": "gelu", "hidden_size": 1024, "image_size": [448, 448],
-        "intermediate_size": 4096, "layer_norm_eps": 1e-06, "layer_scale_init_value": 0.1, "norm_type": "layer_norm",
-        "num_attention_heads": 16, "num_channels": 3, "num_hidden_layers": 24, "patch_size": [14, 14],
-        "projection_dropout": 0.0, "use_absolute_position_embeddings": True, "use_mask_token": False,
-        "use_mean_pooling": True, "use_qk_norm": False,
-    },
-}
+INTERNVL3_8B = published_json("internvl3_8b")  # configs/internvl3_8b.json
 
 TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"

@@ -9,7 +9,7 @@ config sets ``num_hidden_layers`` explicitly. Weights are stored in float16, as 
 from __future__ import annotations
 
 from kamera.models.shaped.tokenizers import LLAMA_SPECIALS
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, writer_for
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
@@ -26,40 +26,7 @@ SOURCES = {
                  "(huggingface.co/llava-hf/llava-1.5-7b-hf/blob/main/tokenizer_config.json)",
 }
 
-LLAVA_1_5_7B = {
-    "architectures": ["LlavaForConditionalGeneration"],
-    "ignore_index": -100,
-    "image_token_index": 32000,
-    "model_type": "llava",
-    "pad_token_id": 32001,
-    "projector_hidden_act": "gelu",
-    "text_config": {
-        "_name_or_path": "lmsys/vicuna-7b-v1.5",
-        "architectures": ["LlamaForCausalLM"],
-        "max_position_embeddings": 4096,
-        "model_type": "llama",
-        "num_hidden_layers": 32,
-        "rms_norm_eps": 1e-05,
-        "torch_dtype": "float16",
-        "vocab_size": 32064,
-    },
-    "tie_word_embeddings": False,
-    "torch_dtype": "float16",
-    "vision_config": {
-        "hidden_size": 1024,
-        "image_size": 336,
-        "intermediate_size": 4096,
-        "model_type": "clip_vision_model",
-        "num_attention_heads": 16,
-        "num_hidden_layers": 24,
-        "patch_size": 14,
-        "projection_dim": 768,
-        "vocab_size": 32000,
-    },
-    "vision_feature_layer": -2,
-    "vision_feature_select_strategy": "default",
-    "vocab_size": 32064,
-}
+LLAVA_1_5_7B = published_json("llava_1_5_7b")  # configs/llava_1_5_7b.json
 
 # one user turn: the images first ("<image>\n" each), then the texts each followed by a space
 TEMPLATE = (

@@ -7,7 +7,7 @@ Images are split into up to 4 × 4 tiles of 384 px (longest edge resized to 1536
 
 from __future__ import annotations
 
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, writer_for
 
 SOURCES = {
     "config.json": "huggingface.co/HuggingFaceTB/SmolVLM2-2.2B-Instruct/blob/main/config.json",
@@ -20,26 +20,7 @@ SOURCES = {
                  "(huggingface.co/HuggingFaceTB/SmolVLM2-2.2B-Instruct/blob/main/tokenizer.json)",
 }
 
-SMOLVLM2_2_2B = {
-    "architectures": ["SmolVLMForConditionalGeneration"],
-    "model_type": "smolvlm",
-    "image_token_id": 49190,
-    "pad_token_id": 128002,
-    "scale_factor": 3,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "vocab_size": 49280,
-    "text_config": {
-        "model_type": "llama", "architectures": ["VLlama3ForCausalLM"], "head_dim": 64, "hidden_act": "silu",
-        "hidden_size": 2048, "intermediate_size": 8192, "max_position_embeddings": 16384, "num_attention_heads": 32,
-        "num_hidden_layers": 24, "num_key_value_heads": 32, "pad_token_id": 2, "rms_norm_eps": 1e-05,
-        "rope_theta": 273768.0, "tie_word_embeddings": False, "vocab_size": 49280,
-    },
-    "vision_config": {
-        "model_type": "smolvlm_vision", "hidden_size": 1152, "image_size": 384, "intermediate_size": 4304,
-        "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14,
-    },
-}
+SMOLVLM2_2_2B = published_json("smolvlm2")  # configs/smolvlm2.json
 
 TEMPLATE = (
     "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"

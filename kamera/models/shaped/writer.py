@@ -50,8 +50,21 @@ from safetensors.torch import save_file
 from kamera.models.standin_tokenizer import write_standin_tokenizer
 
 SHARD_BYTES = 2 << 30
+CONFIGS = Path(__file__).resolve().parent / "configs"  # each paper model's published config.json, as data
 VERSION = 3  # bump when the writer's output changes, so cached shaped checkpoints are rebuilt
 NORM = re.compile(r"(norm|layernorm|layer_norm|ln_q|ln_post|ln_pre|(^|\.)ln\d?)[^.]*\.weight$")
+
+
+def published_json(model: str) -> dict:
+    """``configs/<model>.json``: the model's ``config.json`` as published on the Hub (every number the model has,
+    the layer counts included), read by its :class:`ShapedSpec` and, through it, the cost model."""
+    path = CONFIGS / f"{model}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{model}: no published config at {path}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,144 @@
+"""How the tiny random twins are built: transformers config classes (the same code path as the 7B models) with
+widths chosen so rank sweeps up to 128 are meaningful: the content channel (K/V width, or the MLA latent) is
+≥ 128 wide. Each tiny model's registry entry is its ``conf/model/<name>.yaml``, which names the config function
+(``tiny_config``) and the image processor (``image_processor``) here.
+"""
+
+from __future__ import annotations
+
+import transformers as tf
+
+VOCAB = 512
+IMAGE, VIDEO, VSTART, VEND = VOCAB - 1, VOCAB - 2, VOCAB - 3, VOCAB - 4
+SPECIAL_IDS = dict(image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VSTART, vision_end_token_id=VEND)
+
+# The shared tiny decoder: 4 layers, hidden 256, 4 heads of 64; GQA with 2 KV heads → width 128.
+TEXT = dict(
+    vocab_size=VOCAB,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=8192,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+MHA_TEXT = {**TEXT, "num_key_value_heads": 4}  # width 256
+MLA_TEXT = dict(
+    TEXT,
+    num_key_value_heads=4,
+    kv_lora_rank=128,
+    q_lora_rank=None,
+    qk_rope_head_dim=32,
+    qk_nope_head_dim=32,
+    v_head_dim=64,
+    moe_intermediate_size=128,
+    n_shared_experts=1,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    first_k_dense_replace=1,
+)
+QWEN_VISION = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=256)
+
+
+def qwen25_config():
+    return tf.Qwen2_5_VLConfig(
+        text_config=dict(TEXT, rope_parameters=dict(rope_type="default", rope_theta=1e6, mrope_section=[8, 12, 12])),
+        vision_config=dict(QWEN_VISION, patch_size=14, window_size=56, fullatt_block_indexes=[1]),
+        **SPECIAL_IDS,
+    )
+
+
+def _qwen3_text(**extra):
+    rope = dict(rope_type="default", rope_theta=5e6, mrope_section=[12, 10, 10], mrope_interleaved=True)
+    return dict(TEXT, head_dim=64, rope_parameters=rope, **extra)
+
+
+QWEN3_VISION = dict(QWEN_VISION, patch_size=16, num_position_embeddings=256, deepstack_visual_indexes=[0, 1])
+
+
+def qwen3_config():
+    return tf.Qwen3VLConfig(text_config=_qwen3_text(), vision_config=QWEN3_VISION, **SPECIAL_IDS)
+
+
+def qwen3_moe_config():
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, decoder_sparse_step=1)
+    return tf.Qwen3VLMoeConfig(text_config=_qwen3_text(**moe), vision_config=QWEN3_VISION, **SPECIAL_IDS)
+
+
+def qwen3_omni_config():
+    """The Qwen3-Omni thinker's shape: MoE decoder with interleaved M-RoPE, deepstack vision tower, audio tower."""
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, decoder_sparse_step=1)
+    return tf.Qwen3OmniMoeThinkerConfig(
+        text_config=_qwen3_text(**moe),
+        vision_config=dict(QWEN3_VISION, spatial_merge_size=2, temporal_patch_size=2),
+        audio_config=dict(d_model=64, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=128, output_dim=256,
+                          num_mel_bins=16, downsample_hidden_size=32),
+        audio_token_id=VOCAB - 5, audio_start_token_id=VOCAB - 6, audio_end_token_id=VOCAB - 7,
+        position_id_per_seconds=13, **SPECIAL_IDS,
+    )
+
+
+def kimi_config():
+    return tf.Kimi_K25Config(
+        text_config=dict(MLA_TEXT, model_type="deepseek_v3", n_group=1, topk_group=1),
+        vision_config=dict(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=2, pos_emb_height=16, pos_emb_width=16
+        ),
+        projection_hidden_size=64,
+        **SPECIAL_IDS,
+    )
+
+
+def deepseek_v2_config():
+    return tf.DeepseekV2Config(**MLA_TEXT)
+
+
+def llava_config():
+    return tf.LlavaConfig(
+        text_config=dict(model_type="llama", **MHA_TEXT),
+        vision_config=dict(
+            model_type="clip_vision_model", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=2, image_size=56, patch_size=14, projection_dim=64,
+        ),
+        image_token_index=IMAGE,
+        image_seq_length=16,
+    )
+
+
+def deepseek_vl_config():
+    return tf.DeepseekVLConfig(
+        text_config=dict(model_type="llama", **MHA_TEXT),
+        vision_config=dict(
+            model_type="siglip_vision_model", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=2, image_size=56, patch_size=14,
+        ),
+        image_token_id=IMAGE,
+    )
+
+
+def _qwen_pixels(patch: int):
+    side = patch * 2 * 4  # 4 × 4 merged tokens at most
+    return lambda: tf.Qwen2VLImageProcessorPil(
+        patch_size=patch, merge_size=2, temporal_patch_size=2, min_pixels=(patch * 2) ** 2, max_pixels=side * side
+    )
+
+
+qwen_pixels_14 = _qwen_pixels(14)  # Qwen2.5-VL's patch
+qwen_pixels_16 = _qwen_pixels(16)  # Qwen3-VL's and Qwen3-Omni's
+
+
+def clip_pixels():
+    return tf.CLIPImageProcessorPil(size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56})
+
+
+def siglip_pixels():
+    return tf.DeepseekVLImageProcessorPil(size={"height": 56, "width": 56})
+
+
+# Tiny models' fixed chat framing: what a chat template puts around a single-turn prompt (a user-turn header
+# before the context, the assistant cue after the question, as Qwen3-VL's template renders them), so a tiny
+# item has the shape of a paper-scale one: every item has a prefix, and the canonical KV(B|∅) sits behind it.
+TINY_CHAT = ("<|user|>\n", "\n<|assistant|>\n")
