@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Floors, bottom up: the folder names read as the pipeline.
 FLOORS: list[tuple[str, ...]] = [
-    # utilities; the hand-off (spans, items, selection); R(δ), ChunkKV, Δ, Patch
-    ("kamera.errors", "kamera.progress", "kamera.items", "kamera.core"),
+    # utilities (errors, progress, knob checks); the hand-off (spans, items, selection); R(δ), ChunkKV, Δ, Patch
+    ("kamera.errors", "kamera.progress", "kamera.knobs", "kamera.items", "kamera.core"),
     ("kamera.metrics", "kamera.models", "kamera.data"),  # KL, η, e90; adapters, FLOPs, shaped writers; loaders
     ("kamera.reuse",),  # an item's shared forwards, partial recompute, the plugin base
     ("kamera.arms", "kamera.toy"),  # reuse arms; toy tasks and models

@@ -41,7 +41,8 @@ import torch
 
 from kamera.arms.base import Arm, ArmOutput, register
 from kamera.arms.budget import cell_bytes
-from kamera.arms.tokens import check_count, check_fraction, count_of, top_rows
+from kamera.arms.tokens import count_of, top_rows
+from kamera.knobs import check_count, check_fraction
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.recompute import PartialForward
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from kamera.arms.base import register
-from kamera.arms.tokens import MatchedTokenArm, check_count
+from kamera.arms.tokens import MatchedTokenArm
+from kamera.knobs import check_count
 from kamera.reuse.context import ReuseContext
 
 

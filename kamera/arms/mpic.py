@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamera.arms.base import register
-from kamera.arms.tokens import ImageTokenArm, check_count
+from kamera.arms.tokens import ImageTokenArm
+from kamera.knobs import check_count
 
 
 @register

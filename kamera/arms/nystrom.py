@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from kamera.arms.base import register
-from kamera.arms.tokens import TokenArm, check_count, top_rows
+from kamera.arms.tokens import TokenArm, top_rows
+from kamera.knobs import check_count
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.recompute import shared
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from kamera.arms.base import register
-from kamera.arms.tokens import TokenArm, check_fraction, count_of, top_rows
+from kamera.arms.tokens import TokenArm, count_of, top_rows
+from kamera.knobs import check_fraction
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.recompute import shared
 

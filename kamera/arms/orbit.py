@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
 from kamera.arms.patch import AUTO, check_rotary_rank, patch_columns, truncated
-from kamera.arms.tokens import check_count
 from kamera.core import ChunkKV, Patch, deficit, orbit_mean
+from kamera.knobs import check_count
 from kamera.models.base import place
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.recompute import shared

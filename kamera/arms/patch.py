@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamera.arms.base import Arm, ArmOutput, register
-from kamera.arms.tokens import check_count
 from kamera.core import Patch, deepest, default_rotary_rank
+from kamera.knobs import check_count
 from kamera.reuse.context import ReuseContext
 
 LAYER_SETS = ("all", "deep_half")

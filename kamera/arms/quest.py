@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from kamera.arms.base import register
-from kamera.arms.tokens import MatchedTokenArm, check_count
+from kamera.arms.tokens import MatchedTokenArm
+from kamera.knobs import check_count
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.recompute import LayerDriver, attention_to, shared
 

@@ -29,7 +29,7 @@ import torch
 
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
 from kamera.arms.budget import channel_ranks, matched_k_rank, widths
-from kamera.arms.tokens import check_count
+from kamera.knobs import check_count
 from kamera.models.base import Adapter
 from kamera.reuse.context import ReuseContext
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
 from kamera.arms.budget import cell_bytes
-from kamera.arms.tokens import check_count, check_fraction
+from kamera.knobs import check_count, check_fraction
 from kamera.models.base import Adapter
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.recompute import reuse_bottom

@@ -23,25 +23,10 @@ import torch
 
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal
 from kamera.arms.budget import cell_bytes, tokens_for
+from kamera.knobs import check_count
 from kamera.models.base import Adapter
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.recompute import recompute
-
-
-# ----- validation ------------------------------------------------------------------------------------
-def check_count(arm: str, knob: str, value, allow_none: bool = False) -> None:
-    """A token count must be a non-negative int (or None where the knob allows it)."""
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        kind = "a non-negative int or None" if allow_none else "a non-negative int"
-        raise ValueError(f"{arm}: {knob} must be {kind}, got {value!r}")
-
-
-def check_fraction(arm: str, knob: str, value) -> None:
-    """A fraction must be a number in [0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{arm}: {knob} must be a number in [0, 1], got {value!r}")
 
 
 def count_of(fraction: float, n: int, rounding: str = "ceil") -> int:

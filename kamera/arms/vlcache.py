@@ -24,7 +24,8 @@ import math
 from dataclasses import dataclass
 
 from kamera.arms.base import register
-from kamera.arms.tokens import ImageTokenArm, check_fraction
+from kamera.arms.tokens import ImageTokenArm
+from kamera.knobs import check_fraction
 
 
 @register

@@ -7,8 +7,6 @@ can pivot them. Item keys (model, item_id, …) are not added here: whoever stor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
 from kamera.core import ChannelSpec
@@ -29,20 +27,3 @@ def relative(num: float, den: float) -> float:
     if den == 0:
         return 0.0 if num == 0 else float("inf")
     return num / den
-
-
-def check_fraction(name: str, value: float) -> None:
-    """A number in (0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
-
-
-def check_counts(name: str, values: Sequence[int], minimum: int = 1) -> list[int]:
-    """A non-empty list of ints ≥ ``minimum`` (returned as a list)."""
-    out = list(values)
-    if not out:
-        raise ValueError(f"{name} is empty")
-    bad = [v for v in out if isinstance(v, bool) or not isinstance(v, int) or v < minimum]
-    if bad:
-        raise ValueError(f"{name} must be ints ≥ {minimum}, got {bad}")
-    return out

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 import torch
 
-from kamera.diagnostics.common import check_counts, role
+from kamera.diagnostics.common import role
+from kamera.knobs import check_counts
 from kamera.metrics import energy_rank
 from kamera.reuse.context import ReuseContext
 
@@ -38,7 +39,7 @@ def energy_curve(ctx: ReuseContext, ranks: Sequence[int] | None = None, fraction
     (value in [0, 1], at ``rank`` m) or ``"e90_rank"`` (value = smallest m holding ``fraction`` of
     ‖Δ‖², 0 where Δ = 0; ``rank`` None)."""
     patch = ctx.patch
-    ranks = default_ranks(patch.full_rank) if ranks is None else check_counts("ranks", ranks)
+    ranks = default_ranks(patch.full_rank) if ranks is None else check_counts("energy", "ranks", ranks)
     out = []
     for l, chans in enumerate(patch.factors):
         for blocks, spec in zip(chans, patch.specs, strict=True):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from kamera.arms.cross_mass import a_columns
-from kamera.diagnostics.common import check_fraction
+from kamera.knobs import check_share
 from kamera.metrics import energy_rank
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.recompute import LayerDriver, attention_to
@@ -42,7 +42,7 @@ def landmark_keys(ctx: ReuseContext, fraction: float = 0.9) -> list[dict]:
     ``fraction`` of B's attention on A) and ``"a_mass"`` (value = the mean attention mass a B query
     puts on A at all, in [0, 1]). ``n_a`` is A's token count (landmarks / n_a is the figure's "% of
     tokens")."""
-    check_fraction("fraction", fraction)
+    check_share("landmarks", "fraction", fraction)
     out = []
     for l, mass in enumerate(a_key_mass(ctx)):
         ordered = torch.sort(mass.double(), descending=True).values

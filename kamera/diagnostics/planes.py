@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kamera.diagnostics.common import check_counts, role
+from kamera.diagnostics.common import role
+from kamera.knobs import check_counts
 from kamera.reuse.context import ReuseContext
 
 BASES = ("features", "components")
@@ -34,7 +35,7 @@ def pooled(x: torch.Tensor, tokens: int, features: int) -> torch.Tensor:
 
 def check_planes(tokens: int, features: int, basis: str) -> None:
     """Bin counts ≥ 1 and a known basis."""
-    check_counts("tokens / features bins", [tokens, features])
+    check_counts("depth planes", "tokens / features bins", [tokens, features])
     if basis not in BASES:
         raise ValueError(f"basis must be one of {BASES}, got {basis!r}")
 

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 import torch
 
 from kamera.core import ChunkKV, relocate
-from kamera.diagnostics.common import check_counts, frobenius, relative
+from kamera.diagnostics.common import frobenius, relative
 from kamera.items.spans import Span
+from kamera.knobs import check_counts
 from kamera.models.base import Adapter, EncodedSpan
 
 DISTANCES = (1, 10, 100, 1000, 10_000, 100_000)
@@ -49,7 +50,7 @@ def relocation_error(adapter: Adapter, span: Span | EncodedSpan, distances: Sequ
 
     Records: ``{scheme, pair_layout, dtype, distance, layer, channel, quantity, value}``; quantity
     ``"rel_err"`` or ``"bf16_floor"`` (float32 models only)."""
-    distances = check_counts("distances", distances)
+    distances = check_counts("relocation", "distances", distances)
     enc = span if isinstance(span, EncodedSpan) else adapter.encode_span(span)
     rotary = [(c, s) for c, s in enumerate(adapter.specs) if s.rotary is not None]
     base = prefill_alone(adapter, enc, 0)

@@ -26,7 +26,7 @@ from kamera.arms.cross_mass import CrossMassArm, a_columns
 from kamera.arms.first_k import FirstKArm
 from kamera.arms.oracle_topp import OracleTopPArm
 from kamera.arms.tokens import count_of, top_rows
-from kamera.diagnostics.common import check_fraction
+from kamera.knobs import check_share
 from kamera.reuse.context import ReuseContext
 
 
@@ -66,7 +66,7 @@ DEFAULT_SELECTORS = ("cross_mass", "first_k", "k_norm", RANDOM)
 
 def check_selectors(selectors: Sequence[str], fraction: float, draws: int) -> None:
     """Known selector names (at least one), a fraction in (0, 1] and a positive number of random draws."""
-    check_fraction("fraction", fraction)
+    check_share("selectors", "fraction", fraction)
     if isinstance(selectors, str):
         raise ValueError(f"selectors must be a list of names, got the string {selectors!r}")
     unknown = sorted(set(selectors) - {*SELECTORS, RANDOM})

@@ -46,8 +46,8 @@ from PIL import Image
 
 from kamera.arms.tokens import takes_images
 from kamera.core import Patch, default_rotary_rank, deficit, relocate
-from kamera.diagnostics.common import check_counts
 from kamera.items.spans import Span
+from kamera.knobs import check_counts
 from kamera.models import load_model
 from kamera.models.base import Adapter, place
 from kamera.models.qwen_vl import QwenVLAdapter
@@ -155,8 +155,8 @@ def ttft(adapter: Adapter, sizes: Sequence[int] = SIZES, ranks: Sequence[int] = 
 
     Records: ``{device, dtype, timer, n_b, n_visual, n_frames, rank, quantity, value}``; ``rank`` is set
     for apply_ms, reuse_ms and the speedups, None otherwise; times in ms."""
-    sizes, ranks = check_counts("sizes", sizes), check_counts("ranks", ranks)
-    (repeats,) = check_counts("repeats", [repeats])
+    sizes, ranks = check_counts("ttft", "sizes", sizes), check_counts("ttft", "ranks", ranks)
+    (repeats,) = check_counts("ttft", "repeats", [repeats])
     clock = Clock(adapter.device)
     meter = Progress(len(sizes), what="segments")
     out = []
@@ -185,7 +185,7 @@ def cumulative(records: Sequence[dict], n_max: int = 32) -> list[dict]:
     Records: ``{n_b, rank, n_reuse, quantity, value}``; quantity ``"kamera_ms"``, ``"prefill_ms"``,
     ``"recompute_ms"`` (per N), or ``"break_even_prefill"`` / ``"break_even_recompute"`` (``n_reuse``
     None, value NaN where reuse never pays off)."""
-    (n_max,) = check_counts("n_max", [n_max])
+    (n_max,) = check_counts("ttft", "n_max", [n_max])
     by_size: dict[int, dict] = {}
     for r in records:
         by_size.setdefault(r["n_b"], {})[(r["quantity"], r["rank"])] = r["value"]

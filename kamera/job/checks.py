@@ -6,12 +6,11 @@ reported together, before any weights load.
 
 from __future__ import annotations
 
-import math
-
 from omegaconf import DictConfig, OmegaConf
 
 from kamera.job.shape import shape_of
 from kamera.job.spec import DTYPES, JobError, build_specs
+from kamera.knobs import is_int, is_number
 
 CANONICAL_CONTEXTS = ("prefix", "native", "none")
 
@@ -23,12 +22,6 @@ PREFLIGHT_SAMPLE = 2  # items whose media preflight decodes per job
 
 
 # ----- checks ----------------------------------------------------------------------------------------
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-def _is_number(v: object) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
-
 def resolve_device(device: str) -> str:
     """The device a job loads on (:func:`kamera.models.loading.resolve_device`): ``cpu``, ``cuda[:i]``, or
     ``auto`` kept only where CUDA is visible (the model is then spread over the node's GPUs), else ``cpu``."""
@@ -53,17 +46,17 @@ def validate(cfg: DictConfig) -> list[str]:
             value = OmegaConf.select(cfg, key)
             p.append(f"{key}={value!r}: {what}")
 
-    need(cfg.n_items is None or (_is_int(cfg.n_items) and cfg.n_items >= 1), "n_items", "must be an integer >= 1 (or null: all)")
-    need(_is_int(cfg.seed) and cfg.seed >= 0, "seed", "must be an integer >= 0")
+    need(cfg.n_items is None or (is_int(cfg.n_items) and cfg.n_items >= 1), "n_items", "must be an integer >= 1 (or null: all)")
+    need(is_int(cfg.seed) and cfg.seed >= 0, "seed", "must be an integer >= 0")
     need(cfg.model.dtype in DTYPES, "model.dtype", f"must be one of {sorted(DTYPES)}")
     need(cfg.model.attn_implementation in ATTENTION, "model.attn_implementation", f"must be one of {list(ATTENTION)}")
     need(cfg.model.path is None or isinstance(cfg.model.path, str), "model.path", "must be a directory path or null")
     need(cfg.canonical_context in CANONICAL_CONTEXTS, "canonical_context", f"must be one of {list(CANONICAL_CONTEXTS)}")
-    need(_is_number(cfg.eta_floor) and cfg.eta_floor >= 0, "eta_floor", "must be a number >= 0")
-    need(_is_int(cfg.max_new_tokens) and cfg.max_new_tokens >= 1, "max_new_tokens", "must be an integer >= 1")
-    need(cfg.threads in ("auto", None) or (_is_int(cfg.threads) and cfg.threads >= 1), "threads",
+    need(is_number(cfg.eta_floor) and cfg.eta_floor >= 0, "eta_floor", "must be a number >= 0")
+    need(is_int(cfg.max_new_tokens) and cfg.max_new_tokens >= 1, "max_new_tokens", "must be an integer >= 1")
+    need(cfg.threads in ("auto", None) or (is_int(cfg.threads) and cfg.threads >= 1), "threads",
          "must be auto, null (torch's default) or an integer >= 1")
-    need(_is_number(cfg.progress_every_s) and cfg.progress_every_s >= 0, "progress_every_s", "must be a number >= 0")
+    need(is_number(cfg.progress_every_s) and cfg.progress_every_s >= 0, "progress_every_s", "must be a number >= 0")
     need(isinstance(cfg.retry_failed, bool), "retry_failed", "must be true or false")
     need(isinstance(cfg.group, str) and bool(cfg.group) and "/" not in cfg.group and not cfg.group.startswith("."),
          "group", "must be a non-empty name without '/' (results/raw/<group>/)")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kamera.diagnostics.common import check_counts, check_fraction
 from kamera.diagnostics.energy import energy_curve
+from kamera.knobs import check_counts, check_share
 from kamera.probes.base import Probe, register
 from kamera.reuse.context import ReuseContext
 
@@ -31,8 +31,8 @@ class EnergyProbe(Probe):
 
     def __post_init__(self) -> None:
         if self.ranks is not None:
-            self.ranks = check_counts("energy ranks", self.ranks)
-        check_fraction("energy fraction", self.fraction)
+            self.ranks = check_counts("energy", "ranks", self.ranks)
+        check_share("energy", "fraction", self.fraction)
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
         """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). Nothing beyond

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kamera.diagnostics.common import check_fraction
 from kamera.diagnostics.landmarks import landmark_keys
+from kamera.knobs import check_share
 from kamera.probes.base import Probe, register
 from kamera.reuse.context import ReuseContext
 
@@ -30,7 +30,7 @@ class LandmarksProbe(Probe):
     fraction: float = 0.9
 
     def __post_init__(self) -> None:
-        check_fraction("landmarks fraction", self.fraction)
+        check_share("landmarks", "fraction", self.fraction)
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
         """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). B's rows re-run

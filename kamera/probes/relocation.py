@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kamera.diagnostics.common import check_counts
 from kamera.diagnostics.relocation import DISTANCES, relocation_error
+from kamera.knobs import check_counts
 from kamera.probes.base import Probe, register
 from kamera.reuse.context import ReuseContext
 
@@ -32,7 +32,7 @@ class RelocationProbe(Probe):
     distances: list[int] = field(default_factory=lambda: list(DISTANCES))
 
     def __post_init__(self) -> None:
-        self.distances = check_counts("relocation distances", self.distances)
+        self.distances = check_counts("relocation", "distances", self.distances)
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
         """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). B prefilled

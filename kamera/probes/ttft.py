@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kamera.diagnostics.common import check_counts
 from kamera.diagnostics.ttft import RANKS, SIZES, ttft
+from kamera.knobs import check_counts
 from kamera.models.flops import Forward, ItemShape
 from kamera.probes.base import Probe, register
 from kamera.reuse.context import ReuseContext
@@ -42,9 +42,9 @@ class TtftProbe(Probe):
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        self.sizes = check_counts("ttft sizes", self.sizes)
-        self.ranks = check_counts("ttft ranks", self.ranks)
-        check_counts("ttft repeats / frame_px", [self.repeats, self.frame_px])
+        self.sizes = check_counts("ttft", "sizes", self.sizes)
+        self.ranks = check_counts("ttft", "ranks", self.ranks)
+        check_counts("ttft", "repeats / frame_px", [self.repeats, self.frame_px])
         if self.device not in DEVICES:
             raise ValueError(f"ttft device must be one of {DEVICES}, got {self.device!r}")
 

@@ -32,15 +32,12 @@ from functools import partial
 from kamera.items.selection import Selection
 from kamera.items.spans import Clip, Span
 from kamera.items.window import WindowEntry, WindowItem
+from kamera.knobs import is_int
 from kamera.models.base import Adapter
 from kamera.toy.window_task import KINDS
 from kamera.window.probes.base import WindowProbe
 
 Read = Callable[[str, dict], Selection]  # (data benchmark, loader kwargs) → the job's selection of it
-
-
-def _int(value: object, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
 @dataclass(frozen=True)
@@ -116,7 +113,7 @@ class ToyWindowBench(WindowBench):
         p = [] if model == "toy_window" else [f"bench={self.name} draws its items from the toy window model's task: "
                                               f"model=toy_window, not {model}"]
         n = opts["n_states"]
-        if n is not None and not (_int(n, 1) and n <= _toy_spec().max_states):
+        if n is not None and not (is_int(n, 1) and n <= _toy_spec().max_states):
             p.append(f"bench.kwargs.n_states={n!r}: must be null or an integer in 1..{_toy_spec().max_states}")
         return p
 
@@ -159,8 +156,8 @@ class SyntheticWindowBench(WindowBench):
 
     def problems(self, model: str, opts: dict) -> list[str]:
         p = [f"bench.kwargs.{k}={opts[k]!r}: must be an integer >= {low}"
-             for k, low in (("window", 1), ("n_foreign", 0), ("image_size", 28)) if not _int(opts[k], low)]
-        if opts["n_history"] is not None and not _int(opts["n_history"], 2):
+             for k, low in (("window", 1), ("n_foreign", 0), ("image_size", 28)) if not is_int(opts[k], low)]
+        if opts["n_history"] is not None and not is_int(opts["n_history"], 2):
             p.append(f"bench.kwargs.n_history={opts['n_history']!r}: must be null (2·window + 1) or an integer >= 2")
         return p
 
@@ -222,8 +219,8 @@ class VideoWindowBench(WindowBench):
     def problems(self, model: str, opts: dict) -> list[str]:
         p = [f"bench.kwargs.{k}={opts[k]!r}: must be an integer >= {low}"
              for k, low in (("segments", 2), ("frames_per_segment", 1), ("window", 1), ("n_foreign", 0))
-             if not _int(opts[k], low)]
-        if opts["frame_pixels"] is not None and not _int(opts["frame_pixels"], 28 * 28):
+             if not is_int(opts[k], low)]
+        if opts["frame_pixels"] is not None and not is_int(opts["frame_pixels"], 28 * 28):
             p.append(f"bench.kwargs.frame_pixels={opts['frame_pixels']!r}: must be null (as decoded) or an integer >= 784")
         if not p and opts["window"] >= opts["segments"]:
             p.append(f"bench.kwargs.window={opts['window']}: must be below segments ({opts['segments']})")

@@ -107,15 +107,3 @@ WINDOW_PROBE_REGISTRY: Registry[WindowProbe] = Registry("window probe", UnknownP
 PROBES = WINDOW_PROBE_REGISTRY.entries
 register = WINDOW_PROBE_REGISTRY.register
 make_probe = WINDOW_PROBE_REGISTRY.make
-
-
-def check_rank(probe: str, rank: int | None) -> None:
-    """A patch rank knob: a non-negative int, or None for full rank."""
-    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
-        raise ValueError(f"{probe}: rank must be a non-negative int or None (full rank), got {rank!r}")
-
-
-def check_int(probe: str, knob: str, value, low: int) -> None:
-    """An integer knob of at least ``low``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{probe}: {knob} must be an int ≥ {low}, got {value!r}")

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kamera.core import deepest
+from kamera.knobs import check_rank
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout
-from kamera.window.probes.base import WindowProbe, check_rank, register
+from kamera.window.probes.base import WindowProbe, register
 
 if TYPE_CHECKING:
     from kamera.models.flops import Forward, WindowShape

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kamera.knobs import check_int, check_rank
 from kamera.metrics import flipped
 from kamera.models.flops import Forward, WindowShape
 from kamera.window.context import WindowContext, WindowView, overwrite
 from kamera.window.ops import Layout
-from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
+from kamera.window.probes.base import WindowProbe, register
 from kamera.window.probes.revert import query_live
 
 

@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kamera.knobs import check_int, check_rank
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, drop_duplicate, reorder, replace
-from kamera.window.probes.base import ProbeRefusal, WindowProbe, check_int, check_rank, register
+from kamera.window.probes.base import ProbeRefusal, WindowProbe, register
 
 if TYPE_CHECKING:
     from kamera.models.flops import Forward, WindowShape

@@ -25,9 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kamera.knobs import check_int, check_rank
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, add_distractors
-from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
+from kamera.window.probes.base import WindowProbe, register
 
 if TYPE_CHECKING:
     from kamera.models.flops import Forward, WindowShape

@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kamera.knobs import check_rank
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, recall_window
-from kamera.window.probes.base import WindowProbe, check_rank, register
+from kamera.window.probes.base import WindowProbe, register
 from kamera.window.probes.recall import recall_stream
 
 if TYPE_CHECKING:

@@ -27,9 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kamera.knobs import check_rank
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, recall_window, turnover_count
-from kamera.window.probes.base import WindowProbe, check_rank, register
+from kamera.window.probes.base import WindowProbe, register
 
 if TYPE_CHECKING:
     from kamera.models.flops import Forward, WindowShape

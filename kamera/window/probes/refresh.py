@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kamera.arms.budget import cell_bytes
-from kamera.arms.tokens import check_fraction
+from kamera.knobs import check_fraction, check_int, check_rank
 from kamera.reuse.recompute import recompute, reuse_bottom
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout
-from kamera.window.probes.base import ProbeRefusal, WindowProbe, check_int, check_rank, register
+from kamera.window.probes.base import ProbeRefusal, WindowProbe, register
 
 if TYPE_CHECKING:
     from kamera.models.flops import Forward, WindowShape

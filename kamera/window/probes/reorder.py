@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kamera.core import Patch, orbit_mean
+from kamera.knobs import check_int, check_rank
 from kamera.window.context import WindowContext, WindowView
 from kamera.window.ops import Layout, reorder
-from kamera.window.probes.base import WindowProbe, check_int, check_rank, register
+from kamera.window.probes.base import WindowProbe, register
 
 if TYPE_CHECKING:
     from kamera.models.flops import Forward, WindowShape

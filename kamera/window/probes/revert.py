@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from kamera.core import ChunkKV
+from kamera.knobs import check_rank
 from kamera.models.base import ForwardOut
 from kamera.window.context import WindowContext, WindowView, fork, overwrite
 from kamera.window.ops import Layout
-from kamera.window.probes.base import WindowProbe, check_rank, register
+from kamera.window.probes.base import WindowProbe, register
 
 if TYPE_CHECKING:
     from kamera.models.flops import Forward, WindowShape

@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kamera.core import Patch, deficit
+from kamera.knobs import check_rank
 from kamera.metrics import energy_rank, eta, kl
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, slide
-from kamera.window.probes.base import ProbeRefusal, WindowProbe, check_rank, register
+from kamera.window.probes.base import ProbeRefusal, WindowProbe, register
 
 if TYPE_CHECKING:
     from kamera.models.flops import Forward, WindowShape
