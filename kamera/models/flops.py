@@ -12,6 +12,7 @@ these is :mod:`kamera.sweep.cost`.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from functools import cache
 from typing import NamedTuple
@@ -114,7 +115,7 @@ def model_flops(name: str, config: dict) -> ModelFlops:
     (``n_routed_experts``, shared experts, ``first_k_dense_replace`` dense layers) are counted as such."""
     import transformers as tf
 
-    parsed = tf.AutoConfig.for_model(**config)
+    parsed = tf.AutoConfig.for_model(**copy.deepcopy(config))  # config classes edit nested dicts in place
     parsed = getattr(parsed, "thinker_config", parsed)
     t = parsed.get_text_config(decoder=True)
     h, heads, layers = t.hidden_size, t.num_attention_heads, t.num_hidden_layers

@@ -169,3 +169,13 @@ def test_tokens_replace_the_stated_ones_and_bad_ones_are_refused(capsys):
     assert "n_b=9000 > n=4200" in capsys.readouterr().err
     assert main(["experiment=table1", "--tokens", "videomme=512"]) == 2  # table1 reads videomme_window
     assert "tokens given for videomme, which no job of this sweep reads" in capsys.readouterr().err
+
+
+def test_model_flops_leaves_the_published_config_as_it_was():
+    """Counting FLOPs must not edit the shaped spec's config (its digest is the shaped cache key)."""
+    import copy
+
+    config = published_config("internvl3_8b")
+    before = copy.deepcopy(config)
+    model_flops("internvl3_8b", config)
+    assert config == before
