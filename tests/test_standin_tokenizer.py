@@ -55,3 +55,13 @@ def test_a_llama_style_stand_in_adds_bos_only_when_asked(tmp_path):
     assert tok.encode("hi", add_special_tokens=False)[0] != 1000
     with pytest.raises(ValueError, match="needs a bos_token"):
         standin_tokenizer(1024, {"<s>": 1000}, add_bos_token=True)
+
+
+def test_byte_token_ids_do_not_depend_on_the_process():
+    """The byte alphabet is a set (its order varies with string hashing): ids follow the sorted symbols, so two
+    writes of one shaped checkpoint carry the same tokenizer.json."""
+    from tokenizers import pre_tokenizers
+
+    vocab = standin_tokenizer(1000, {"<s>": 0}).get_vocab()
+    ids = [vocab[s] for s in sorted(pre_tokenizers.ByteLevel.alphabet())]
+    assert ids == sorted(ids) and ids[0] == 1

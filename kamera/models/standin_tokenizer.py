@@ -56,7 +56,7 @@ def standin_tokenizer(
 
     taken = set(specials.values())
     free = (i for i in range(vocab_size) if i not in taken)
-    vocab = {sym: next(free) for sym in pre_tokenizers.ByteLevel.alphabet()}
+    vocab = {sym: next(free) for sym in sorted(pre_tokenizers.ByteLevel.alphabet())}  # a set: sorted, so ids never vary
     vocab.update(specials)
     vocab.update({f"<|standin_{i}|>": i for i in free})
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
