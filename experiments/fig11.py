@@ -37,7 +37,7 @@ from experiments.common import (
     partial_tag,
 )
 from experiments.panels import blank, cell, load_sources, of_probe, one_label
-from kamera.diagnostics.ttft import cumulative
+from kamera.diagnostics.records import cumulative
 
 ITEM_ARM = ["model", "dtype", "bench", "subset", "seed", "item_id", "arm", "knobs"]
 CEILING, FLOOR = "reprefill", "blind"

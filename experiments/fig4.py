@@ -21,8 +21,7 @@ import pandas as pd
 
 from experiments.common import STYLE, cli, document, figure_outputs, markdown_rows, paper_or, partial_tag
 from experiments.panels import blank, cell, of_probe, one_label
-from kamera.diagnostics.selectors import RANDOM
-from kamera.diagnostics.video import SIGNALS, signal_spearman
+from kamera.diagnostics.records import RANDOM, SIGNALS, signal_spearman
 
 ORACLE = "oracle"
 TOKEN_KEYS = ["model", "bench", "item_id", "token", "frame", "row", "col"]  # items of two benchmarks stay apart

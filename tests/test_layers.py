@@ -160,3 +160,11 @@ def test_the_house_has_at_most_nine_floors_in_use():
         return 1 + max((height(r) for r in graph.get(room, ())), default=0)
 
     assert max(height(r) for r in graph) <= 9
+
+
+def test_diagnostics_the_renderers_read_are_record_level():
+    """A diagnostics module a renderer imports holds summaries of stored records, not the measurement code."""
+    read = {t for m, t in EDGES if m.startswith("experiments") and room_of(t) == "kamera.diagnostics"}
+    heavy = ("kamera.models", "kamera.reuse", "kamera.arms", "kamera.core")
+    bad = [f"{r} → {t}" for r in sorted(read) for m, t in EDGES if m == r and room_of(t) in heavy]
+    assert read and not bad, "\n".join(bad)

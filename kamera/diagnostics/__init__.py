@@ -10,10 +10,12 @@ rows and a renderer can pivot them. ``docs/diagnostics.md`` lists every record s
     landmarks.landmark_keys       Fig. 3(c)  A's keys holding 90% of B's attention on A, per layer
     selectors.selector_recall     Fig. 4(a)  recall of the true top-50% ‖Δ‖ tokens by cheap selectors
     video.token_signals           Fig. 4(b)  per-token ‖Δ‖ beside optical-flow motion, warp residual,
-    video.signal_spearman                    frame similarity, vision-embedding difference; Spearman ρ
+    records.signal_spearman                  frame similarity, vision-embedding difference; Spearman ρ
     planes.depth_planes           Fig. 8     |Δ| pooled to a token × feature grid per layer
-    ttft.ttft, ttft.cumulative    Fig. 11(b, c)  TTFT recompute vs reuse; cumulative time, break-even N
-                                  (``python -m kamera.diagnostics.ttft``; not imported here)
+    ttft.ttft                     Fig. 11(b) TTFT recompute vs reuse (``python -m kamera.diagnostics.ttft``; not imported here)
+    records.cumulative            Fig. 11(c) cumulative time after N reuses, break-even N
+
+``records`` holds the summaries the renderers read (pure functions of stored records, no forward).
     fidelity.kl_by_arm            Fig. 12(a) KL of unrotated / blind / patch arms, from rows
     relocation.relocation_error   Fig. 12(b) relocated vs prefilled keys over distance, per RoPE scheme
     fidelity.mc_agreement         Fig. 12(c) MC accuracy and per-item agreement with re-prefill, from rows
@@ -24,9 +26,10 @@ from kamera.diagnostics.energy import energy_curve
 from kamera.diagnostics.fidelity import kl_by_arm, mc_agreement
 from kamera.diagnostics.landmarks import landmark_keys
 from kamera.diagnostics.planes import depth_planes
+from kamera.diagnostics.records import signal_spearman
 from kamera.diagnostics.relocation import relocation_error
 from kamera.diagnostics.selectors import selector_recall
-from kamera.diagnostics.video import signal_spearman, token_signals
+from kamera.diagnostics.video import token_signals
 
 __all__ = [
     "deficit_norms",

@@ -26,6 +26,7 @@ from kamera.arms.cross_mass import CrossMassArm, a_columns
 from kamera.arms.first_k import FirstKArm
 from kamera.arms.oracle_topp import OracleTopPArm
 from kamera.arms.tokens import count_of, top_rows
+from kamera.diagnostics.records import RANDOM
 from kamera.knobs import check_share
 from kamera.reuse.context import ReuseContext
 
@@ -60,7 +61,6 @@ SELECTORS: dict[str, Callable[[ReuseContext, float], torch.Tensor]] = {
     "first_k": lambda ctx, f: FirstKArm(k=count_of(f, ctx.n_b)).select(ctx)[0],
     "k_norm": lambda ctx, f: top_rows(k_norm_scores(ctx), count_of(f, ctx.n_b)),
 }
-RANDOM = "random"
 DEFAULT_SELECTORS = ("cross_mass", "first_k", "k_norm", RANDOM)
 
 

@@ -46,6 +46,7 @@ from PIL import Image
 
 from kamera.arms.tokens import takes_images
 from kamera.core import Patch, default_rotary_rank, deficit, relocate
+from kamera.diagnostics.records import cumulative
 from kamera.items.spans import Span
 from kamera.knobs import check_counts
 from kamera.models import load_model
@@ -166,46 +167,6 @@ def ttft(adapter: Adapter, sizes: Sequence[int] = SIZES, ranks: Sequence[int] = 
         line = meter.step(f"n_B = {ctx.n_b} timed")  # the ETA assumes equal segments; later ones are longer
         if progress:
             progress(line)
-    return out
-
-
-# ----- the cost model ----------------------------------------------------------------------------
-def break_even(form: float, reuse: float, baseline: float) -> int | None:
-    """Smallest N ≥ 1 with form + N·reuse ≤ N·baseline, or None if reuse is not cheaper than the baseline."""
-    if min(form, reuse, baseline) < 0:
-        raise ValueError(f"times must be ≥ 0, got form {form}, reuse {reuse}, baseline {baseline}")
-    if baseline <= reuse:
-        return None
-    return max(1, math.ceil(form / (baseline - reuse) - 1e-12))
-
-
-def cumulative(records: Sequence[dict], n_max: int = 32) -> list[dict]:
-    """Fig. 11(c) from :func:`ttft` records: cumulative time after N = 0 … n_max reuses, and break-even N.
-
-    Records: ``{n_b, rank, n_reuse, quantity, value}``; quantity ``"kamera_ms"``, ``"prefill_ms"``,
-    ``"recompute_ms"`` (per N), or ``"break_even_prefill"`` / ``"break_even_recompute"`` (``n_reuse``
-    None, value NaN where reuse never pays off)."""
-    (n_max,) = check_counts("ttft", "n_max", [n_max])
-    by_size: dict[int, dict] = {}
-    for r in records:
-        by_size.setdefault(r["n_b"], {})[(r["quantity"], r["rank"])] = r["value"]
-    if not by_size:
-        raise ValueError("no ttft records")
-    out = []
-    for n_b, t in sorted(by_size.items()):
-        try:
-            form, prefill, vision = t[("form_ms", None)], t[("prefill_ms", None)], t[("vision_ms", None)]
-        except KeyError as missing:
-            raise ValueError(f"ttft records for n_b = {n_b} lack {missing.args[0][0]}") from None
-        for (_, rank), reuse in sorted((k, v) for k, v in t.items() if k[0] == "reuse_ms"):
-            keys = {"n_b": n_b, "rank": rank}
-            for n in range(n_max + 1):
-                for name, v in (("kamera_ms", form + n * reuse), ("prefill_ms", n * prefill),
-                                ("recompute_ms", n * (vision + prefill))):
-                    out.append({**keys, "n_reuse": n, "quantity": name, "value": v})
-            for name, base in (("break_even_prefill", prefill), ("break_even_recompute", vision + prefill)):
-                n_star = break_even(form, reuse, base)
-                out.append({**keys, "n_reuse": None, "quantity": name, "value": math.nan if n_star is None else n_star})
     return out
 
 

@@ -26,20 +26,17 @@ pooled over items, as the renderer chooses).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import torch
 from PIL import Image
 
 from kamera.arms.oracle_topp import deficit_scores
+from kamera.diagnostics.records import DELTA, SIGNALS
 from kamera.models.base import Adapter, EncodedSpan
 from kamera.reuse.context import ReuseContext
 
-SIGNALS = ("motion", "warp_residual", "frame_similarity", "embed_diff")
-DELTA = "delta_norm"
 # Farneback parameters of OpenCV's dense optical-flow tutorial (pyramid 0.5 × 3 levels, 15-px window)
 FLOW = dict(pyr_scale=0.5, levels=3, winsize=15, iterations=3, poly_n=5, poly_sigma=1.2, flags=0)
 
@@ -168,38 +165,3 @@ def token_signals(ctx: ReuseContext, cell_px: int = 16) -> list[dict]:
     return out
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman's ρ (Pearson correlation of average ranks); NaN if either side is constant or n < 2."""
-    rx, ry = pd.Series(x, dtype=float).rank().to_numpy(), pd.Series(y, dtype=float).rank().to_numpy()
-    if len(rx) != len(ry):
-        raise ValueError(f"spearman needs equal lengths, got {len(rx)} and {len(ry)}")
-    if len(rx) < 2 or rx.std() == 0 or ry.std() == 0:
-        return math.nan
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def signal_spearman(records: Sequence[dict] | pd.DataFrame, by: Sequence[str] = ()) -> list[dict]:
-    """Spearman's ρ of ‖Δ_i‖ with each signal, over the tokens of each ``by`` group (all pooled if empty).
-
-    Takes :func:`token_signals` records, with whatever item keys the store added: every key other
-    than quantity / value identifies a token, so tokens of different items stay apart when pooled.
-    Records: ``{**group keys, signal, quantity: "spearman", value, n_tokens}``."""
-    frame = pd.DataFrame(records)
-    need = {"token", "frame", "quantity", "value", *by}
-    if frame.empty or not need <= set(frame.columns):
-        raise ValueError(f"signal_spearman needs token_signals records with keys {sorted(need)}")
-    keys = [c for c in frame.columns if c not in ("quantity", "value")]
-    if frame.duplicated([*keys, "quantity"]).any():
-        raise ValueError("token records repeat a (token, quantity): records of different items need their item key")
-    wide = frame.pivot(index=keys, columns="quantity", values="value")
-    missing = [q for q in (DELTA, *SIGNALS) if q not in wide.columns]
-    if missing:
-        raise ValueError(f"token records lack quantities {missing}")
-    groups = wide.groupby(level=list(by)) if by else [((), wide)]
-    out = []
-    for key, g in groups:
-        labels = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
-        for s in SIGNALS:
-            out.append({**labels, "signal": s, "quantity": "spearman",
-                        "value": spearman(g[DELTA], g[s]), "n_tokens": len(g)})
-    return out

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from kamera.diagnostics.ttft import Clock, break_even, cumulative, main, segment_spans, time_item, ttft
+from kamera.diagnostics.records import break_even, cumulative
+from kamera.diagnostics.ttft import Clock, main, segment_spans, time_item, ttft
 from kamera.reuse.context import ReuseContext
 
 TIMES = ("vision_ms", "prefill_ms", "canonical_ms", "conditioned_ms", "svd_ms", "recompute_ms", "form_ms")

@@ -12,7 +12,8 @@ from diag_support import SQUARE_ROWS, video_frame, video_spans
 
 from kamera.arms.oracle_topp import deficit_scores
 from kamera.diagnostics import signal_spearman, token_signals
-from kamera.diagnostics.video import DELTA, SIGNALS, factor_grid, pixel_signals, span_frames, spearman
+from kamera.diagnostics.records import DELTA, SIGNALS, spearman
+from kamera.diagnostics.video import factor_grid, pixel_signals, span_frames
 from kamera.items.spans import Span
 from kamera.reuse.context import ReuseContext
 
