@@ -53,34 +53,10 @@ from kamera.models.hub_checkpoint import (
     read_json,
 )
 from kamera.models.mla import KimiK25Adapter
+from kamera.models.shaped.writer import published_json
 
 # ----- the published checkpoint ------------------------------------------------------------------------
-HUB_CONFIG: dict = {
-    "architectures": ["KimiVLForConditionalGeneration"],
-    "model_type": "kimi_vl",
-    "vision_config": {
-        "model_type": "moonvit", "patch_size": 14, "num_attention_heads": 16, "num_hidden_layers": 27,
-        "hidden_size": 1152, "intermediate_size": 4304, "init_pos_emb_height": 64, "init_pos_emb_width": 64,
-        "merge_kernel_size": [2, 2], "torch_dtype": "bfloat16",
-    },
-    "text_config": {
-        "vocab_size": 163840, "max_position_embeddings": 131072, "hidden_size": 2048, "intermediate_size": 11264,
-        "moe_intermediate_size": 1408, "num_hidden_layers": 27, "num_attention_heads": 16, "n_shared_experts": 2,
-        "n_routed_experts": 64, "ep_size": 1, "routed_scaling_factor": 2.446, "kv_lora_rank": 512, "q_lora_rank": None,
-        "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "n_group": 1,
-        "topk_group": 1, "num_experts_per_tok": 6, "moe_layer_freq": 1, "first_k_dense_replace": 1,
-        "norm_topk_prob": True, "scoring_func": "sigmoid", "aux_loss_alpha": 0.001, "seq_aux": True,
-        "num_key_value_heads": 16, "hidden_act": "silu", "initializer_range": 0.02, "rms_norm_eps": 1e-05,
-        "pretraining_tp": 1, "use_cache": True, "rope_theta": 800000.0, "rope_scaling": None, "attention_bias": False,
-        "attention_dropout": 0.0, "bos_token_id": 163584, "pad_token_id": 163839, "eos_token_id": 163585,
-        "torch_dtype": "bfloat16", "tie_word_embeddings": False, "model_type": "deepseek_v3",
-    },
-    "ignore_index": -100,
-    "media_placeholder_token_id": 163605,
-    "torch_dtype": "bfloat16",
-    "tie_word_embeddings": False,
-    "vocab_size": 163840,
-}
+HUB_CONFIG: dict = published_json("kimi_vl_a3b")  # the published config.json (kamera/models/shaped/configs/)
 HUB_TENSOR_COUNT = 5679  # tensors in the published checkpoint (27 + 27 layers)
 
 # The published preprocessor_config.json: in_token_limit, patch and merge size, pad_input (as recorded for

@@ -52,6 +52,7 @@ from kamera.models.hub_checkpoint import (
     read_json,
 )
 from kamera.models.mha import MHAAdapter
+from kamera.models.shaped.writer import published_json
 
 SHORT_FACTOR = [1.08, 1.1, 1.1300000000000001, 1.2800000000000002, 1.3100000000000003, 1.4500000000000004,
                 1.4500000000000004, 1.9500000000000008, 2.030000000000001, 2.4299999999999926, 2.5699999999999896,
@@ -73,22 +74,7 @@ LONG_FACTOR = [1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340
                63.77000427246094, 63.93000411987305, 63.96000289916992, 63.970001220703125, 64.02999877929688,
                64.06999969482422, 64.08000183105469, 64.12000274658203, 64.41000366210938, 64.4800033569336,
                64.51000213623047, 64.52999877929688, 64.83999633789062]
-HUB_CONFIG: dict = {
-    "_name_or_path": "Phi-3.5-vision-instruct", "architectures": ["Phi3VForCausalLM"], "attention_dropout": 0.0,
-    "auto_map": {"AutoConfig": "configuration_phi3_v.Phi3VConfig", "AutoModelForCausalLM": "modeling_phi3_v.Phi3VForCausalLM"},
-    "bos_token_id": 1,
-    "embd_layer": {"embedding_cls": "image", "hd_transform_order": "sub_glb", "projection_cls": "mlp",
-                   "use_hd_transform": True, "with_learnable_separator": True},
-    "embd_pdrop": 0.0, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 3072,
-    "img_processor": {"image_dim_out": 1024, "model_name": "openai/clip-vit-large-patch14-336",
-                      "name": "clip_vision_model", "num_img_tokens": 144},
-    "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072, "model_type": "phi3_v",
-    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
-    "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
-    "rope_scaling": {"long_factor": LONG_FACTOR, "short_factor": SHORT_FACTOR, "type": "su"},
-    "rope_theta": 10000.0, "sliding_window": 262144, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-    "transformers_version": "4.38.1", "use_cache": True, "vocab_size": 32064,
-}
+HUB_CONFIG: dict = published_json("phi3_5_vision")  # the published config.json (kamera/models/shaped/configs/)
 # The remote code builds CLIP ViT-L/14-336 from constants, not from config.json (its CLIP_VIT_LARGE_PATCH14_336_CONFIG).
 CLIP_L14_336 = dict(hidden_size=1024, intermediate_size=4096, num_attention_heads=16, num_hidden_layers=24,
                     image_size=336, patch_size=14, hidden_act="quick_gelu", layer_norm_eps=1e-5, projection_dim=768)
