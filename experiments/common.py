@@ -216,9 +216,19 @@ def save_figure(fig: plt.Figure, stem: Path, footer: str = "", place: str | None
     stem.parent.mkdir(parents=True, exist_ok=True)
     pdf, png = stem.with_suffix(".pdf"), stem.with_suffix(".png")
     opts = {"bbox_inches": "tight", "pad_inches": 0.02}
-    fig.savefig(pdf, metadata={"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None}, **opts)
-    fig.savefig(png, metadata={"Software": None}, dpi=300, **opts)
-    plt.close(fig)
+    # Each file is drawn into a dot-named temp file beside it and os.replace'd only once both are complete: a kill
+    # mid-render leaves the previous good PDF and PNG as they were (never truncated), as write_text does for tables.
+    tmp = {path: path.with_name(f".{path.name}.tmp") for path in (pdf, png)}
+    try:
+        fig.savefig(tmp[pdf], format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None,
+                                                      "Creator": None}, **opts)
+        fig.savefig(tmp[png], format="png", metadata={"Software": None}, dpi=300, **opts)
+        for path, part in tmp.items():
+            os.replace(part, path)
+    finally:
+        for part in tmp.values():
+            part.unlink(missing_ok=True)
+        plt.close(fig)
     return [pdf, png]
 
 

@@ -91,11 +91,14 @@ def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
     problems += _model_problems(cfg)
     bench = shape.problems(cfg)
     problems += bench
+    built = {}
     for kind in shape.kinds:
         try:
-            build_specs(kind, cfg[f"{kind}s"])
+            built[kind] = build_specs(kind, cfg[f"{kind}s"])
         except ValueError as err:
             problems.append(str(err))
+    if set(shape.kinds) == {"arm", "probe"} and built.keys() == {"arm", "probe"} and not any(built.values()):
+        problems.append("arms=[] and probes=[]: a job needs at least one arm or probe (conf/arm, conf/probe)")
     selection_keys = ("n_items=", "seed=", "bench.")  # what reading the benchmark depends on
     readable = not bench and not any(p.startswith(selection_keys) for p in problems)
     if readable and not shape.selects_from_model(cfg):

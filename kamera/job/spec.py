@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
 
 from kamera.job.store import Expected
@@ -76,7 +77,13 @@ def _spec(kind: str, entry: object) -> Spec:
         path = CONF_DIR / kind / f"{base}.yaml"
         if not path.is_file():
             raise ValueError(f"unknown {kind} {base!r}; conf/{kind} has: {', '.join(conf_labels(kind))}")
-        knobs = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        try:
+            knobs = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        except yaml.YAMLError as err:  # one line naming the file and where it stops parsing
+            mark = getattr(err, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ValueError(f"{path} is not valid YAML{where}: {problem}") from None
         if not isinstance(knobs, dict) or not knobs.get("name"):
             raise ValueError(f"{path} must map `name:` (the registered {kind} it configures) and its knobs")
     knobs = {**knobs, **overrides}

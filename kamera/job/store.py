@@ -23,8 +23,10 @@ import fcntl
 import getpass
 import hashlib
 import json
+import logging
 import os
 import platform
+import re
 import socket
 import subprocess
 from collections.abc import Callable, Iterable, Iterator
@@ -34,6 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
+
+log = logging.getLogger("kamera.store")
 
 TABLES = {"rows": "arm", "probes": "probe"}  # table → the column naming the plugin that made a record
 
@@ -273,9 +277,36 @@ def shards(root: str | Path, group: str) -> list[Shard]:
     return [Shard(root, group, p.stem) for p in sorted(base.glob("*.json")) if not p.name.startswith(".")]
 
 
+JOB_KEY = re.compile(r"[0-9a-f]{12}")  # how :func:`digest` names a shard
+_warned: set[tuple[Path, str]] = set()
+
+
+def _foreign(path: Path, why: str) -> None:
+    """Warn once per process about a file of a group folder that is not a shard (it is skipped)."""
+    if (path, why) not in _warned:
+        _warned.add((path, why))
+        log.warning("warning: skipping %s: %s, not a kamera shard", path, why)
+
+
 def latest(found: Iterable[Shard], **match: str) -> list[Shard]:
-    """The shards whose json has every ``match`` key equal, most recently run first."""
-    hits = [(s.meta(), s) for s in found]
+    """The shards whose json has every ``match`` key equal, most recently run first.
+
+    A JSON file of the group folder that is not a shard's (not named by a job key, or not a shard's record) is
+    skipped with a warning naming it; one named by a job key that does not read back is this group's corrupt
+    shard: :class:`ShardCorruptError` naming it."""
+    hits = []
+    for s in found:
+        try:
+            meta = s.meta()
+        except ShardCorruptError:
+            if JOB_KEY.fullmatch(s.key):
+                raise
+            _foreign(s.meta_path, "it does not parse as JSON")
+            continue
+        if not isinstance(meta, dict) or "config_key" not in meta:
+            _foreign(s.meta_path, "it has no config_key")
+            continue
+        hits.append((meta, s))
     hits = [(m, s) for m, s in hits if all(m.get(k) == v for k, v in match.items())]
     return [s for m, s in sorted(hits, key=lambda ms: ms[0].get("last_run", ""), reverse=True)]
 

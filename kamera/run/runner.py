@@ -82,9 +82,13 @@ def run(cfg: DictConfig) -> Path:
     shard.check()
     state = shard.state(want, cfg.retry_failed)
     if state.complete:
-        with shard.locked(required=False) as mine:
-            if mine:
-                shard.update_meta(lambda m: m.update(last_run=now()))
+        try:  # best-effort: a complete job on read-only storage has nothing to write
+            with shard.locked(required=False) as mine:
+                if mine:
+                    shard.update_meta(lambda m: m.update(last_run=now()))
+        except OSError as err:
+            log.warning("job %s: could not record this run in %s (%s: %s); its rows are unchanged", key, shard.dir,
+                        type(err).__name__, err.strerror or err)
         log.info("job %s is complete (%s): nothing to run", key, shard.path)
         return shard.path
     with shard.locked():

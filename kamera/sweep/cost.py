@@ -52,6 +52,7 @@ from typing import NamedTuple
 from omegaconf import OmegaConf
 
 from kamera.job import CONF_DIR, job_specs, shape_of
+from kamera.knobs import is_int
 from kamera.models.flops import Forward, paper_model_flops
 from kamera.sweep.expand import compose_config, composed, paper_experiments
 
@@ -85,6 +86,8 @@ def not_estimated(name: str) -> str | None:
 
 def _n_items(cfg, bench: str) -> int:
     if cfg.n_items is not None:
+        if not is_int(cfg.n_items) or cfg.n_items < 1:
+            raise ValueError(f"n_items={cfg.n_items!r}: must be an integer >= 1 (or null: all)")
         return int(cfg.n_items)
     items = _stated(cfg, "items")
     subsets = str(cfg.bench.subset).split(",") if cfg.bench.get("subset") else []

@@ -12,7 +12,9 @@ then drives the harness only through its command line:
     python -m kamera.run -m experiment=<exp> model=<…> n_items=1 paths.models=… paths.data=… paths.results=…
 
 Models without an adapter are not run; the summary names each with the reason. Exit status 0 when every
-job of every rehearsed model finished; 1 otherwise.
+job of every rehearsed model finished; 1 otherwise; 2 before anything runs when ``<out>/results`` or
+``<out>/outputs`` holds files a rehearsal did not create: a rehearsal marks the folders it creates
+(:data:`MARKER`) and deletes only those, never rows or tables of another origin.
 """
 
 from __future__ import annotations
@@ -94,12 +96,49 @@ def _run(cmd: list[str], env: dict, log: Path) -> tuple[int, float, int]:
     return code, time.perf_counter() - t, rss
 
 
+# A rehearsal's own folders under --out: emptied before each rehearsal (the runner would skip stored rows), and
+# only when the marker file a rehearsal writes into each folder it creates is there.
+OWN = ("results", "outputs")
+MARKER = ".kamera-rehearsal"
+
+
+def not_ours(out: Path) -> list[Path]:
+    """The folders of ``OWN`` under ``out`` that hold files a rehearsal did not create (no marker file in them)."""
+    found = []
+    for name in OWN:
+        path = out / name
+        if path.is_symlink() or path.is_file():
+            found.append(path)
+        elif path.is_dir() and not (path / MARKER).is_file() and any(path.iterdir()):
+            found.append(path)
+    return found
+
+
+def fresh_folders(out: Path) -> None:
+    """Delete the folders of ``OWN`` a rehearsal created (their marker file says so) and create them anew,
+    marked; call :func:`not_ours` first (this never deletes an unmarked folder that holds anything)."""
+    for name in OWN:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            if (path / MARKER).is_file():
+                shutil.rmtree(path)
+            elif not any(path.iterdir()):
+                path.rmdir()
+        path.mkdir(parents=True)
+        (path / MARKER).write_text("created by python -m kamera.sweep.rehearse: the next rehearsal deletes this folder\n")
+
+
 def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layers: int = 2) -> int:
     out = out.resolve()
     log = out / "rehearse.log"
+    theirs = not_ours(out)
+    if theirs:
+        print(f"error: {', '.join(map(str, theirs))} holds files a rehearsal did not create (no {MARKER} in it); "
+              "a rehearsal deletes its own results first: pass another --out (REHEARSE_DIR) or move those aside",
+              file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
-    for old in ("results", "outputs"):  # a rehearsal runs every job again (the runner would skip stored rows)
-        shutil.rmtree(out / old, ignore_errors=True)
+    fresh_folders(out)
     log.write_text("")
     jobs = {exp: rehearsal_jobs(exp) for exp in experiments}
     ready = sorted({j.model for js in jobs.values() for j in js if entry(j.model).has_adapter and entry(j.model).shaped})

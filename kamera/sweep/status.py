@@ -12,7 +12,9 @@ others are listed as superseded. Renderers read jobs through :func:`sweep_jobs` 
 shows exactly what this lists.
 
 An experiment config may carry a ``cost:`` block (the tokens per item it assumes); its estimated
-H100-hours are then shown per job through ``kamera.sweep.cost`` (omitted when it has none).
+H100-hours are then shown per job through ``kamera.sweep.cost`` (omitted when it has none; a job the block
+does not cover, e.g. an overridden benchmark, says so in a note). A file of the group folder that is not a
+shard (another tool's JSON) is skipped with a warning naming it (:func:`kamera.job.store.latest`).
 """
 
 from __future__ import annotations
@@ -109,12 +111,19 @@ def why_missing(model: str) -> str:
 def report(views: list[JobView]) -> list[str]:
     """The status lines of a sweep's jobs (and the reasons under each)."""
     lines = []
-    hours = [estimate_hours(v.cfg) for v in views]
+    hours, notes = [], []
+    for v in views:  # a cost block that does not cover a job (an overridden benchmark) is a note on that job
+        try:
+            hours.append(estimate_hours(v.cfg))
+            notes.append("")
+        except ValueError as err:
+            hours.append(None)
+            notes.append(str(err))
     total = [h for h in hours if h is not None and h == h]
-    for v, h in zip(views, hours, strict=True):
+    for v, h, note in zip(views, hours, notes, strict=True):
         status = "corrupt" if v.error else v.state.summary()
         where = f"  {v.shard.meta_path.with_suffix('')}" if v.shard else ""
-        cost = "" if h is None else f"  ~{h:.2f} H100-h" if h == h else \
+        cost = f"  (no cost estimate: {note})" if note else "" if h is None else f"  ~{h:.2f} H100-h" if h == h else \
             f"  (no cost estimate: {not_estimated(str(v.cfg.model.name))})"
         lines.append(f"  {status:<28} {' '.join(v.overrides) or v.name}{cost}{where}")
         if v.error:

@@ -1,0 +1,179 @@
+"""Issue 19 (trust under change), items 6, 7, 11 and 12: nothing deleted or truncated that the harness did not
+make, a complete job on read-only storage is "nothing to run", and bad inputs are one line, not a traceback."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import shutil
+from contextlib import contextmanager
+
+import matplotlib.figure
+import matplotlib.pyplot as plt
+import pytest
+from pipeline_support import job_config
+
+from kamera import job
+from kamera.job import JobError
+from kamera.job import spec as job_spec
+from kamera.job.store import Shard
+from kamera.run import runner
+from kamera.sweep import rehearse
+from kamera.sweep.cost import experiment_hours
+from kamera.sweep.status import report, sweep_jobs
+
+TINY = ("model=tiny_kimi", "bench=synthetic", "arms=[blind]", "n_items=1")
+
+
+@pytest.fixture
+def done_job(tmp_path):
+    """A complete tiny job under ``tmp_path/raw``: (its overrides, its rows' path)."""
+    overrides = (f"paths.results={tmp_path}/raw", *TINY)
+    return overrides, runner.run(job_config(tmp_path, *TINY))
+
+
+# ----- item 6: a rehearsal deletes only what it created ---------------------------------------------------
+def test_rehearse_refuses_an_out_folder_holding_results_it_did_not_create(tmp_path, monkeypatch, capsys):
+    theirs = tmp_path / "results" / "table3" / "abc.parquet"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_bytes(b"rows")
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "table3.md").write_text("a table")
+    monkeypatch.setattr(rehearse, "models_root", lambda *a, **k: pytest.fail("the rehearsal went on"))
+    assert rehearse.main(["--experiments", "table3", "--out", str(tmp_path)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "did not create" in err and str(tmp_path / "results") in err
+    assert theirs.read_bytes() == b"rows" and (tmp_path / "outputs" / "table3.md").read_text() == "a table"
+
+
+def test_rehearse_empties_only_the_folders_it_marked(tmp_path):
+    rehearse.fresh_folders(tmp_path)  # a first rehearsal: creates and marks both
+    for name in rehearse.OWN:
+        assert (tmp_path / name / rehearse.MARKER).is_file()
+        (tmp_path / name / "old.parquet").write_bytes(b"old rows")
+    assert rehearse.not_ours(tmp_path) == []
+    rehearse.fresh_folders(tmp_path)  # the next one: its own folders emptied, still marked
+    for name in rehearse.OWN:
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == [rehearse.MARKER]
+    (tmp_path / "results" / rehearse.MARKER).unlink()
+    (tmp_path / "results" / "theirs.parquet").write_bytes(b"rows")
+    assert rehearse.not_ours(tmp_path) == [tmp_path / "results"]
+
+
+# ----- item 7: a figure is replaced atomically --------------------------------------------------------------
+class Killed(BaseException):
+    """kill -9 in the middle of a savefig."""
+
+
+def _figure():
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    return fig
+
+
+def test_a_kill_during_a_figure_render_keeps_the_previous_figure(tmp_path, monkeypatch):
+    from experiments.common import save_figure
+
+    stem = tmp_path / "figures" / "fig5_tiny"
+    pdf, png = save_figure(_figure(), stem)
+    good = {p: p.read_bytes() for p in (pdf, png)}
+    assert all(len(b) > 100 for b in good.values())
+    save = matplotlib.figure.Figure.savefig
+
+    def dies_halfway(self, fname, *args, **kwargs):
+        with open(fname, "wb") as fh:  # the file is opened (truncated) before the first byte is drawn
+            fh.write(b"%PDF-1.4 half")
+        raise Killed
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", dies_halfway)
+    with pytest.raises(Killed):
+        save_figure(_figure(), stem)
+    assert {p: p.read_bytes() for p in (pdf, png)} == good
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", save)
+    assert save_figure(_figure(), stem) == [pdf, png] and pdf.read_bytes() == good[pdf]  # byte-stable still
+    assert sorted(p.name for p in stem.parent.iterdir()) == ["fig5_tiny.pdf", "fig5_tiny.png"]
+
+
+# ----- item 11: a complete job on read-only storage ---------------------------------------------------------
+def _read_only(*args, **kwargs):
+    raise OSError(errno.EROFS, "Read-only file system")
+
+
+@pytest.mark.parametrize("where", ["lock", "meta"])
+def test_a_complete_job_on_read_only_storage_has_nothing_to_run(where, tmp_path, done_job, monkeypatch, caplog):
+    _, path = done_job
+    if where == "lock":
+        @contextmanager
+        def locked(self, required=True):
+            _read_only()
+            yield True
+
+        monkeypatch.setattr(Shard, "locked", locked)
+    else:
+        monkeypatch.setattr(Shard, "write_meta", _read_only)
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a complete job loaded a model"))
+    with caplog.at_level(logging.INFO, logger="kamera.run"):
+        assert runner.run(job_config(tmp_path, *TINY)) == path
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "Read-only file system" in warnings[0] and "\n" not in warnings[0]
+    assert any("nothing to run" in r.getMessage() for r in caplog.records)
+
+
+# ----- item 12: one line, not a traceback ---------------------------------------------------------------------
+def test_status_notes_a_job_its_cost_block_does_not_cover(tmp_path):
+    lines = report(sweep_jobs(["experiment=table3", "bench=muirbench", f"paths.results={tmp_path}/raw"]))
+    jobs = [line for line in lines if "bench=muirbench" in line]
+    assert len(jobs) == 2
+    assert all("no cost estimate: table3: the experiment states no cost.tokens for muirbench" in j for j in jobs)
+
+
+def test_a_foreign_json_in_the_group_folder_is_skipped_with_a_warning(tmp_path, done_job, caplog):
+    overrides, path = done_job
+    (path.parent / "notes.json").write_text("[1, 2]")  # another tool's JSON
+    (path.parent / "sync-state.json").write_text("{trunc")  # and one that does not parse
+    (path.parent / "0123456789ab.json").write_text('{"written_by": "someone else"}')
+    with caplog.at_level(logging.WARNING, logger="kamera.store"):
+        (view,) = sweep_jobs(list(overrides))
+    assert view.error is None and view.state.complete and len(view.rows()) == 1
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    for name in ("notes.json", "sync-state.json", "0123456789ab.json"):
+        assert str(path.parent / name) in warned
+
+
+def test_a_corrupt_shard_of_the_experiment_stays_an_error_naming_it(tmp_path, done_job):
+    overrides, path = done_job
+    bad = path.parent / "0123456789ab.json"
+    bad.write_text('{"config_key": ')
+    (view,) = sweep_jobs(list(overrides))
+    assert view.error and str(bad) in view.error
+
+
+def test_a_job_with_no_arm_and_no_probe_fails_preflight(tmp_path, monkeypatch):
+    cfg = job_config(tmp_path, "model=tiny_kimi", "bench=synthetic", "arms=[]", "probes=[]", "n_items=1")
+    assert "arms=[] and probes=[]: a job needs at least one arm or probe (conf/arm, conf/probe)" in job.preflight(cfg)
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(JobError, match="a job needs at least one arm or probe"):
+        runner.run(cfg)
+    assert not (tmp_path / "raw").exists()
+    probes_only = job_config(tmp_path, "model=tiny_kimi", "bench=synthetic", "arms=[]", "probes=[deficit_norms]")
+    assert not [p for p in job.preflight(probes_only) if "at least one arm" in p]
+
+
+@pytest.mark.parametrize(("value", "line"), [("-5", "n_items=-5: must be an integer >= 1"),
+                                             ("abc", "n_items='abc': must be an integer >= 1"),
+                                             ("0", "n_items=0: must be an integer >= 1")])
+def test_the_cost_tool_names_a_bad_n_items(value, line):
+    with pytest.raises(ValueError, match=line):
+        experiment_hours(["experiment=table3", f"n_items={value}"])
+
+
+def test_an_invalid_yaml_in_conf_arm_is_one_line_naming_the_file(tmp_path, monkeypatch):
+    shutil.copytree(job_spec.CONF_DIR / "arm", tmp_path / "arm")
+    bad = tmp_path / "arm" / "patch_broken.yaml"
+    bad.write_text("name: patch\n  rank: [16\n")
+    monkeypatch.setattr(job_spec, "CONF_DIR", tmp_path)
+    with pytest.raises(ValueError) as err:
+        job_spec.build_specs("arm", ["blind", "patch_broken"])
+    assert str(bad) in str(err.value) and "not valid YAML (line 2" in str(err.value) and "\n" not in str(err.value)
+    cfg = job_config(tmp_path, "model=tiny_kimi", "bench=synthetic", "arms=[blind,patch_broken]", "n_items=1")
+    assert [p for p in job.preflight(cfg) if str(bad) in p]
