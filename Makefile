@@ -20,12 +20,23 @@ define sweep
 endef
 render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(if $(PARTIAL),--allow-partial)
 
-.PHONY: help test test-slow lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse
+.PHONY: help test test-shaped test-integration test-all test-slow lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
 
-test: lint ## run the test suite (CPU, 15-20 min on 2 cores) and ruff; excludes the slow toy retrains
+# Test tiers (pytest marks, pyproject.toml): `test` is the fast gate; `test-all` (what CI runs) adds the shaped and
+# integration tiers; `test-slow` retrains the toys. KAMERA_SHAPED=<dir> keeps shaped checkpoints between runs.
+test: lint ## the fast gate: ruff + every test but the shaped, integration and slow tiers (about 3.5 min on 2 cores)
+	$(PYTHON) -m pytest -m "not slow and not shaped and not integration"
+
+test-shaped: ## real-width shaped checkpoints of every paper model + the end-to-end rehearsal (~10-12 min; GBs of disk)
+	$(PYTHON) -m pytest -m shaped
+
+test-integration: ## subprocess CLIs, submitit, sbatch, make dry runs, Hydra multiruns, tiny twins end to end (~4 min)
+	$(PYTHON) -m pytest -m integration
+
+test-all: lint ## what CI runs: ruff + every tier but slow (about 18-20 min on 2 cores)
 	$(PYTHON) -m pytest -m "not slow"
 
 test-slow: ## retrain the toy binding and window models from their committed configs and check the gates (~7 + 17 + 12 min)
