@@ -89,7 +89,7 @@ def test_bad_names_and_missing_paths_fail_before_any_forward(tmp_path, monkeypat
     monkeypatch.delenv("KAMERA_MODELS", raising=False)
     cases = {
         "arms=[blind,patch_r999]": "conf/arm has: blind",
-        "model.name=qwen9": "registered models: tiny_qwen2_5_vl",
+        "model.name=qwen9": "unknown model 'qwen9'; registered models: tiny_deepseek_v2, tiny_deepseek_vl",
         "bench.name=nope": "valid names: ['egoschema'",
         "bench=mm_niah_reasoning": "KAMERA_DATA is not set",
         "model=qwen2_5_vl_7b": "hf download Qwen/Qwen2.5-VL-7B-Instruct",
