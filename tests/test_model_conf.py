@@ -21,6 +21,7 @@ def test_every_conf_model_file_is_a_registry_entry():
     assert {"tiny_qwen2_5_vl", "toy_binding", "qwen2_5_vl_7b", "gemma3n_e4b"} <= set(files)
 
 
+@pytest.mark.integration
 def test_published_configs_are_the_shaped_specs_configs():
     """Each configs/<model>.json is its shaped spec's config. Checked in a fresh interpreter: transformers' config
     classes fill defaults into the dict they are given (``AutoConfig.for_model(**config)`` in the cost model),

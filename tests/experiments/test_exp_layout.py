@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
 
 
+@pytest.mark.integration
 def test_makefile_artifacts_are_the_conf_pairs():
     out = subprocess.run(["make", "-s", "--no-print-directory", "artifacts"], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.split()
