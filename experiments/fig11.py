@@ -2,12 +2,14 @@
 
     python -m experiments.fig11 experiment=fig11_tiny     # make fig11 (SCALE=paper: needs the table4 / table6 rows)
 
-(a) multi-hop accuracy vs the KV bytes an arm stores or recomputes for B per reuse context, from
-rows (``bytes``, ``correct``): the figure's own rows plus those of the experiments its config lists
-under ``sources`` (at paper scale the Table 4 / Table 6 sweeps; a source that does not exist or has
-no stored rows stops the render, naming what to run). One point per (model, benchmark, arm) at its
-mean bytes and accuracy; re-prefill (B's whole page) is the ceiling line and blind reuse (no bytes
-beyond the canonical) the floor line. An (item, arm) read from two sources counts once.
+(a) accuracy vs the KV bytes an arm stores or recomputes for B over B's KV page (``bytes_frac``; the
+table also gives the bytes in MB), from rows (``bytes``, ``correct``): the figure's own rows plus those
+of the experiments its config lists under ``sources`` (at paper scale the Table 4 / Table 6 sweeps; a
+source that does not exist or has no stored rows stops the render, naming what to run). One point per
+(model, benchmark, subset, arm) at its mean byte fraction and accuracy, so a benchmark's multi-hop items
+and its single-hop control are separate points, never pooled; re-prefill (B's whole page, 1.0) is the
+ceiling line and blind reuse (no bytes beyond the canonical) the floor line. An (item, arm) read from
+two sources counts once.
 (b) time to first token vs the reused segment's visual tokens, from the ``ttft`` probe: recompute
 (vision encoder + B's prefill in context + the query), the prefill alone, the vision encoder alone,
 and reuse (relocate + rank-m patch, then the query) per rank m; (c) cumulative time over N reuse
@@ -46,26 +48,19 @@ N_MAX = 32
 
 # ----- (a) bytes vs accuracy -------------------------------------------------------------------------
 def bytes_points(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """Per (model, bench, arm), by bytes: n, mean bytes, mean bytes_frac, accuracy and its CI cell; and how many
-    duplicate (item, arm) rows (the same item read from two sources) were dropped."""
+    """Per (model, bench, subset, arm), by bytes: n, mean bytes, mean bytes_frac, accuracy and its CI cell; and how
+    many duplicate (item, arm) rows (the same item read from two sources) were dropped. The subset is a key: a
+    multi-hop subset and its single-hop control are different questions (blind reuse is exact on the control)."""
     if rows.empty or "bytes" not in rows.columns:
         return pd.DataFrame(), 0
     unique = rows.drop_duplicates(ITEM_ARM)
     out = []
-    for (model, bench, arm), g in unique.groupby(["model", "bench", "arm"], sort=True):
-        out.append({"model": model, "bench": bench, "arm": arm, "n": len(g), "bytes": g["bytes"].mean(),
+    for (model, bench, subset, arm), g in unique.groupby(["model", "bench", "subset", "arm"], sort=True):
+        out.append({"model": model, "bench": bench, "subset": subset, "arm": arm, "n": len(g), "bytes": g["bytes"].mean(),
                     "bytes_frac": g["bytes_frac"].mean(), "accuracy": g["correct"].mean(),
                     "cell": ci_cell(g["correct"])})
-    frame = pd.DataFrame(out).sort_values(["model", "bench", "bytes", "arm"]).reset_index(drop=True)
+    frame = pd.DataFrame(out).sort_values(["model", "bench", "subset", "bytes", "arm"]).reset_index(drop=True)
     return frame, len(rows) - len(unique)
-
-
-def unit(max_bytes: float) -> tuple[float, str]:
-    """The byte unit that keeps the axis readable (B, KB, MB, GB)."""
-    for scale, name in ((2**30, "GB"), (2**20, "MB"), (2**10, "KB")):
-        if max_bytes >= scale:
-            return scale, name
-    return 1.0, "B"
 
 
 # ----- (b, c) timings --------------------------------------------------------------------------------
@@ -105,19 +100,18 @@ def plot(points: pd.DataFrame, t: pd.DataFrame, cum: pd.DataFrame, title: str) -
         if points.empty:
             blank(a, "no rows with bytes")
         else:
-            scale, name = unit(points["bytes"].max())
-            for i, ((model, bench), g) in enumerate(points.groupby(["model", "bench"], sort=True)):
+            for i, ((model, bench, subset), g) in enumerate(points.groupby(["model", "bench", "subset"], sort=True)):
                 colour = f"C{i}"
                 g = g.set_index("arm")
                 for arm, line in ((CEILING, "--"), (FLOOR, ":")):
                     if arm in g.index:
                         a.axhline(g.at[arm, "accuracy"], color=colour, linestyle=line, linewidth=0.7)
                 rest = g.drop(index=[FLOOR], errors="ignore")
-                a.scatter(rest["bytes"] / scale, rest["accuracy"], color=colour, s=8, label=f"{model} · {bench}")
+                a.scatter(rest["bytes_frac"], rest["accuracy"], color=colour, s=8, label=f"{model} · {bench} · {subset}")
                 for arm, r in rest.iterrows():
-                    a.annotate(arm, (r["bytes"] / scale, r["accuracy"]), fontsize=4, xytext=(2, 2),
+                    a.annotate(arm, (r["bytes_frac"], r["accuracy"]), fontsize=4, xytext=(2, 2),
                                textcoords="offset points")
-            a.set_xlabel(f"KV bytes per reuse context ({name})")
+            a.set_xlabel("KV bytes stored or recomputed for B / B's KV page")
             a.set_ylabel("accuracy")
             a.legend(fontsize=4.5, loc="center right")
         a.set_title("(a) bytes vs accuracy (-- re-prefill, : blind)", fontsize=6.5)
@@ -177,13 +171,15 @@ def plot(points: pd.DataFrame, t: pd.DataFrame, cum: pd.DataFrame, title: str) -
 def to_markdown(points: pd.DataFrame, dropped: int, t: pd.DataFrame, cum: pd.DataFrame, title: str,
                 sources: list[str], paper: dict) -> list[str]:
     src = f" plus source experiment(s) {', '.join(sources)}" if sources else ""
-    lines = [f"**{title}**", "", f"*(a) accuracy vs KV bytes per reuse context (rows of this experiment{src})*", ""]
+    lines = [f"**{title}**", "", "*(a) accuracy vs the KV bytes stored or recomputed for B (MB, and over B's KV page), "
+             f"per subset (rows of this experiment{src})*", ""]
     if points.empty:
         lines.append("no rows with bytes")
     else:
-        body = [[r.model, r.bench, r.arm, str(r.n), cell(r.bytes / 2**20, ".4g"), cell(r.bytes_frac, ".3f"), r.cell,
-                 paper.get("bytes", {}).get(r.arm, "–")] for r in points.itertuples(index=False)]
-        lines += markdown_rows(["model", "bench", "arm", "n", "MB", "of page", "accuracy [95% CI]", "paper"], body)
+        body = [[r.model, r.bench, str(r.subset), r.arm, str(r.n), cell(r.bytes / 2**20, ".4g"), cell(r.bytes_frac, ".3f"),
+                 r.cell, paper.get("bytes", {}).get(r.arm, "–")] for r in points.itertuples(index=False)]
+        lines += markdown_rows(["model", "bench", "subset", "arm", "n", "MB", "of B's page", "accuracy [95% CI]",
+                                "paper"], body)
         if dropped:
             lines.append(f"\n{dropped} (item, arm) row(s) present in two sources counted once")
     lines += ["", f"*(b, c) TTFT in ms, median over items ({device_note(t) if not t.empty else 'no timings'}); "

@@ -3,10 +3,11 @@
     python -m experiments.fig3 experiment=fig3_tiny        # make fig3 (SCALE=paper: Kimi-VL, Qwen2.5-VL)
 
 (a) energy of Δ a rank-m patch captures, per layer (``energy`` probe; mean over items; the dotted
-line is the median 90%-energy rank); (b) the relative Frobenius norm of Δ per layer: raw (the
-canonical as stored), conditioning (after R(δ), ‖Δ‖ / ‖KV(B|A)‖) and the position confound between
-them, plus the 4D-mask oracle's split of Δ into what A adds and what the moved prefix distance adds
-(``deficit_norms`` probe, mean over items); (c) A's landmark keys holding 90% of the attention B pays
+line is the median 90%-energy rank over the layers whose Δ is above rounding, the layer rule of
+``kamera.metrics.e90_columns``: layer 0's Δ is rounding and its e90 says nothing of conditioning);
+(b) the relative Frobenius norm of Δ per layer: raw (the canonical as stored), conditioning (after
+R(δ), ‖Δ‖ / ‖KV(B|A)‖) and the position confound between them, plus the 4D-mask oracle's split of Δ
+into what A adds and what the moved prefix distance adds (``deficit_norms`` probe, mean over items); (c) A's landmark keys holding 90% of the attention B pays
 A, per layer (``landmarks`` probe, median over items). All on the content channel (V; the MLA latent
 c_KV), as the paper plots Kimi-VL's; the markdown table lists every layer. Writes
 <paths.figures>/<experiment>.{pdf,png,md}.
@@ -26,6 +27,7 @@ from experiments.panels import blank, cell, integer_ticks, of_probe, one_label
 NORMS = {"raw": ("raw (no R(δ))", ":"), "ratio": ("conditioning ‖Δ‖", "-"), "position": ("position (R(δ) alone)", "--"),
          "conditioning_a": ("A-specific (oracle)", "-."), "position_residual": ("prefix-distance residual (oracle)", (0, (1, 3)))}
 TABLE_RANKS = (8, 32)
+RECORD_KEYS = ("job_key", "model", "dtype", "bench", "subset", "seed", "item_id", "layer", "channel")  # one layer-channel
 
 
 def content(records: pd.DataFrame) -> pd.DataFrame:
@@ -40,6 +42,29 @@ def energy_curves(energy: pd.DataFrame) -> pd.DataFrame:
     return e.groupby(["model", "layer", "rank"], as_index=False)["value"].mean()
 
 
+def counted_e90(e: pd.DataFrame) -> pd.DataFrame:
+    """The e90 records of layer-channels above rounding, by the item's ``above_rounding`` record of the same
+    layer-channel (``kamera.metrics.above_rounding``, ``e90_columns``' rule); a record with no flag (written
+    before flags existed) counts where e90 > 0 (Δ = 0, the one case below rounding it shows)."""
+    e90, flags = e[e["quantity"] == "e90_rank"], e[e["quantity"] == "above_rounding"]
+    counted = e90["value"] > 0
+    if not flags.empty:
+        keys = [c for c in RECORD_KEYS if c in e.columns]
+        flag = flags.drop_duplicates(keys).set_index(keys)["value"]
+        got = pd.Series(pd.MultiIndex.from_frame(e90[keys]).map(flag), index=e90.index)
+        counted = (got > 0).where(got.notna(), counted).astype(bool)
+    return e90[counted]
+
+
+def e90_summary(lay: pd.DataFrame) -> float:
+    """A model's median e90 rank: the median over layers above rounding of the per-layer median over items
+    (0 when no layer is above rounding: no direction is needed to hold a deficit that is not there)."""
+    if "e90" not in lay.columns:
+        return float("nan")
+    counted = lay["e90_counted"].dropna() if "e90_counted" in lay.columns else pd.Series(dtype=float)
+    return float(counted.median()) if not counted.empty else 0.0
+
+
 def per_layer(norms: pd.DataFrame, energy: pd.DataFrame, landmarks: pd.DataFrame) -> pd.DataFrame:
     """One line per (model, layer): energy at the table's ranks, median e90, mean relative norms, median landmarks."""
     parts = []
@@ -48,8 +73,10 @@ def per_layer(norms: pd.DataFrame, energy: pd.DataFrame, landmarks: pd.DataFrame
         at = e[(e["quantity"] == "energy_captured") & e["rank"].isin(TABLE_RANKS)]
         at = at.pivot_table(index=["model", "layer"], columns="rank", values="value", aggfunc="mean")
         at.columns = [f"energy_m{int(m)}" for m in at.columns]
-        e90 = e[e["quantity"] == "e90_rank"].groupby(["model", "layer"])["value"].median().rename("e90")
-        parts += [at, e90]
+        ranks = e[e["quantity"] == "e90_rank"]
+        e90 = ranks.groupby(["model", "layer"])["value"].median().rename("e90")
+        counted = counted_e90(e).groupby(["model", "layer"])["value"].median().rename("e90_counted")
+        parts += [at, e90, counted]
     if not norms.empty:
         cols = [c for c in NORMS if c in norms.columns]
         parts.append(content(norms).groupby(["model", "layer"])[cols].mean())
@@ -63,7 +90,7 @@ def per_layer(norms: pd.DataFrame, energy: pd.DataFrame, landmarks: pd.DataFrame
     return frame.sort_values(["model", "layer"]).reset_index(drop=True)
 
 
-def plot(curves: pd.DataFrame, layers: pd.DataFrame, energy: pd.DataFrame, models: list[str], title: str) -> plt.Figure:
+def plot(curves: pd.DataFrame, layers: pd.DataFrame, models: list[str], title: str) -> plt.Figure:
     with plt.style.context(str(STYLE)):
         fig, axes = plt.subplots(len(models), 3, figsize=(7.0, 1.9 * len(models) + 0.3), squeeze=False)
         for row, model in zip(axes, models, strict=True):
@@ -77,8 +104,7 @@ def plot(curves: pd.DataFrame, layers: pd.DataFrame, energy: pd.DataFrame, model
                 colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, n_layers))
                 for layer, g in cur.groupby("layer"):
                     a.plot(g["rank"], g["value"], color=colours[int(layer)], linewidth=0.8)
-                e90 = content(energy)
-                e90 = e90[(e90["model"] == model) & (e90["quantity"] == "e90_rank")]["value"].median()
+                e90 = e90_summary(lay)
                 if e90 > 0:
                     a.axvline(e90, color="0.3", linestyle=":", linewidth=0.8)
                 a.set_xscale("log", base=2)
@@ -114,13 +140,13 @@ def plot(curves: pd.DataFrame, layers: pd.DataFrame, energy: pd.DataFrame, model
 
 def headline(model: str, lay: pd.DataFrame) -> str:
     """One sentence of the model's numbers (first → last layer)."""
-    bits = []
+    bits, e90 = [], e90_summary(lay)
     lay = lay.dropna(axis=1, how="all")
     if "ratio" in lay.columns:
         bits.append(f"conditioning {cell(lay['ratio'].iloc[0])} (layer 0) → {cell(lay['ratio'].iloc[-1])} "
                     f"(layer {lay['layer'].iloc[-1]})")
     if "e90" in lay.columns:
-        bits.append(f"median e90 rank {cell(lay['e90'].median())}")
+        bits.append(f"median e90 rank {cell(e90)} (layers above rounding)")
     if "landmarks" in lay.columns:
         med = lay["landmarks"].median()
         bits.append(f"median landmark keys {cell(med)} ({cell(100 * med / lay['n_a'].median(), '.2g')}% of A)")
@@ -153,7 +179,7 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
     curves = energy_curves(energy) if not energy.empty else pd.DataFrame()
     layers = per_layer(norms, energy, landmarks)
     title = f"Fig. 3 ({group}{partial_tag(footer)})"
-    fig = plot(curves, layers, energy, models, title)
+    fig = plot(curves, layers, models, title)
     md = document(to_markdown(layers, models, title, paper_or(paper, "fig3")["note"]), footer)
     return figure_outputs(fig, md, stem, footer, place="figure")
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamera.arms.base import Arm, ArmOutput, register
-from kamera.core import Patch, deepest, default_rotary_rank
+from kamera.core import AUTO_ROTARY, Patch, deepest, family_rank_view
 from kamera.knobs import check_count
 from kamera.reuse.context import ReuseContext
 
 LAYER_SETS = ("all", "deep_half")
-AUTO = "auto"
+AUTO = AUTO_ROTARY
 
 
 def check_rotary_rank(arm: str, value) -> None:
@@ -29,10 +29,9 @@ def check_rotary_rank(arm: str, value) -> None:
 
 
 def truncated(patch: Patch, rank: int | None, rotary_rank: int | str | None, attention: str) -> Patch:
-    """``patch`` viewed at content rank m and its rotary rank ("auto": the family's default)."""
-    rr = default_rotary_rank(rank, attention) if rotary_rank == AUTO else rotary_rank
-    return patch.truncate(rank, rotary_rank=rr)
-
+    """``patch`` viewed at content rank m and its rotary rank ("auto": the family's default), by
+    :func:`kamera.core.family_rank_view`, the rule the window probes use too."""
+    return family_rank_view(patch, rank, attention, rotary_rank)
 
 
 def patch_columns(patch: Patch) -> dict:

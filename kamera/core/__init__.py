@@ -14,18 +14,21 @@ from kamera.core.chunk import (
     same_positions,
 )
 from kamera.core.patch import (
+    AUTO_ROTARY,
     Deficit,
     Factors,
     Patch,
     deepest,
     default_rotary_rank,
     deficit,
+    family_rank_view,
     orbit_mean,
     singular_values,
 )
 from kamera.core.rope import RotarySpec, rotate
 
 __all__ = [
+    "AUTO_ROTARY",
     "ChannelSpec",
     "ChunkKV",
     "Deficit",
@@ -36,6 +39,7 @@ __all__ = [
     "deepest",
     "default_rotary_rank",
     "deficit",
+    "family_rank_view",
     "max_abs_diff",
     "max_rel_diff",
     "orbit_mean",

@@ -134,6 +134,21 @@ def default_rotary_rank(m: int | None, attention: str) -> int | None:
     return math.ceil(m / 4)
 
 
+AUTO_ROTARY = "auto"
+
+
+def family_rank_view(patch: Patch, m: int | None, attention: str,
+                     rotary_rank: int | Literal["auto"] | None = AUTO_ROTARY) -> Patch:
+    """``patch`` viewed at content rank m and the rotary rank that goes with it: the one rank rule.
+
+    ``rotary_rank`` ``"auto"`` (default) is :func:`default_rotary_rank` (m on GQA / MHA, ⌈m/4⌉ on MLA's
+    k_pe); an int or None (full) sets it. The patch arms and every window probe view their patches
+    through this, so a rank-m patch has the same bytes and the same k_pe band wherever it is measured.
+    """
+    rr = default_rotary_rank(m, attention) if rotary_rank == AUTO_ROTARY else rotary_rank
+    return patch.truncate(m, rotary_rank=rr)
+
+
 def _check_rank(m: int | None, what: str) -> None:
     if m is None:
         return

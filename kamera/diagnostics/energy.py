@@ -8,7 +8,10 @@ read from the item's full-rank patch (``ctx.patch``: one SVD per layer-channel, 
 patch arms, so the probe adds no decomposition). A rank above a block's own rank min(n_B, width)
 keeps every direction, so the curve is exactly 1.0 there. The paper plots the MLA content channel
 (c_KV); records carry every channel with its ``role`` so a renderer picks the content one on any
-family. ``e90_rank`` records add the smallest m holding 90% (the figure's "90% energy" marker).
+family. ``e90_rank`` records add the smallest m holding 90% (the figure's "90% energy" marker) and
+``above_rounding`` records (value 1.0 / 0.0) whether that layer-channel's Δ is above the cache dtype's
+rounding floor (:func:`kamera.metrics.above_rounding`, the layer rule of ``e90_columns``; layer 0 is below
+it, its Δ being rounding), so a summary over layers counts the layers ``e90_columns`` counts.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 
 from kamera.diagnostics.common import role
 from kamera.knobs import check_counts
-from kamera.metrics import energy_rank
+from kamera.metrics import above_rounding, energy_rank
 from kamera.reuse.context import ReuseContext
 
 
@@ -36,13 +39,14 @@ def energy_curve(ctx: ReuseContext, ranks: Sequence[int] | None = None, fraction
     """Energy captured per (layer, channel) at each rank m, and the e90 rank.
 
     Records: ``{layer, channel, role, rank, quantity, value}`` with quantity ``"energy_captured"``
-    (value in [0, 1], at ``rank`` m) or ``"e90_rank"`` (value = smallest m holding ``fraction`` of
-    ‖Δ‖², 0 where Δ = 0; ``rank`` None)."""
-    patch = ctx.patch
+    (value in [0, 1], at ``rank`` m), ``"e90_rank"`` (value = smallest m holding ``fraction`` of
+    ‖Δ‖², 0 where Δ = 0; ``rank`` None) or ``"above_rounding"`` (1.0 where the layer-channel's Δ is
+    above rounding and counts in an e90 summary, else 0.0; ``rank`` None)."""
+    patch, conditioned = ctx.patch, ctx.conditioned
     ranks = default_ranks(patch.full_rank) if ranks is None else check_counts("energy", "ranks", ranks)
     out = []
     for l, chans in enumerate(patch.factors):
-        for blocks, spec in zip(chans, patch.specs, strict=True):
+        for c, (blocks, spec) in enumerate(zip(chans, patch.specs, strict=True)):
             s2 = torch.cat([b.s for b in blocks]).double() ** 2  # one block per layer-channel
             cum = torch.cumsum(s2, 0)
             total = float(cum[-1])  # the same sum as every prefix, so full rank gives exactly 1.0
@@ -52,4 +56,6 @@ def energy_curve(ctx: ReuseContext, ranks: Sequence[int] | None = None, fraction
                             "quantity": "energy_captured", "value": 1.0 if total == 0 else kept / total})
             out.append({"layer": l, "channel": spec.name, "role": role(spec), "rank": None,
                         "quantity": "e90_rank", "value": float(energy_rank(s2.sqrt(), fraction))})
+            out.append({"layer": l, "channel": spec.name, "role": role(spec), "rank": None,
+                        "quantity": "above_rounding", "value": float(above_rounding(s2.sqrt(), conditioned, l, c))})
     return out

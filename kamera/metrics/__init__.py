@@ -12,13 +12,14 @@ from kamera.metrics.divergence import (
     predicted_letter,
     recovered,
 )
-from kamera.metrics.rank import E90_COLUMNS, e90_columns, energy_rank, rounding_floor
+from kamera.metrics.rank import E90_COLUMNS, above_rounding, e90_columns, energy_rank, rounding_floor
 from kamera.metrics.stats import bootstrap_ci, median_ci, paired_bootstrap_ci
 
 __all__ = [
     "E90_COLUMNS",
     "ETA_FLOOR",
     "NonFiniteError",
+    "above_rounding",
     "accuracy",
     "bootstrap_ci",
     "choice_argmax",

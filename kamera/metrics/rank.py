@@ -58,6 +58,15 @@ def rounding_floor(conditioned: ChunkKV, channel: int) -> float:
     return tau
 
 
+def above_rounding(singular_values: torch.Tensor, conditioned: ChunkKV, layer: int, channel: int) -> bool:
+    """Whether the Δ of (``layer``, ``channel``), given by its singular values, counts: ‖Δ_lc‖_F > τ_c·‖KV(B|A)_lc‖_F.
+
+    The one layer rule of every e90 summary (``e90_columns``, Fig. 3's energy records): below it Δ is rounding
+    (layer 0 is the case) and its e90 says nothing about conditioning (module docstring)."""
+    delta = math.sqrt(float((singular_values.double() ** 2).sum()))
+    return delta > rounding_floor(conditioned, channel) * float(conditioned.layers[layer][channel].double().norm())
+
+
 def e90_columns(patch: Patch, conditioned: ChunkKV, fraction: float = 0.9) -> dict[str, float]:
     """The row's ``e90_nb_content`` and ``e90_nb_rotary`` for one item (median over layers above rounding).
 
@@ -73,11 +82,9 @@ def e90_columns(patch: Patch, conditioned: ChunkKV, fraction: float = 0.9) -> di
     for c, spec in enumerate(patch.specs):
         column = E90_COLUMNS[spec.rotary is not None]
         values = per_role[column] = per_role[column] or []
-        tau = rounding_floor(conditioned, c)
         for l, chans in enumerate(patch.factors):
             s = chans[c][0].s
-            norm = float(conditioned.layers[l][c].double().norm())
-            if math.sqrt(float((s.double() ** 2).sum())) > tau * norm:
+            if above_rounding(s, conditioned, l, c):
                 values.append(energy_rank(s, fraction) / patch.n_tokens)
     return {
         column: math.nan if values is None else (statistics.median(values) if values else 0.0)

@@ -380,6 +380,8 @@ class Adapter:
         The LM head is applied in float32 whatever the model dtype (the paper's KL is float32): the
         hidden state is upcast and the head's rows are upcast a chunk at a time (``HEAD_CHUNK_BYTES``), so
         a bf16 head of 152k rows never needs a full float32 copy. Equal to an fp32 head on the same weights.
+        A config that sets ``final_logit_softcapping`` (Gemma families) gets its cap applied as the model's own
+        forward does, cap·tanh(logits / cap), so KL and the argmax are those of the model's distribution.
         """
         w = self.head.weight
         bias = getattr(self.head, "bias", None)
@@ -391,7 +393,9 @@ class Adapter:
             out = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
             for i in range(0, w.shape[0], rows):
                 torch.mv(w[i : i + rows].float(), h, out=out[i : i + rows])
-        return out if bias is None else out + bias.float()
+        out = out if bias is None else out + bias.float()
+        cap = getattr(self.text_config, "final_logit_softcapping", None)
+        return out if not cap else cap * torch.tanh(out / cap)
 
     @torch.no_grad()
     def forward(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kamera.core import Patch
+from kamera.core import Patch, family_rank_view
 from kamera.metrics import eta, flipped, kl, recovered
 from kamera.models.base import Adapter
 from kamera.reuse.plugin import Plugin, Registry, UnknownNameError
@@ -46,6 +46,12 @@ class WindowProbe(Plugin):
         """Why this probe cannot serve ``adapter``'s family, or None if it can."""
         return None
 
+    def at_rank(self, patch: Patch, wctx: WindowContext) -> Patch:
+        """``patch`` at this probe's ``rank`` m and the family's rotary rank (⌈m/4⌉ on MLA's k_pe, m on GQA / MHA):
+        :func:`kamera.core.family_rank_view`, the rule the patch arms use, so a window row's bytes and η are
+        those of the arm's rank-m patch."""
+        return family_rank_view(patch, self.rank, wctx.adapter.attention)
+
     def need(self, wctx: WindowContext, history: int, foreign: int = 0) -> None:
         """Refuse items with fewer than ``history`` history chunks or ``foreign`` foreign chunks."""
         item = wctx.item
@@ -61,9 +67,9 @@ class WindowProbe(Plugin):
         """One row: ``variant``'s logits on ``view`` against the view's re-prefill (its reference) and blind reuse.
 
         ``bytes``: what the variant stores or recomputes for the target (default: ``patch``'s bytes); ``patch``:
-        the patch it applied (fills ``rank`` / ``effective_rank``); ``paid`` / ``stored``: the resources (see
-        :meth:`WindowContext.resource`) whose forwards the variant pays at the operation / reads from stored
-        state; ``measures`` are extra columns."""
+        the patch it applied (fills ``rank`` / ``effective_rank`` / ``effective_rotary_rank``); ``paid`` /
+        ``stored``: the resources (see :meth:`WindowContext.resource`) whose forwards the variant pays at the
+        operation / reads from stored state; ``measures`` are extra columns."""
         if bytes is None:
             if patch is None:
                 raise ValueError(f"{self.name}: row {variant!r} needs its bytes or its patch")
@@ -86,6 +92,7 @@ class WindowProbe(Plugin):
             "bytes": int(bytes), "bytes_frac": bytes / page,
             "rank": math.nan if patch is None or patch.rank is None else float(patch.rank),
             "effective_rank": math.nan if patch is None else float(patch.effective_rank),
+            "effective_rotary_rank": math.nan if patch is None else float(patch.effective_rotary_rank),
             "patch_dtype": "" if patch is None else str(patch.dtype).removeprefix("torch."),
             "forwards": sum(paid_c.values()), "stored_forwards": sum(stored_c.values()),
             "forward_tags": json.dumps(dict(sorted(paid_c.items()))),

@@ -48,7 +48,7 @@ class DeepHalfProbe(WindowProbe):
         k = wctx.item.window
         self.need(wctx, k + 1)
         view = wctx.view(Layout(tuple(range(k)), k))
-        full = view.patch.truncate(self.rank)
+        full = self.at_rank(view.patch, wctx)
         deep = full.restrict(deepest(full.n_layers, self.fraction))
         tag = {"setting": f"deep={self.fraction:g}"}
         rows = self.reference_rows(view, **tag)

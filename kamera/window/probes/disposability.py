@@ -59,7 +59,7 @@ class DisposabilityProbe(WindowProbe):
         k = wctx.item.window
         self.need(wctx, k + 1)
         view = wctx.view(Layout(tuple(range(k)), k))
-        patch = view.patch.truncate(self.rank)
+        patch = self.at_rank(view.patch, wctx)
         live = view.splice(patch.apply(view.relocated))
         on, answer_on, cost_on = self.decode(view, live, "disposability_on")
         overwrite(wctx.adapter, live, view.ranges[view.b][0], view.relocated)

@@ -88,7 +88,7 @@ class DivergentProbe(WindowProbe):
         self.need(wctx, k + 1, k if needs_foreign else 0)
         base = Layout(tuple(range(k)), k)
         source = wctx.view(base)
-        stored = source.patch.truncate(self.rank)
+        stored = self.at_rank(source.patch, wctx)
         rows = []
         for kind in self.perturbations:
             layout = self.perturb(wctx, base, kind)
@@ -100,7 +100,7 @@ class DivergentProbe(WindowProbe):
             moved = view.carry_patch(stored)
             rows.append(self.row(view, "transfer", view.query_patch(moved, "transfer").logits, patch=moved,
                                  stored=[view.canonical_key, source.full_key], **tag))
-            exact = view.patch.truncate(self.rank)
+            exact = self.at_rank(view.patch, wctx)
             rows.append(self.row(view, "exact", view.query_patch(exact, "exact").logits, patch=exact,
                                  paid=[view.full_key], stored=[view.canonical_key], **tag))
         return rows

@@ -65,9 +65,9 @@ class ExcessProbe(WindowProbe):
             tag = {"setting": f"d={d}", "distractors": d}
             rows += self.reference_rows(view, **tag)
             for variant, patch, paid, stored in (
-                ("stale_matched", view.carry_patch(matched.patch.truncate(self.rank)), [], [matched.full_key]),
-                ("stale_superset", view.carry_patch(native.patch.truncate(self.rank)), [], [native.full_key]),
-                ("rebuilt", view.patch.truncate(self.rank), [view.full_key], []),
+                ("stale_matched", view.carry_patch(self.at_rank(matched.patch, wctx)), [], [matched.full_key]),
+                ("stale_superset", view.carry_patch(self.at_rank(native.patch, wctx)), [], [native.full_key]),
+                ("rebuilt", self.at_rank(view.patch, wctx), [view.full_key], []),
             ):
                 rows.append(self.row(view, variant, view.query_patch(patch, variant).logits, patch=patch,
                                      paid=paid, stored=[view.canonical_key, *stored], **tag))

@@ -51,7 +51,7 @@ class ForksProbe(WindowProbe):
         rows = []
         for n in range(k + 1):
             view = wctx.view(Layout(recall_window(old, new, n), x))
-            patch = view.patch.truncate(self.rank)
+            patch = self.at_rank(view.patch, wctx)
             shares = all(view.relocated.layers[l][c] is canonical.layers[l][c]
                          for l in range(canonical.n_layers) for c in content)
             tag = {"setting": f"branch={n}", "branch": n, "bytes_shared": canonical.nbytes(),

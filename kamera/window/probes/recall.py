@@ -70,7 +70,7 @@ class RecallProbe(WindowProbe):
         self.need(wctx, 2 * k + 1)
         old, x, new = recall_stream(k)
         evicted = wctx.view(Layout(old, x))
-        stale = evicted.patch.truncate(self.rank)  # frozen at eviction
+        stale = self.at_rank(evicted.patch, wctx)  # frozen at eviction
         rows = []
         for tau in self.taus:
             view = wctx.view(Layout(recall_window(old, new, turnover_count(tau, k)), x))
@@ -79,7 +79,7 @@ class RecallProbe(WindowProbe):
             replayed = view.carry_patch(stale)
             rows.append(self.row(view, "stale_patch", view.query_patch(replayed, "stale_patch").logits,
                                  patch=replayed, stored=[view.canonical_key, evicted.full_key], **tag))
-            fresh = view.patch.truncate(self.rank)
+            fresh = self.at_rank(view.patch, wctx)
             rows.append(self.row(view, "fresh_patch", view.query_patch(fresh, "fresh_patch").logits,
                                  patch=fresh, paid=[view.full_key], stored=[view.canonical_key], **tag))
         return rows

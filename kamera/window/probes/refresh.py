@@ -84,7 +84,7 @@ class RefreshProbe(WindowProbe):
             rows += self.reference_rows(view, **tag)
             rows.append(self.row(view, "stale", view.query(stale, tag="stale").logits, bytes=0,
                                  stored=[old.full_key], **tag))
-            update = view.patch.truncate(self.rank)
+            update = self.at_rank(view.patch, wctx)
             rows.append(self.row(view, "patch_update", view.query_patch(update, "patch_update").logits,
                                  patch=update, paid=[view.full_key], stored=[view.canonical_key], **tag))
             for variant, redo in (

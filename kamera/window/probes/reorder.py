@@ -100,13 +100,13 @@ class ReorderProbe(WindowProbe):
         orbit = orderings(k, self.exhaustive_up_to, self.samples, self.seed)
         views = {p: wctx.view(reorder(base, p)) for p in orbit}
         identity = views[orbit[0]]
-        transfer = identity.patch.truncate(self.rank)
+        transfer = self.at_rank(identity.patch, wctx)
         rows = []
         for p in orbit[1:]:
             view = views[p]
             others = [views[o] for o in orbit if o != p]
-            held_out = orbit_patch(others).truncate(self.rank)
-            exact = view.patch.truncate(self.rank)
+            held_out = self.at_rank(orbit_patch(others), wctx)
+            exact = self.at_rank(view.patch, wctx)
             order = "".join(map(str, p))
             tag = {"setting": f"K={k} order={order}", "order": order, "n_chunks": k, "n_orderings": len(orbit),
                    "exhaustive": len(orbit) == math.factorial(k), "delta_rel": deficit_distance(view, identity)}

@@ -65,7 +65,7 @@ class RevertProbe(WindowProbe):
         k = wctx.item.window
         self.need(wctx, k + 1)
         view = wctx.view(Layout(tuple(range(k)), k))
-        patch = view.patch.truncate(self.rank)
+        patch = self.at_rank(view.patch, wctx)
         patched = patch.apply(view.relocated)
         on = view.query(patched, tag="patch")
         live = view.splice(patched)

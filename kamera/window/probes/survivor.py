@@ -21,8 +21,15 @@ re-prefill of the slid window):
 Extra columns: ``kl_keep`` and ``eta_keep`` = 1 − KL/KL_keep (the share of the keep-as-is gap a variant
 closes; the paper's removal-patch η is read as this one: "a rank-64 removal patch recovers it"), and,
 per layer and channel, ``removal_rel_norm`` = ‖Δ_remove‖_F / ‖KV(S | slid window)‖_F and
-``removal_e90`` (directions holding ``energy`` of ‖Δ_remove‖², :func:`kamera.metrics.energy_rank`; 0
-where the relative norm is below 1e-5, i.e. float rounding), as JSON lists [layer][channel].
+``removal_e90`` (directions holding ``energy`` of ‖Δ_remove‖², :func:`kamera.metrics.energy_rank`), as JSON
+lists [layer][channel]. A layer-channel whose relative norm is at or below the cache dtype's rounding floor
+(:func:`kamera.metrics.rounding_floor`: 4·eps(dtype), plus eps(float32)·max|position| on a rotary channel, the
+rule ``e90_columns`` applies to Δ) reports e90 = 0: its Δ_remove is rounding, whose "rank" is noise's (about
+n_B / 2, spread over every direction), not the removal deficit's. The floor is relative to the norm and scales
+with the dtype: a fixed cut (the former 1e-5) sits below bf16's own rounding (≈ 4e-3 relative at layer 0, eps
+7.8e-3), so in bf16 every layer counted as a deficit, and it was 20× above float32's (≈ 3e-7). 4 eps covers the
+two roundings of one tensor (kept-as-is and re-prefilled, ≤ eps/2 per entry each) with margin; the measured
+rounding in bf16 stays below 1e-2 on every layer of the tiny families while a real removal deficit is ≥ 0.2.
 
 ``mask_evicted``: the window before the slide is prefilled under a 4D mask that keeps every later token
 from attending the evicted chunk (a constructed window whose leading chunk left no influence); with no
@@ -37,16 +44,13 @@ from typing import TYPE_CHECKING
 
 from kamera.core import Patch, deficit
 from kamera.knobs import check_rank
-from kamera.metrics import energy_rank, eta, kl
+from kamera.metrics import energy_rank, eta, kl, rounding_floor
 from kamera.window.context import WindowContext
 from kamera.window.ops import Layout, slide
 from kamera.window.probes.base import ProbeRefusal, WindowProbe, register
 
 if TYPE_CHECKING:
     from kamera.models.flops import Forward, WindowShape
-
-NOISE = 1e-5  # ‖Δ_remove‖ / ‖KV‖ below this is float rounding (relocation), not a removal deficit
-
 
 @register
 @dataclass
@@ -88,7 +92,7 @@ class SurvivorProbe(WindowProbe):
         kept = view.carry(before.conditioned)
         removal = deficit(view.conditioned, kept)
         patch = Patch.form(removal, dtype=wctx.adapter.dtype)
-        removal_m = patch.truncate(self.rank)
+        removal_m = self.at_rank(patch, wctx)
         keep_logits = view.query(kept, tag="keep_as_is").logits
         removal_logits = view.query(removal_m.apply(kept), tag="removal_patch").logits
         kl_keep = kl(view.reprefill_logits, keep_logits)
@@ -96,8 +100,9 @@ class SurvivorProbe(WindowProbe):
             [float(d.norm() / c.float().norm().clamp_min(1e-30)) for d, c in zip(dl, cl, strict=True)]
             for dl, cl in zip(removal.layers, view.conditioned.layers, strict=True)
         ]
+        floor = [rounding_floor(view.conditioned, c) for c in range(len(patch.specs))]
         e90 = [  # the rank of rounding noise (a layer the context cannot reach, e.g. layer 0) is reported as 0
-            [energy_rank(blocks[0].s, self.energy) if rel[l][c] > NOISE else 0 for c, blocks in enumerate(chans)]
+            [energy_rank(blocks[0].s, self.energy) if rel[l][c] > floor[c] else 0 for c, blocks in enumerate(chans)]
             for l, chans in enumerate(patch.factors)
         ]
         measures = {"setting": f"survivor={s}", "survivor_slot": s, "kl_keep": kl_keep,

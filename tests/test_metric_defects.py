@@ -1,0 +1,197 @@
+"""Issue 21's definition defects, each pinned by a test that failed before its fix.
+
+1. the window probes' MLA k_pe rank is the patch arm's (one rule, :func:`kamera.core.family_rank_view`);
+2. Fig. 11(a) keeps the single-hop control apart from the multi-hop subset;
+3. Fig. 3's e90 summary counts only layers whose Δ is above rounding (the ``e90_columns`` rule);
+4. the removal patch's e90 uses the cache dtype's rounding floor, not a fixed 1e-5;
+9. ``Adapter.logits`` applies the config's ``final_logit_softcapping``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from kamera.arms.patch import truncated
+from kamera.core import default_rotary_rank, family_rank_view
+from kamera.window import WindowContext, make_probe
+from kamera.window.synthetic import window_items
+
+WINDOW_PROBES = (("recall", {"taus": (0.0, 1.0)}), ("forks", {}), ("survivor", {}), ("reorder", {}),
+                 ("deep_half", {}), ("revert", {}), ("disposability", {}), ("divergent", {}), ("excess", {}),
+                 ("refresh", {"n_chunks": 3, "swaps": (0, 2)}))
+
+
+# ----- defect 1: one rotary-rank rule for arms and window probes -----------------------------------------
+def expected_patch_bytes(adapter, rank: int, n_b: int, n_layers: int) -> int:
+    """A rank-m patch of an n_B-token chunk on ``n_layers`` layers under the family rule (⌈m/4⌉ on MLA k_pe)."""
+    per_layer = 0
+    for spec in adapter.specs:
+        r = rank if spec.rotary is None else default_rotary_rank(rank, adapter.attention)
+        per_layer += min(r, n_b, spec.width) * (n_b + spec.width)
+    return per_layer * n_layers * adapter.dtype.itemsize
+
+
+@pytest.fixture(scope="module")
+def kimi_window_rows(tiny):
+    adapter = tiny("tiny_kimi")
+    wctx = WindowContext(adapter, window_items(adapter, 1, window=3, image_size=56)[0])
+    return adapter, {name: make_probe(name, **knobs).run(wctx) for name, knobs in WINDOW_PROBES}
+
+
+def test_mla_window_probes_give_k_pe_the_patch_arms_rank(kimi_window_rows):
+    adapter, rows = kimi_window_rows
+    assert adapter.attention == "MLA"
+    checked = 0
+    for name, got in rows.items():
+        for r in got:
+            if math.isnan(r["effective_rank"]):
+                continue
+            layers = adapter.n_layers // 2 if r["variant"] == "patch_deep" else adapter.n_layers
+            want = expected_patch_bytes(adapter, int(r["rank"]), r["n_b"], layers)
+            assert r["bytes"] == want, (name, r["variant"], r["bytes"], want)
+            assert r["effective_rotary_rank"] == min(default_rotary_rank(int(r["rank"]), "MLA"), r["n_b"])
+            checked += 1
+    assert checked > 10
+
+
+def test_the_arm_and_the_window_probes_share_one_rank_rule(tiny):
+    from tinyfamilies import standard_spans
+
+    from kamera.reuse.context import ReuseContext
+
+    for name in ("tiny_kimi", "tiny_qwen2_5_vl"):
+        adapter = tiny(name)
+        patch = ReuseContext(adapter, standard_spans(adapter)).patch
+        for m in (1, 4, 9, None):
+            arm, shared = truncated(patch, m, "auto", adapter.attention), family_rank_view(patch, m, adapter.attention)
+            assert (arm.rank, arm.rotary_rank) == (shared.rank, shared.rotary_rank) == \
+                (m, default_rotary_rank(m, adapter.attention))
+        assert family_rank_view(patch, 8, adapter.attention, rotary_rank=3).rotary_rank == 3
+
+
+# ----- defect 4: the removal patch's e90 cuts rounding at the cache dtype's floor ----------------------
+@pytest.mark.parametrize("name", ("tiny_qwen2_5_vl", "tiny_kimi"))
+def test_removal_e90_in_bf16_reports_rounding_as_rank_zero(tiny, name):
+    """Δ_remove at layer 0 is rounding (≈ 4e-3 relative in bf16, far above a fixed 1e-5 cut), and with the evicted
+    chunk masked and no prefix Δ_remove is rounding on every layer: e90 must be 0 there, not noise's ~n_B/2."""
+    import copy
+    import dataclasses
+    import json
+
+    adapter = copy.copy(tiny(name, "bfloat16"))
+    adapter.chat = None
+    item = window_items(adapter, 1, window=3, image_size=56)[0]
+    keep = next(r for r in make_probe("survivor").run(WindowContext(adapter, item)) if r["variant"] == "keep_as_is")
+    rel, e90 = json.loads(keep["removal_rel_norm"]), json.loads(keep["removal_e90"])
+    assert max(rel[0]) < 1e-2 and e90[0] == [0] * len(e90[0])  # layer 0: rounding only
+    assert min(min(v for v in layer) for layer in rel[1:]) > 0.1 and all(min(layer) > 0 for layer in e90[1:])
+    masked = WindowContext(adapter, dataclasses.replace(item, prefix=None))
+    keep = next(r for r in make_probe("survivor", mask_evicted=True).run(masked) if r["variant"] == "keep_as_is")
+    assert max(max(layer) for layer in json.loads(keep["removal_rel_norm"])) < 1e-2
+    assert json.loads(keep["removal_e90"]) == [[0, 0]] * adapter.n_layers
+
+
+# ----- defect 3: Fig. 3's e90 summary counts only layers above rounding ---------------------------------
+def fig3_energy(e90_by_layer: dict[int, tuple[float, bool | None]]) -> pd.DataFrame:
+    """Two items' content-channel energy records, as the store holds them: e90 per layer and its flag (None:
+    no flag record, as written before flags existed); the second item's e90 is one higher."""
+    out = []
+    for i in range(2):
+        for layer, (e90, flag) in e90_by_layer.items():
+            base = {"model": "m", "item_id": f"i{i}", "layer": layer, "channel": "v", "role": "content", "rank": None}
+            out.append({**base, "rank": 1, "quantity": "energy_captured", "value": 0.5})
+            out.append({**base, "quantity": "e90_rank", "value": e90 + i * (e90 > 0)})
+            if flag is not None:
+                out.append({**base, "quantity": "above_rounding", "value": float(flag)})
+    return pd.DataFrame(out).assign(probe="energy", knobs='{"fraction":0.9,"name":"energy"}', dtype="bfloat16")
+
+
+@pytest.mark.parametrize(("layers", "want"), [
+    ({0: (20.0, False), 1: (4.0, True), 2: (6.0, True)}, "median e90 rank 5.5"),  # bf16 noise at layer 0: left out
+    ({0: (0.0, None), 1: (4.0, None), 2: (6.0, None)}, "median e90 rank 5.5"),  # unflagged: Δ = 0 (e90 0) left out
+    ({0: (0.0, False), 1: (0.0, False)}, "median e90 rank 0"),  # no layer above rounding: no direction needed
+])
+def test_fig3_e90_summary_leaves_out_layers_below_rounding(tmp_path, layers, want):
+    from experiments import fig3
+
+    md, _ = fig3.render(pd.DataFrame(), fig3_energy(layers), "g", tmp_path / "f")
+    assert want + " " in md.split("- **m**")[1].split("\n")[0] + " "
+
+
+def test_energy_records_flag_the_layers_e90_columns_counts(tiny):
+    from tinyfamilies import standard_spans
+
+    from kamera.diagnostics.energy import energy_curve
+    from kamera.metrics import e90_columns
+    from kamera.reuse.context import ReuseContext
+
+    for name in ("tiny_qwen2_5_vl", "tiny_kimi"):
+        adapter = tiny(name)
+        ctx = ReuseContext(adapter, standard_spans(adapter))
+        records = energy_curve(ctx)
+        flag = {(r["layer"], r["channel"]): r["value"] for r in records if r["quantity"] == "above_rounding"}
+        e90 = [r for r in records if r["quantity"] == "e90_rank"]
+        assert len(flag) == len(e90) and set(flag.values()) == {0.0, 1.0}  # layer 0's Δ is rounding here
+        assert not any(v for (layer, _), v in flag.items() if layer == 0)
+        for role, column in (("content", "e90_nb_content"), ("rotary", "e90_nb_rotary")):
+            counted = [r["value"] / ctx.n_b for r in e90 if r["role"] == role and flag[r["layer"], r["channel"]]]
+            assert float(pd.Series(counted).median()) == pytest.approx(e90_columns(ctx.patch, ctx.conditioned)[column])
+
+
+# ----- defect 2: Fig. 11(a) keeps the single-hop control out of the multi-hop points ---------------------
+def fig11_rows() -> pd.DataFrame:
+    """One model and benchmark, two subsets: multi-hop (blind wrong) and the single-hop control (all right)."""
+    out = []
+    for subset, blind_right in (("multi_hop", 0.0), ("single_hop", 1.0)):
+        for i in range(4):
+            for arm, frac, correct in (("reprefill", 1.0, 1.0), ("blind", 0.0, blind_right), ("patch_r16", 0.06, 1.0)):
+                out.append({"model": "kimi_vl_a3b", "dtype": "bfloat16", "bench": "mmlongbench_doc", "subset": subset,
+                            "seed": 0, "item_id": f"{subset}{i}", "arm": arm, "knobs": "{}", "bytes": int(frac * 2**23),
+                            "bytes_frac": frac, "correct": correct})
+    return pd.DataFrame(out)
+
+
+def test_fig11_bytes_points_are_per_subset_and_the_axis_says_what_it_plots(tmp_path):
+    from experiments import fig11
+
+    points, _ = fig11.bytes_points(fig11_rows())
+    blind = points[points["arm"] == "blind"].set_index("subset")["accuracy"]
+    assert blind.to_dict() == {"multi_hop": 0.0, "single_hop": 1.0}  # not pooled into 0.5
+    md, _ = fig11.render(fig11_rows(), pd.DataFrame(), "g", tmp_path / "f")
+    assert "| kimi_vl_a3b | mmlongbench_doc | multi_hop | blind | 4 |" in md
+    assert "per reuse context" not in md
+    fig = fig11.plot(points, pd.DataFrame(), pd.DataFrame(), "t")
+    label = fig.axes[0].get_xlabel()
+    assert "reuse context" not in label and "B's KV page" in label
+    assert sorted(x for c in fig.axes[0].collections for x in c.get_offsets()[:, 0]) == [0.06, 0.06, 1.0, 1.0]
+
+
+# ----- defect 9: final-logit soft-capping ---------------------------------------------------------------
+def test_adapter_logits_apply_the_configs_final_logit_softcapping():
+    """A tiny Gemma-2 (its config sets ``final_logit_softcapping``): the adapter's float32 head must give the
+    logits transformers' own forward gives, cap·tanh(z / cap), not the raw z (which exceeds the cap)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from kamera.models.text import TextAdapter
+
+    torch.manual_seed(0)
+    cfg = Gemma2Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                       num_key_value_heads=1, head_dim=16, max_position_embeddings=64, final_logit_softcapping=5.0)
+    model = Gemma2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(40)  # logits well past the cap, so the cap matters
+        out = model(input_ids=torch.randint(0, 128, (1, 7)), output_hidden_states=True)
+    adapter = TextAdapter(model, None, name="tiny_gemma2")
+    hidden, ref = out.hidden_states[-1][0, -1], out.logits[0, -1].float()
+    raw = torch.mv(model.get_output_embeddings().weight.float(), hidden.float())
+    assert raw.abs().max() > 2 * 5.0  # without the cap the logits would leave (-5, 5)
+    got = adapter.logits(hidden)
+    assert got.abs().max() < 5.0
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, 5.0 * torch.tanh(raw / 5.0), rtol=1e-6, atol=1e-6)
+    cfg.final_logit_softcapping = None  # a config without a cap: the head's raw logits, unchanged
+    torch.testing.assert_close(adapter.logits(hidden), raw, rtol=0, atol=0)
