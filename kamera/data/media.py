@@ -3,8 +3,13 @@
 Video and PDF decodes are cached as PNG under a cache directory (``$KAMERA_CACHE``, else
 ``<benchmark root>/.kamera_cache``, else ``~/.cache/kamera``) so a sweep decodes each video frame and
 renders each page once.
-Cache entries are keyed by the file's name and size plus the frame index (or page and dpi) and written
-atomically, so concurrent workers can share one cache.
+Cache entries are keyed by the file's content (its sha256, :func:`content_digest`) plus the frame index (or
+page and dpi) and written atomically, so concurrent workers can share one cache and a re-encoded video or
+re-rendered PDF under the same name and size never reads another file's frames.
+
+Content digests (:func:`cached_sha256`) are computed once per file and cached as small JSON records keyed by
+(size, mtime_ns, inode): the media cache, the job's data fingerprint (the media every selected item reads) and
+a checkpoint's weights (:mod:`kamera.job.identity`) all read a file's bytes once, then only ``stat`` it.
 
 Why PyAV rather than decord: PyAV is a maintained binding of FFmpeg with wheels for current Pythons
 (decord's last release is from 2022 and has no wheels past Python 3.10 / arm64), it is already a
@@ -15,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
@@ -25,6 +32,8 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from kamera.data.errors import ItemError, MediaError
+
+log = logging.getLogger("kamera.data")
 
 PDF_DPI = 144  # lmms-eval renders MMLongBench-Doc pages with PyMuPDF at 144 dpi
 _SEEK_GAP_S = 2.0  # decode forward instead of seeking when the next wanted frame is this close
@@ -39,6 +48,59 @@ def cache_root(data_root: Path | None) -> Path:
     if data_root is not None and os.access(data_root, os.W_OK):
         return Path(data_root) / ".kamera_cache"
     return Path.home() / ".cache" / "kamera"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """The sha256 (64 hex) of a file's bytes, streamed: the one place whole media and weight files are read."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _stat_key(st: os.stat_result) -> dict:
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+
+
+def digest_record(path: Path, store: Path) -> Path:
+    """Where :func:`cached_sha256` keeps ``path``'s digest under ``store`` (one small JSON per file, named by a
+    digest of the file's absolute path)."""
+    where = hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:20]
+    return store / f"{where}.json"
+
+
+def cached_sha256(path: Path, store: Path, rehash: bool = False) -> str:
+    """``path``'s sha256, read from its record under ``store`` while the file's (size, mtime_ns, inode) are
+    those recorded, else computed (:func:`sha256_file`) and recorded atomically; ``rehash`` always recomputes.
+    A store that cannot be written only costs the next call another read (logged)."""
+    path = Path(path)
+    st = path.stat()
+    record = digest_record(path, store)
+    if not rehash:
+        try:
+            cached = json.loads(record.read_text())
+            if cached.get("path") == str(path.resolve()) and all(cached.get(k) == v for k, v in _stat_key(st).items()):
+                return str(cached["sha256"])
+        except (OSError, ValueError, KeyError, AttributeError):
+            pass
+    sha = sha256_file(path)
+    if _stat_key(path.stat()) != _stat_key(st):  # changed while read: do not record a digest for either version
+        return sha
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".json.tmp", dir=record.parent)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"path": str(path.resolve()), **_stat_key(st), "sha256": sha}, fh)
+        os.replace(tmp, record)
+    except OSError as err:
+        log.info("could not cache the digest of %s in %s (%s)", path, store, err)
+    return sha
+
+
+def content_digest(path: Path, cache_dir: Path) -> str:
+    """A media file's sha256 (16 hex), cached under ``<cache_dir>/digests`` (:func:`cached_sha256`)."""
+    return cached_sha256(path, Path(cache_dir) / "digests")[:16]
 
 
 def file_key(path: Path) -> str:

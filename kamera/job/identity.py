@@ -5,26 +5,35 @@
                 function of the composed config: status and renderers find a job's shard by it without data
                 or weights)
     checkpoint  a fingerprint of the checkpoint actually loaded: for a paper model its config.json,
-                tokenizer / processor files and the safetensors headers (never the weight bytes) of
-                the directory resolved from model.path or KAMERA_MODELS; for a tiny model the config
-                it is built from; for a toy model the hash of its shipped weights
+                tokenizer / processor files, the safetensors headers and each weight file's sha256
+                (:func:`weights_sha256`: the Hub's download metadata, else a digest computed once and
+                cached) of the directory resolved from model.path or KAMERA_MODELS; for a tiny model
+                the config it is built from; for a toy model the hash of its shipped weights
     data        a fingerprint of the data actually read: the annotation files the loader opened and
                 the ids of the selected items
 
-so a second copy of a benchmark, a repaired medium that changes the selection, or another
-checkpoint directory is a different job, never a silent reuse, while byte-identical copies share
-results. Arms and probes are not part of it (rows are keyed by item and arm within the shard).
+so a second copy of a benchmark, a repaired medium that changes the selection, another
+checkpoint directory or new weights in the same one is a different job, never a silent reuse, while
+byte-identical copies share results. Arms and probes are not part of it (rows are keyed by item and
+arm within the shard). docs/identity.md says what each part covers.
+
+    python -m kamera.job.identity --rehash DIR [DIR …]   # recompute (and re-cache) the weights' digests
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
+import re
 import struct
+import sys
+import time
 from pathlib import Path
 
 from omegaconf import DictConfig
 
+from kamera.data.media import cache_root, cached_sha256
 from kamera.items.selection import Selection
 from kamera.job.shape import shape_of
 from kamera.job.spec import DTYPES
@@ -48,6 +57,48 @@ def safetensors_header(path: Path) -> bytes:
         return fh.read(size)
 
 
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def hub_sha256(ckpt: Path, name: str) -> str | None:
+    """The sha256 the Hub recorded for ``ckpt/name`` when ``hf download --local-dir ckpt`` fetched it, or None.
+
+    huggingface_hub keeps, per downloaded file, ``<local_dir>/.cache/huggingface/download/<name>.metadata``:
+    three lines, the commit hash, the etag and the time the metadata was written
+    (``huggingface_hub/_local_folder.py``: ``get_local_download_paths`` and ``read_download_metadata``, as of
+    huggingface_hub 2.4). For an LFS file (every weight file) the etag is the file's sha256; a regular file's
+    is its git blob hash, which is not used. As ``read_download_metadata`` does, the record is trusted only if
+    the file was not modified after it (``st_mtime - 1 <= timestamp``). Read here without huggingface_hub,
+    whose reader creates folders and a lock file (a read-only checkpoint would fail)."""
+    record = ckpt / ".cache" / "huggingface" / "download" / f"{name}.metadata"
+    try:
+        _commit, etag, stamp = record.read_text().splitlines()[:3]
+        fresh = (ckpt / name).stat().st_mtime - 1 <= float(stamp)
+    except (OSError, ValueError):
+        return None
+    etag = etag.strip().strip('"').lower()
+    return etag if fresh and SHA256.fullmatch(etag) else None
+
+
+def digest_store(ckpt: Path) -> Path:
+    """Where a checkpoint's computed weight digests are cached: ``<ckpt>/.cache/kamera/digests`` (beside the
+    Hub's own ``.cache/huggingface``; a folder, so not part of the fingerprint) when the checkpoint directory is
+    writable, else ``<cache>/digests`` (``$KAMERA_CACHE``, else ``~/.cache/kamera``)."""
+    if os.access(ckpt, os.W_OK):
+        return ckpt / ".cache" / "kamera" / "digests"
+    return cache_root(None) / "digests"
+
+
+def weights_sha256(ckpt: Path, name: str, rehash: bool = False) -> str:
+    """The sha256 of weight file ``ckpt/name`` without reading it on every job: the Hub's download metadata
+    (:func:`hub_sha256`) when present and fresh, else a digest computed once and cached under
+    :func:`digest_store` keyed by (size, mtime_ns, inode) (:func:`kamera.data.media.cached_sha256`).
+    ``rehash`` recomputes from the bytes (``python -m kamera.job.identity --rehash DIR``)."""
+    if not rehash and (sha := hub_sha256(ckpt, name)):
+        return sha
+    return cached_sha256(ckpt / name, digest_store(ckpt), rehash=rehash)
+
+
 def data_fingerprint(selection: Selection) -> dict:
     """sha256 of each annotation file read (relative to the benchmark root) and of the selected ids."""
     files = {}
@@ -58,7 +109,8 @@ def data_fingerprint(selection: Selection) -> dict:
 
 
 def checkpoint_fingerprint(cfg: DictConfig) -> str:
-    """What identifies the model a job loads (see the module docstring); weights are never read whole."""
+    """What identifies the model a job loads (see the module docstring). A paper checkpoint's weights are read
+    whole once per file (or never, with the Hub's metadata); later jobs only ``stat`` them."""
     from kamera.models import checkpoint_path, entry
     from kamera.models.registry import weights_fingerprint
 
@@ -75,8 +127,10 @@ def checkpoint_fingerprint(cfg: DictConfig) -> str:
         h.update(f.name.encode())
         if f.suffix == ".safetensors":
             h.update(safetensors_header(f))
+            h.update(weights_sha256(ckpt, f.name).encode())
         elif f.suffix in WEIGHT_SUFFIXES:
             h.update(str(f.stat().st_size).encode())
+            h.update(weights_sha256(ckpt, f.name).encode())
         else:  # config.json, weight index, tokenizer and processor files: small, read whole
             h.update(file_digest(f).encode())
     return f"checkpoint:{h.hexdigest()[:16]}"
@@ -109,3 +163,32 @@ def identity(cfg: DictConfig, selection: Selection) -> dict:
 def results_root(cfg: DictConfig) -> Path:
     """Where shards go: paths.results (KAMERA_RESULTS, else results/raw), relative to the working directory."""
     return Path(os.path.expanduser(cfg.paths.results))
+
+
+def rehash(dirs: list[str]) -> int:
+    """Recompute the sha256 of every weight file of each checkpoint directory and re-cache it; a digest that
+    disagrees with the Hub's download metadata is reported (the file changed since it was downloaded)."""
+    bad = 0
+    for d in map(Path, dirs):
+        if not d.is_dir():
+            print(f"{d}: not a directory", file=sys.stderr)
+            bad += 1
+            continue
+        for f in sorted(p for p in d.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES):
+            t = time.perf_counter()
+            sha = weights_sha256(d, f.name, rehash=True)
+            hub = hub_sha256(d, f.name)
+            note = "" if hub in (None, sha) else f"  (differs from the Hub's recorded {hub})"
+            print(f"{f}: sha256 {sha} ({f.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - t:.1f} s){note}")
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kamera.job.identity",
+                                 description="Recompute the cached sha256 of a checkpoint's weight files.")
+    ap.add_argument("--rehash", nargs="+", metavar="DIR", required=True, help="checkpoint directories")
+    return rehash(ap.parse_args(argv).rehash)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
