@@ -12,7 +12,8 @@ It writes through the helpers here only: :func:`markdown_table` / :func:`markdow
 A renderer reads the jobs of its experiment as Hydra expands them with the same overrides the sweep
 ran with (:func:`kamera.sweep.status.sweep_jobs`), from the results root the runner resolves
 (``paths.results``: KAMERA_RESULTS, else ``results/raw`` under the working directory), and counts
-each (item, arm) of each job once. An incomplete job fails the render, naming it and its k / n,
+each (model, item, arm) once per cell, however many jobs of the sweep selected the item
+(:func:`once_per_cell`). An incomplete job fails the render, naming it and its k / n,
 unless ``--allow-partial`` (the output then says "partial"). Every output carries a footer: the
 commit (and whether it was dirty), package versions, device and dtype its rows came from.
 
@@ -46,7 +47,8 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
-from kamera.job.store import ShardCorruptError, atomic_write_text
+from kamera.job import config_identity
+from kamera.job.store import ShardCorruptError, atomic_write_text, digest
 from kamera.metrics import bootstrap_ci
 from kamera.run.track import Tracker
 from kamera.sweep import SweepError, compose_config
@@ -142,8 +144,8 @@ def load(description: str, default_experiment: str, argv: list[str] | None = Non
         )
     try:
         readable = [j for j in unique if not j.error]
-        rows = _concat([j.rows() for j in readable])
-        probes = _concat([j.probe_records() for j in readable])
+        rows = once_per_cell([(j, j.rows()) for j in readable], "arm")
+        probes = once_per_cell([(j, j.probe_records()) for j in readable], "probe")
     except ShardCorruptError as err:
         raise SystemExit(str(err)) from None
     if rows.empty and probes.empty:
@@ -152,6 +154,41 @@ def load(description: str, default_experiment: str, argv: list[str] | None = Non
     return Experiment(cfg.group, unique, rows, probes, incomplete, footer(readable, incomplete),
                       Path(cfg.paths.tables), Path(cfg.paths.figures), Path(args.out) if args.out else None,
                       args.tracking, paper)
+
+
+SELECTION_ONLY = ("n_items", "seed")  # config keys that choose which items a job runs, not how an item is computed
+
+
+def cell_key(job: JobView) -> str:
+    """What makes two jobs' rows of one item the same measurement: the job's config identity without the keys
+    that only choose its items (:data:`SELECTION_ONLY`); model, dtype, benchmark (subsets, split, options),
+    canonical_context, eta_floor and max_new_tokens stay, so a sweep over any of those keeps every row."""
+    ident = config_identity(job.cfg)
+    return digest({k: v for k, v in ident.items() if k not in SELECTION_ONLY})
+
+
+def once_per_cell(frames: list[tuple[JobView, pd.DataFrame]], column: str) -> pd.DataFrame:
+    """The records of every job, each (cell, item_id, ``column`` label, knobs) from one job only.
+
+    A sweep over n_items or seed (``n_items=2,3``, ``seed=0,1``) has jobs whose selections overlap: without
+    this an item selected by two jobs would count twice in every cell (n = 5 for 3 distinct items). For each
+    (:func:`cell_key`, item, arm or probe, knobs) the records of the **first job in the sweep's expansion order**
+    (Hydra's order, as :func:`kamera.sweep.status.sweep_jobs` lists them) are kept, all of them (a probe's
+    long-format records of one item stay together), and the later jobs' records of it are dropped. Same
+    checkpoint and data copy (:func:`kamera.sweep.status.sweep_jobs` matches both), same code: the rows kept
+    and dropped measure the same thing, up to timings and seed-dependent arms."""
+    seen: set[tuple] = set()
+    kept = []
+    for job, frame in frames:
+        if frame.empty:
+            continue
+        cell = cell_key(job)
+        keys = list(zip(frame["item_id"].astype(str), frame[column].astype(str), frame["knobs"].astype(str),
+                        strict=True))
+        new = {k for k in keys if (cell, *k) not in seen}
+        seen |= {(cell, *k) for k in new}
+        kept.append(frame[[k in new for k in keys]])
+    return _concat(kept)
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -1,0 +1,42 @@
+"""Issue 19 items 4 and 5: a sweep counts each (model, item, arm) once per cell, and renders and status read
+exactly the data copy and checkpoint their overrides name."""
+
+from __future__ import annotations
+
+from pipeline_support import job_config
+
+from experiments import table3
+from kamera.run import runner
+
+TINY3 = ("experiment=table3_tiny", "testbed=tiny_llava", "arms=[reprefill,blind]")
+
+
+def test_a_sweep_over_n_items_counts_each_item_once(tmp_path, capsys):
+    """n_items=1,2 are two jobs whose selections share an item: the table's n is 2 distinct items, not 3."""
+    results = f"paths.results={tmp_path}/raw"
+    for n in (1, 2):
+        runner.run(job_config(tmp_path, *TINY3, f"n_items={n}"))
+    table3.main([*TINY3, "n_items=1,2", results, "--out", str(tmp_path / "t3")])
+    md = (tmp_path / "t3.md").read_text()
+    assert "| chance / n | 0.25 / 2 |" in md, md
+    assert "rows: 2 job(s)" in md
+    capsys.readouterr()
+
+
+def test_once_per_cell_keeps_other_cells_and_drops_repeats_across_seeds(tmp_path):
+    """Hand-built rows: a seed=0,1 sweep's shared item counts once; a canonical_context sweep keeps both."""
+    import pandas as pd
+
+    from experiments.common import once_per_cell
+    from kamera.sweep.status import JobView
+
+    def view(*overrides):
+        return JobView(list(overrides), job_config(tmp_path, *TINY3, *overrides), "k", [], [])
+
+    def rows(*items):
+        return pd.DataFrame({"item_id": list(items), "arm": "blind", "knobs": "{}", "job": len(items)})
+
+    seed0, seed1, other = view("seed=0"), view("seed=1"), view("seed=0", "canonical_context=false")
+    out = once_per_cell([(seed0, rows("a", "b")), (seed1, rows("b", "c", "d")), (other, rows("a"))], "arm")
+    assert sorted(out["item_id"]) == ["a", "a", "b", "c", "d"]
+    assert out.set_index("item_id").loc["b", "job"] == 2  # the first job of the sweep's order keeps "b"
