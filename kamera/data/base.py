@@ -114,6 +114,20 @@ def recording_reads() -> Iterator[list[Path]]:
         _READS.reset(token)
 
 
+def media_files(items: list[ChunkedItem]) -> list[Path]:
+    """The media files the items read (image files, videos, PDFs; each once, in order): what the job's data
+    fingerprint digests beside the annotation files :func:`recording_reads` collects. Media embedded in an
+    annotation file (parquet image bytes) are covered by that file's digest; a medium an item drops
+    (``meta["dropped_media"]``) is not read and not listed."""
+    seen: dict[Path, None] = {}
+    for item in items:
+        dropped = set(item.meta.get("dropped_media") or ())
+        for ref in item.media_refs():
+            if ref.path is not None and ref.data is None and ref.source_key not in dropped:
+                seen.setdefault(Path(ref.path), None)
+    return list(seen)
+
+
 def _note_read(path: Path) -> None:
     files = _READS.get()
     if files is not None:

@@ -103,11 +103,11 @@ def content_digest(path: Path, cache_dir: Path) -> str:
     return cached_sha256(path, Path(cache_dir) / "digests")[:16]
 
 
-def file_key(path: Path) -> str:
-    """A cache key for a media file: its stem plus a digest of name and size (stable across copies)."""
-    st = path.stat()
-    digest = hashlib.sha1(f"{path.name}|{st.st_size}".encode()).hexdigest()[:10]
-    return f"{path.stem[:60]}-{digest}"
+def file_key(path: Path, cache_dir: Path | None = None) -> str:
+    """A cache key for a media file: its stem plus a digest of its bytes (:func:`content_digest`, cached under
+    ``cache_dir``), so byte-identical copies share entries and a re-encoded file under the same name and size
+    does not."""
+    return f"{path.stem[:60]}-{content_digest(path, cache_dir or cache_root(None))}"
 
 
 def _atomic_save_png(img: Image.Image, dest: Path) -> None:
@@ -202,12 +202,14 @@ def sample_frame_indices(n_total: int, n_frames: int, what: str = "video") -> li
 
 
 def _frame_cache_path(cache_dir: Path, video: Path, index: int) -> Path:
-    return cache_dir / "frames" / file_key(video) / f"{index:07d}.png"
+    return cache_dir / "frames" / file_key(video, cache_dir) / f"{index:07d}.png"
 
 
 def video_frame(path: Path, index: int, group: tuple[int, ...], cache_dir: Path) -> Image.Image:
     """One decoded frame; on a cache miss the whole ``group`` (the item's sampled frames) is decoded
     and cached in one pass, so each video is decoded once per sampling."""
+    if not path.exists():
+        raise MediaError(f"video file missing: {path}")
     dest = _frame_cache_path(cache_dir, path, index)
     if not dest.exists():
         wanted = sorted({index, *group})
@@ -276,7 +278,9 @@ def pdf_page(path: Path, page: int, dpi: int, cache_dir: Path) -> Image.Image:
     """Render one 1-based PDF page at ``dpi`` with PyMuPDF, cached as PNG."""
     import pymupdf
 
-    dest = cache_dir / "pages" / file_key(path) / f"p{page:05d}@{dpi}.png"
+    if not path.exists():
+        raise MediaError(f"PDF file missing: {path}")
+    dest = cache_dir / "pages" / file_key(path, cache_dir) / f"p{page:05d}@{dpi}.png"
     if not dest.exists():
         try:
             with pymupdf.open(str(path)) as doc:

@@ -9,10 +9,12 @@
                 (:func:`weights_sha256`: the Hub's download metadata, else a digest computed once and
                 cached) of the directory resolved from model.path or KAMERA_MODELS; for a tiny model
                 the config it is built from; for a toy model the hash of its shipped weights
-    data        a fingerprint of the data actually read: the annotation files the loader opened and
-                the ids of the selected items
+    data        a fingerprint of the data actually read: the annotation files the loader opened, the
+                ids of the selected items and, when they read media files, the sha256 of every image,
+                video and PDF a selected item reads (computed once per file and cached by size,
+                mtime_ns and inode in the media cache's ``digests/``)
 
-so a second copy of a benchmark, a repaired medium that changes the selection, another
+so a second copy of a benchmark, re-extracted images or a re-encoded video, a repaired medium, another
 checkpoint directory or new weights in the same one is a different job, never a silent reuse, while
 byte-identical copies share results. Arms and probes are not part of it (rows are keyed by item and
 arm within the shard). docs/identity.md says what each part covers.
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from kamera.data.media import cache_root, cached_sha256
+from kamera.data.media import cache_root, cached_sha256, content_digest
 from kamera.items.selection import Selection
 from kamera.job.shape import shape_of
 from kamera.job.spec import DTYPES
@@ -99,13 +101,35 @@ def weights_sha256(ckpt: Path, name: str, rehash: bool = False) -> str:
     return cached_sha256(ckpt / name, digest_store(ckpt), rehash=rehash)
 
 
+def _relative(f: Path, root: Path | None) -> str:
+    return str(f.relative_to(root) if root and f.is_relative_to(root) else f)
+
+
+def media_fingerprint(media: list[Path], root: Path | None) -> str:
+    """A digest of (path relative to the benchmark root, sha256) of every media file the selected items read;
+    each file's sha256 is read whole once, then cached by (size, mtime_ns, inode) under the media cache
+    (:func:`kamera.data.media.content_digest`), so an unchanged benchmark costs a ``stat`` per file."""
+    store = cache_root(root)
+
+    def sha(f: Path) -> str:
+        try:
+            return content_digest(f, store)
+        except OSError as err:  # a missing or unreadable medium fails its item later; here it is named as such
+            return f"unreadable: {type(err).__name__}"
+
+    return digest({_relative(f, root): sha(f) for f in sorted(set(media))})
+
+
 def data_fingerprint(selection: Selection) -> dict:
-    """sha256 of each annotation file read (relative to the benchmark root) and of the selected ids."""
-    files = {}
-    for f in sorted(set(selection.files)):
-        rel = f.relative_to(selection.root) if selection.root and f.is_relative_to(selection.root) else f
-        files[str(rel)] = file_digest(f)
-    return {"files": files, "items": digest(selection.ids)}
+    """sha256 of each annotation file read (relative to the benchmark root), of the selected ids and, when the
+    selected items read media files (``BenchmarkSelection.media``), of those media (:func:`media_fingerprint`;
+    absent otherwise, so a benchmark without media files keeps the key it had before media were covered)."""
+    files = {_relative(f, selection.root): file_digest(f) for f in sorted(set(selection.files))}
+    out = {"files": files, "items": digest(selection.ids)}
+    media = getattr(selection, "media", None)
+    if media:
+        out["media"] = media_fingerprint(media, selection.root)
+    return out
 
 
 def checkpoint_fingerprint(cfg: DictConfig) -> str:

@@ -3,12 +3,21 @@ files it opened and the rows it skipped (a :class:`~kamera.items.selection.Selec
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from kamera.items.selection import Selection
 from kamera.job.spec import JobError
+
+
+@dataclass
+class BenchmarkSelection(Selection):
+    """A data benchmark's selection, with the media files its selected items read (``media``, from
+    :func:`kamera.data.base.media_files`): :func:`kamera.job.identity.data_fingerprint` digests them."""
+
+    media: list[Path] = field(default_factory=list)
 
 
 def bench_root(cfg: DictConfig, dir_name: str | None) -> Path | None:
@@ -22,7 +31,7 @@ def read_benchmark(name: str, root: Path | None, cfg: DictConfig, n: int | None,
     """The loader's selection of benchmark ``name`` (its ``ChunkedItem``s, the annotation files it read, what
     it skipped and why); JobError naming missing or unreadable data."""
     from kamera.data import BenchmarkDataMissing, load_items
-    from kamera.data.base import recording_reads
+    from kamera.data.base import media_files, recording_reads
 
     try:
         with recording_reads() as files:
@@ -35,4 +44,4 @@ def read_benchmark(name: str, root: Path | None, cfg: DictConfig, n: int | None,
         raise JobError(f"{cfg.bench.name}: cannot read the benchmark{where}: {err}") from None
     r = loaded.report
     skipped = [{"item_id": s.item_id, "reason": s.reason, "stage": s.stage} for s in r.skipped]
-    return Selection(list(loaded), r.root, list(files), skipped, n, r.summary())
+    return BenchmarkSelection(list(loaded), r.root, list(files), skipped, n, r.summary(), media_files(list(loaded)))
