@@ -15,7 +15,9 @@ ran with (:func:`kamera.sweep.status.sweep_jobs`), from the results root the run
 each (model, item, arm) once per cell, however many jobs of the sweep selected the item
 (:func:`once_per_cell`). An incomplete job fails the render, naming it and its k / n,
 unless ``--allow-partial`` (the output then says "partial"). Every output carries a footer: the
-commit (and whether it was dirty), package versions, device and dtype its rows came from.
+commit (and whether it was dirty), package versions, device and dtype its rows came from, and the data
+copy (its root; "generated" for a benchmark without files) and checkpoint fingerprint its jobs read: exactly
+those the overrides name (:func:`kamera.sweep.status.names_this`), never another copy's shard.
 
     python -m experiments.common experiment=table3_tiny [overrides…] [--allow-partial]   # make render EXP=…
     python experiments/table3.py experiment=table3_tiny [overrides…] [--allow-partial] [--out STEM]
@@ -205,10 +207,13 @@ def footer(jobs: list[JobView], partial: list[str]) -> str:
         seen = dict.fromkeys((fmt or (lambda r: str(r.get(key))))(r) for r in runs)
         return "/".join(seen) or "?"
 
+    metas = [j.shard.meta() for j in jobs if j.shard is not None]
+    roots = "/".join(dict.fromkeys(str((m.get("selection") or {}).get("root") or "generated") for m in metas)) or "?"
+    checkpoints = "/".join(dict.fromkeys(str((m.get("identity") or {}).get("checkpoint")) for m in metas)) or "?"
     line = (
         f"rows: {len(jobs)} job(s), commit {values('commit', lambda r: _commit(r['commit'], r['dirty']))}, "
         f"kamera {values('kamera')}, torch {values('torch')}, transformers {values('transformers')}, "
-        f"device {values('device_name')}, dtype {values('dtype')}"
+        f"device {values('device_name')}, dtype {values('dtype')}, data {roots}, checkpoint {checkpoints}"
     )
     return (f"PARTIAL ({len(partial)} incomplete job(s)). " if partial else "") + line
 

@@ -6,10 +6,12 @@
 Each job of the sweep (Hydra's own expansion, :func:`kamera.sweep.expand`) is found in the results
 root the runner resolves (``paths.results``: KAMERA_RESULTS, else ``results/raw`` under the working
 directory) by its config key, and shown as ``done k/n``, ``partial k/n``, ``failed k/n`` or
-``missing``, with every failed item's and data defect's reason. When several shards hold the same
-config (another checkpoint directory or data copy), the most recently run one is the job's; the
-others are listed as superseded. Renderers read jobs through :func:`sweep_jobs` too, so a table
-shows exactly what this lists.
+``missing``, with every failed item's and data defect's reason. Several shards may hold the same
+config (another checkpoint directory or data copy): the job's is the one whose recorded identity is what
+the overrides name (:func:`names_this`: the checkpoint fingerprint the model resolves to, the data root
+they resolve to or annotation files byte-identical to the recorded ones there), however recently the
+others ran; the others are listed as superseded and never read. Renderers read jobs through
+:func:`sweep_jobs` too, so a table shows exactly what this lists.
 
 An experiment config may carry a ``cost:`` block (the tokens per item it assumes); its estimated
 H100-hours are then shown per job through ``kamera.sweep.cost`` (omitted when it has none; a job the block
@@ -19,13 +21,25 @@ shard (another tool's JSON) is skipped with a warning naming it (:func:`kamera.j
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 from omegaconf import DictConfig
 
-from kamera.job import CONF_DIR, Spec, config_key, expected_of, job_specs, results_root
+from kamera.job import (
+    CONF_DIR,
+    Spec,
+    bench_root,
+    checkpoint_fingerprint,
+    config_key,
+    expected_of,
+    file_digest,
+    job_specs,
+    results_root,
+)
 from kamera.job.store import JobState, Shard, ShardCorruptError, latest, shards
 from kamera.sweep.cost import h100_hours, not_estimated
 from kamera.sweep.expand import SweepError, composed
@@ -69,8 +83,54 @@ class JobView:
         return frame[keep]
 
 
+def _data_root(cfg: DictConfig) -> Path | None:
+    """The data root a job's overrides resolve to (bench.root, else <paths.data>/<its directory>); None for a
+    benchmark without files (synthetic, the toy task, window benchmarks)."""
+    from kamera.data import get_benchmark
+
+    try:
+        dir_name = get_benchmark(cfg.bench.name).dir_name
+    except (KeyError, ValueError):
+        return None
+    if not dir_name:
+        return None
+    root = bench_root(cfg, dir_name)
+    if root is None and os.environ.get("KAMERA_DATA"):  # the loader's own default (kamera.data.registry)
+        root = Path(os.environ["KAMERA_DATA"]).expanduser() / dir_name
+    return root
+
+
+def _same_path(a: str | Path | None, b: str | Path | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return os.path.realpath(os.path.expanduser(str(a))) == os.path.realpath(os.path.expanduser(str(b)))
+
+
+def names_this(meta: dict, checkpoint: str | None, root: Path | None) -> bool:
+    """Whether a shard's recorded identity is the checkpoint and data copy a job's overrides name, without
+    loading weights or reading the benchmark: its checkpoint fingerprint equals ``checkpoint`` (what the model
+    resolves to: cheap, the weights' digests are cached, :func:`kamera.job.identity.weights_sha256`; None when
+    it cannot be computed, e.g. a checkpoint directory not mounted here, and then not compared), and its data
+    root is ``root`` or every annotation file it recorded is byte-identical under ``root`` (a byte-identical
+    copy shares the job; its media are not re-hashed here)."""
+    ident = meta.get("identity") or {}
+    if checkpoint is not None and ident.get("checkpoint") != checkpoint:
+        return False
+    recorded = (meta.get("selection") or {}).get("root")
+    if _same_path(recorded, root):
+        return True
+    files = (ident.get("data") or {}).get("files") or {}
+    if root is None or not files:
+        return False
+    try:
+        return all(file_digest(Path(root) / rel) == sha for rel, sha in files.items())
+    except OSError:
+        return False
+
+
 def sweep_jobs(overrides: list[str]) -> list[JobView]:
-    """Every job of the sweep ``overrides`` describes, with its shard and state."""
+    """Every job of the sweep ``overrides`` describes, with its shard (the one :func:`names_this` matches, the
+    most recently run if several do) and state."""
     views = []
     for job, cfg in composed(overrides):
         arms, probes = job_specs(cfg)  # a window job's window probes stand where an arm job's arms do
@@ -78,7 +138,15 @@ def sweep_jobs(overrides: list[str]) -> list[JobView]:
         try:
             found = latest(shards(results_root(cfg), cfg.group), config_key=view.key)
             if found:
-                view.shard, view.superseded = found[0], found[1:]
+                try:
+                    checkpoint = checkpoint_fingerprint(cfg)
+                except Exception:  # a checkpoint not resolvable here (not mounted): compare the data only
+                    checkpoint = None
+                root = _data_root(cfg)
+                mine = [s for s in found if names_this(s.meta(), checkpoint, root)]
+                view.shard = mine[0] if mine else None
+                view.superseded = [s for s in found if s is not view.shard]
+            if view.shard is not None:
                 view.state = view.shard.state(expected_of(arms, probes), cfg.retry_failed)
         except ShardCorruptError as err:
             view.error = str(err)
@@ -131,7 +199,8 @@ def report(views: list[JobView]) -> list[str]:
         lines += [f"      {r}" for r in v.state.reasons()]
         if v.state.todo:
             lines.append(f"      {len(v.state.todo)} item(s) with arms or probes still to run")
-        lines += [f"      superseded (same config, other checkpoint or data): {s.meta_path}" for s in v.superseded]
+        lines += [f"      superseded (same config, another checkpoint or data copy; not read): {s.meta_path}"
+                  for s in v.superseded]
     if total:
         lines.append(f"  estimated total: {sum(total):.2f} H100-hours (jobs with a published config)")
     return lines

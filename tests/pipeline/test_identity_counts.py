@@ -40,3 +40,40 @@ def test_once_per_cell_keeps_other_cells_and_drops_repeats_across_seeds(tmp_path
     out = once_per_cell([(seed0, rows("a", "b")), (seed1, rows("b", "c", "d")), (other, rows("a"))], "arm")
     assert sorted(out["item_id"]) == ["a", "a", "b", "c", "d"]
     assert out.set_index("item_id").loc["b", "job"] == 2  # the first job of the sweep's order keeps "b"
+
+
+def test_render_and_status_read_the_data_copy_their_overrides_name(tmp_path, capsys):
+    """Two data copies of one config are two shards; each override reads its own, whichever ran last, and a
+    no-op rerun does not flip it; a byte-identical copy reads the shard it shares; the footer names the copy."""
+    import shutil
+
+    from kamera.data import make_fixture
+    from kamera.sweep.status import sweep_jobs
+
+    a = make_fixture("mm_niah", tmp_path / "a", n=2)
+    b = shutil.copytree(a, tmp_path / "b" / "MM-NIAH")
+    same = shutil.copytree(a, tmp_path / "c" / "MM-NIAH")
+    ann = b / "mm_niah_val" / "annotations" / "reasoning-image.jsonl"
+    ann.write_text(ann.read_text().replace("Which way does the camera move", "Where does the camera go"))
+    job = ("bench=mm_niah_reasoning", "arms=[blind]", "n_items=2")
+    paths = {root: runner.run(job_config(tmp_path, *job, f"bench.root={root}")) for root in (a, b)}
+    runner.run(job_config(tmp_path, *job, f"bench.root={a}"))  # a no-op rerun of a: a is now the last run
+
+    def view_of(root):
+        (view,) = sweep_jobs([f"paths.results={tmp_path}/raw", *job, f"bench.root={root}"])
+        return view
+
+    def shard_of(root):
+        view = view_of(root)
+        return (view.shard.path if view.shard else None), view.state.status
+
+    assert shard_of(b) == (paths[b], "done")
+    assert shard_of(a) == (paths[a], "done")
+    assert shard_of(same) == (paths[a], "done")  # byte-identical annotations: the same job
+    assert shard_of(tmp_path / "nowhere" / "MM-NIAH")[0] is None  # no copy there: nothing to read
+    assert [s.path for s in view_of(b).superseded] == [paths[a]]  # listed, never read
+    assert [s.path for s in view_of(tmp_path / "nowhere" / "MM-NIAH").superseded] == [paths[a], paths[b]]
+    from experiments.common import footer
+
+    line = footer([view_of(b)], [])
+    assert f"data {b}" in line and "checkpoint tiny:" in line, line
