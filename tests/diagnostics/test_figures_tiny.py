@@ -72,7 +72,7 @@ def test_fig8_tiny(rendered):
 def test_fig11_tiny(rendered):
     md = rendered["fig11_tiny"]
     assert "timed on CPU: not the paper's H100 comparison" in md
-    assert "| toy_binding | binding | reprefill | 2 |" in md and "| tiny_qwen2_5_vl | cpu | 16 |" in md
+    assert "| toy_binding | binding | two_hop | reprefill | 2 |" in md and "| tiny_qwen2_5_vl | cpu | 16 |" in md
 
 
 def test_fig12_tiny(rendered):
@@ -95,7 +95,7 @@ def test_fig11_reads_its_source_experiments_and_names_a_missing_one(swept, tmp_p
     args = overrides("fig11_tiny", root)
     common.main([*args, "sources=[fig12_tiny]", "--out", str(tmp_path / "f11")])
     md = (tmp_path / "f11.md").read_text()
-    assert "plus source experiment(s) fig12_tiny" in md and "| tiny_kimi | synthetic | patch_r256 | 2 |" in md
+    assert "plus source experiment(s) fig12_tiny" in md and "| tiny_kimi | synthetic | bind | patch_r256 | 2 |" in md
     assert "sources fig12_tiny: rows: 8 job(s)" in md
     with pytest.raises(SystemExit, match="reads rows from experiment 'table9', which does not compose"):
         common.main([*args, "sources=[table9]", "--out", str(tmp_path / "x")])

@@ -182,6 +182,9 @@ def test_config_the_native_classes_do_not_implement_fails(shaped, tmp_path, name
 
 
 @pytest.mark.shaped
+@pytest.mark.skipif(not (SHARED_TOKENIZERS / "llama2").is_dir(),
+                    reason="the real Llama-2 tokenizer files: a stand-in also holds its specials in the base vocabulary, "
+                           "so renaming the added token moves no id")
 def test_tokenizer_with_a_special_at_the_wrong_id_fails(shaped, tmp_path):
     path = variant(shaped("phi3_5_vision"), tmp_path / "ckpt")
     tok = json.loads((path / "tokenizer.json").read_text())
