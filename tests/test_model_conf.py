@@ -65,3 +65,19 @@ def test_a_minimal_paper_entry(tmp_path):
     body = "entry:\n  family: llava\n  attention: MHA\n  hf_id: org/Repo-7B\n  load_kwargs: {a: 1}\n"
     e = read_models(_conf(tmp_path, "m", body))["m"]
     assert (e.kind, e.repo_dir, e.has_adapter, e.load_kwargs) == ("paper", "Repo-7B", False, (("a", 1),))
+
+
+def test_every_paper_family_is_its_published_model_type():
+    """A paper entry's family is the model_type its checkpoint's config.json states: model.path on a checkpoint of
+    another type is refused in preflight (kamera.models.registry.family_mismatch), so the two must agree."""
+    import json
+
+    for p in sorted(CONFIGS.glob("*.json")):
+        assert json.loads(p.read_text())["model_type"] == entry(p.stem).family, p.stem
+
+
+def test_the_own_checkpoint_entry(tmp_path):
+    e = entry("hf")
+    assert (e.kind, e.from_checkpoint, e.has_adapter, e.hf_id) == ("paper", True, True, None)
+    with pytest.raises(ModelConfError, match=r"entry\.from_checkpoint must be true or false"):
+        read_models(_conf(tmp_path, "m", "entry:\n  family: auto\n  attention: auto\n  from_checkpoint: yes please\n"))

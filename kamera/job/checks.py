@@ -81,6 +81,17 @@ def _model_problems(cfg: DictConfig) -> list[str]:
     return model_problems(cfg.model.name, cfg.model.path, cfg.paths.models)
 
 
+def _image_problems(cfg: DictConfig, items: list) -> list[str]:
+    """A text-only model on a benchmark whose (sampled) items hold images or video: one line naming both."""
+    from kamera.models.registry import image_problems
+
+    for item in items:
+        if callable(getattr(item, "spans", None)):  # arm items; a window entry builds its spans with the model
+            if found := image_problems(cfg.model.name, cfg.model.path, cfg.bench.name, item.spans()):
+                return found
+    return []
+
+
 def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
     """Every problem that would stop this job, found without loading weights or running a forward.
 
@@ -111,4 +122,5 @@ def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
                          for s in chosen.defects]
             if not chosen.items:
                 problems.append(f"{cfg.bench.name}: no item can be selected ({chosen.report})")
+            problems += _image_problems(cfg, chosen.items)
     return problems

@@ -20,13 +20,26 @@ ROW_COLUMNS = JOB_COLUMNS + ITEM_COLUMNS + PLUGIN_COLUMNS + MEASURE_COLUMNS
 
 
 def job_keys(cfg: DictConfig, key: str, ckey: str) -> dict:
-    """The job's columns of every row: its group, job and config keys, the model's family and attention kind."""
+    """The job's columns of every row: its group, job and config keys, the model's family and attention kind.
+    A checkpoint-backed model's rows also carry its config.json ``model_type`` and the checkpoint directory's name
+    (``checkpoint``); ``model=hf`` rows name the model ``model.label`` when given, and their family is the
+    checkpoint's model_type."""
+    from pathlib import Path
+
     from kamera.models import entry
+    from kamera.models.registry import checkpoint_model_type, checkpoint_path, own_entry
 
     e = entry(cfg.model.name)
+    extra = {}
+    if e.kind == "paper":
+        ckpt = checkpoint_path(e.name, cfg.model.path, cfg.paths.models)
+        e = own_entry(e.name, ckpt)
+        extra = {"model_type": checkpoint_model_type(ckpt), "checkpoint": Path(ckpt).name}
+    label = cfg.model.get("label") if e.from_checkpoint else None
     return {
-        "group": cfg.group, "job_key": key, "config_key": ckey, "model": cfg.model.name, "family": e.family,
+        "group": cfg.group, "job_key": key, "config_key": ckey, "model": label or cfg.model.name, "family": e.family,
         "attention": e.attention, "dtype": DTYPES[cfg.model.dtype], "bench": cfg.bench.name, "seed": cfg.seed,
+        **extra,
     }
 
 

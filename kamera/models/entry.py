@@ -38,6 +38,10 @@ class ModelEntry:
     paper checkpoints read theirs from the checkpoint's template at load time.
     ``load_kwargs`` are extra ``from_pretrained`` arguments and ``submodule`` the attribute of the
     loaded model that the adapter wraps (Qwen3-Omni: the thinker of the full model).
+
+    ``from_checkpoint`` marks the one entry (``conf/model/hf.yaml``) whose family is not declared but read from
+    the checkpoint given as ``model.path`` (its ``config.json`` ``model_type``): it is a checkpoint-backed
+    (``paper``) entry whose adapter and class :func:`kamera.models.registry.own_entry` chooses per checkpoint.
     """
 
     name: str
@@ -56,6 +60,7 @@ class ModelEntry:
     shaped: str | None = None
     load_kwargs: tuple[tuple[str, object], ...] = ()
     submodule: str | None = None
+    from_checkpoint: bool = False
 
     @property
     def kind(self) -> str:
@@ -67,7 +72,7 @@ class ModelEntry:
     @property
     def has_adapter(self) -> bool:
         """Whether the harness can load this model (a native adapter or a loader of its own)."""
-        return self.kind != "paper" or self.adapter is not None or self.loader is not None
+        return self.kind != "paper" or self.adapter is not None or self.loader is not None or self.from_checkpoint
 
     @property
     def repo_dir(self) -> str:

@@ -98,8 +98,29 @@ def upcast_except_vocab(adapter: Adapter, dtype: torch.dtype) -> None:
                 module.register_buffer(name, b.to(dtype), persistent=name not in module._non_persistent_buffers_set)
 
 
-def chat_from_template(tokenizer, where: str) -> tuple[str, str]:
-    """(header, footer) of a single-turn user message as the checkpoint's chat template renders it.
+CHAT_CONTENT = ("parts", "string")  # how a template takes a message's content: a list of typed parts, or one string
+
+
+def _render(tokenizer, content: str) -> str | None:
+    """The template rendered for one user message, its content as ``content`` says (None when it fails, or
+    renders the parts list's Python form instead of reading it)."""
+    body = [{"type": "text", "text": SENTINEL}] if content == "parts" else SENTINEL
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": body}], tokenize=False,
+                                             add_generation_prompt=True)
+    except Exception:  # jinja raises TypeError, UndefinedError, TemplateError … for a content shape it does not take
+        return None
+    if not isinstance(text, str) or text.count(SENTINEL) != 1:
+        return None
+    if content == "parts" and "'type'" in text.partition(SENTINEL)[0][-40:]:
+        return None  # {{ message['content'] }} printed the list: the template takes a string
+    return text
+
+
+def chat_with_content(tokenizer, where: str) -> tuple[tuple[str, str], str]:
+    """(header, footer) of a single-turn user message as the checkpoint's chat template renders it, and how the
+    template took the content: ``"parts"`` (a list of typed parts, as the VL templates read it) or, when it fails
+    on that or prints the list as text, ``"string"`` (one string, as most text models' templates read it).
 
     The template is rendered for one user text (a sentinel) with the generation prompt; what precedes
     the sentinel is the header (it goes into the prefix span), what follows is the footer (it closes
@@ -108,17 +129,26 @@ def chat_from_template(tokenizer, where: str) -> tuple[str, str]:
     """
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError(f"{where}: the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json)")
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": [{"type": "text", "text": SENTINEL}]}], tokenize=False, add_generation_prompt=True
-    )
-    if text.count(SENTINEL) != 1:
-        raise ValueError(f"{where}: the chat template does not render a user text exactly once")
+    for content in CHAT_CONTENT:
+        text = _render(tokenizer, content)
+        if text is not None:
+            break
+    else:
+        raise ValueError(f"{where}: the chat template renders a user text exactly once neither as a list of parts "
+                         "nor as a string")
+    if content != "parts":
+        log.info("%s: the chat template takes message content as a string (not a list of parts)", where)
     header, _, footer = text.partition(SENTINEL)
     bos = tokenizer.bos_token
     with_special = tokenizer(SENTINEL, add_special_tokens=True)["input_ids"]
     if bos and with_special[:1] == [tokenizer.bos_token_id] and not header.startswith(bos):
         header = bos + header
-    return header, footer
+    return (header, footer), content
+
+
+def chat_from_template(tokenizer, where: str) -> tuple[str, str]:
+    """(header, footer) of a single-turn user message (:func:`chat_with_content`, without how it was rendered)."""
+    return chat_with_content(tokenizer, where)[0]
 
 
 def video_pixels(ckpt: Path) -> tuple[int, int] | None:
@@ -148,12 +178,13 @@ def load_native(
     if e.submodule:
         model = getattr(model, e.submodule)
     tokenizer = tf.AutoTokenizer.from_pretrained(ckpt)
-    image_processor = tf.AutoImageProcessor.from_pretrained(ckpt, backend="pil")
+    reads_images = e.adapter._pixels is not Adapter._pixels  # a text decoder has no image processor to build
+    image_processor = tf.AutoImageProcessor.from_pretrained(ckpt, backend="pil") if reads_images else None
     adapter = e.adapter(model, tokenizer, image_processor, name=e.name)
     if widen:
         upcast_except_vocab(adapter, dtype)
     adapter.checkpoint = ckpt
-    adapter.chat = chat_from_template(tokenizer, str(ckpt))
+    adapter.chat, adapter.chat_content = chat_with_content(tokenizer, str(ckpt))
     adapter.video_pixels = video_pixels(ckpt)
     log.info("%s: loaded %s from %s (%s, %s, attention %s)", e.name, e.model_class, ckpt, dtype, device, attn_implementation)
     return adapter

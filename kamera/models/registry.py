@@ -24,7 +24,7 @@ import yaml
 
 from kamera.models.base import Adapter
 from kamera.models.entry import ModelEntry, resolve
-from kamera.models.loading import load_native, resolve_attention, resolve_device
+from kamera.models.loading import load_native, read_json, resolve_attention, resolve_device
 from kamera.models.tiny import SPECIAL_IDS, TEXT, TINY_CHAT  # noqa: F401  (re-exported: kamera.diagnostics.ttft)
 from kamera.models.tokenizer import ByteTokenizer
 
@@ -76,8 +76,8 @@ def _entry_from(path: Path) -> ModelEntry:
                 raise ModelConfError(str(err)) from None
         elif key in _STRINGS and not isinstance(value, str):
             raise ModelConfError(f"{where}: entry.{key} must be a string, got {value!r}")
-        elif key == "remote_code" and not isinstance(value, bool):
-            raise ModelConfError(f"{where}: entry.remote_code must be true or false, got {value!r}")
+        elif key in ("remote_code", "from_checkpoint") and not isinstance(value, bool):
+            raise ModelConfError(f"{where}: entry.{key} must be true or false, got {value!r}")
         elif key == "chat":
             if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
                 raise ModelConfError(f"{where}: entry.chat must be [header, footer] (two strings), got {value!r}")
@@ -161,8 +161,21 @@ def fetch_hint(e: ModelEntry, where: str | Path) -> str:
 
 
 def checkpoint_path(name: str, path: str | Path | None = None, models_root: str | Path | None = None) -> Path:
-    """Where a paper model's local checkpoint must be: ``path``, else ``<models_root or $KAMERA_MODELS>/<repo>``."""
+    """Where a paper model's local checkpoint must be: ``path``, else ``<models_root or $KAMERA_MODELS>/<repo>``
+    (``model=hf``: ``path``, required)."""
     e = entry(name)
+    if e.from_checkpoint:
+        if path is None:
+            raise CheckpointNotFoundError(
+                f"{name}: model.path is required (the directory save_pretrained wrote: config.json, weights, tokenizer)"
+            )
+        path = Path(os.path.expanduser(str(path)))
+        if not (path / "config.json").is_file():
+            raise CheckpointNotFoundError(
+                f"{name}: no checkpoint at {path} (config.json missing); model.path must be a transformers checkpoint "
+                f"directory of a supported model_type: {', '.join(supported_model_types())}"
+            )
+        return path
     if e.hf_id is None:
         raise ValueError(f"{name} is a {e.kind} model; it has no checkpoint")
     if path is None:
@@ -182,23 +195,137 @@ def checkpoint_path(name: str, path: str | Path | None = None, models_root: str 
     return path
 
 
+# ----- your own checkpoint (model=hf model.path=DIR) ------------------------------------------------------
+# Plain text decoders: model_type → the transformers class; kamera's TextAdapter serves each (1-D RoPE on the
+# keys, V as content). Each is proven by the identities in tests/models/test_own_checkpoint.py.
+TEXT_DECODERS = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+}
+# Families a registered model's adapter serves: model_type → the registered model whose adapter, class and load
+# options a checkpoint of that type loads with (each tested through a checkpoint written from its tiny twin).
+VL_FAMILIES = {
+    "qwen2_5_vl": "qwen2_5_vl_7b",
+    "qwen3_vl": "qwen3_vl_8b",
+    "llava": "llava_1_5_7b",
+    "deepseek_v2": "tiny_deepseek_v2",
+}
+
+
+class UnsupportedCheckpointError(ValueError):
+    """A checkpoint whose config.json names a model_type no adapter serves."""
+
+
+def supported_model_types() -> list[str]:
+    """Every model_type ``model=hf`` loads, sorted."""
+    return sorted({*TEXT_DECODERS, *VL_FAMILIES})
+
+
+def checkpoint_model_type(ckpt: str | Path) -> str | None:
+    """The ``model_type`` a checkpoint's config.json states (None when it states none); ValueError naming the
+    file when it is not valid JSON."""
+    kind = read_json(Path(ckpt) / "config.json").get("model_type")
+    return kind if isinstance(kind, str) and kind else None
+
+
+def own_entry(name: str, path: str | Path | None = None, models_root: str | Path | None = None) -> ModelEntry:
+    """The entry a model loads as. ``model=hf`` (``from_checkpoint``): family = the checkpoint's ``model_type``,
+    with the adapter and class that serve it; UnsupportedCheckpointError (one line, listing the supported types)
+    otherwise. Any other entry is returned as it is."""
+    e = entry(name)
+    if not e.from_checkpoint:
+        return e
+    ckpt = checkpoint_path(name, path, models_root)
+    kind = checkpoint_model_type(ckpt)
+    if kind in TEXT_DECODERS:
+        from kamera.models.text import TextAdapter
+
+        config = read_json(ckpt / "config.json")
+        heads, kv = config.get("num_attention_heads"), config.get("num_key_value_heads")
+        return dataclasses.replace(e, family=kind, attention="MHA" if kv in (None, heads) else "GQA",
+                                   adapter=TextAdapter, model_class=TEXT_DECODERS[kind])
+    if kind in VL_FAMILIES:
+        base = entry(VL_FAMILIES[kind])
+        return dataclasses.replace(e, family=kind, attention=base.attention, adapter=base.adapter,
+                                   model_class=base.model_class, load_kwargs=base.load_kwargs, submodule=base.submodule)
+    raise UnsupportedCheckpointError(
+        f"{name}: {ckpt}/config.json has model_type {kind!r}, which no kamera adapter serves; "
+        f"supported: {', '.join(supported_model_types())}"
+    )
+
+
+def reads_images(e: ModelEntry) -> bool:
+    """Whether a model takes image (and video) parts: its adapter has a vision path (an entry without one, a toy
+    model's loader: unless its family is a text decoder's)."""
+    if e.adapter is not None:
+        return e.adapter._pixels is not Adapter._pixels
+    return e.family != "text" and e.family not in TEXT_DECODERS
+
+
+def family_mismatch(e: ModelEntry, ckpt: Path) -> str | None:
+    """Why a registered paper model cannot load ``ckpt``: its config.json's model_type is not the entry's family
+    (None when it is). Said before any weights load: the entry's class would otherwise build from a config of
+    another family (a default-size model, or a silent misread)."""
+    try:
+        kind = checkpoint_model_type(ckpt)
+    except ValueError as err:
+        return f"{e.name}: {err}"
+    if kind == e.family:
+        return None
+    hint = f"; to run it as your own checkpoint use model=hf model.path={ckpt}" if kind in supported_model_types() else ""
+    return f"{e.name}: the checkpoint at {ckpt} has model_type {kind!r}, not {e.family!r} (the family {e.name} loads){hint}"
+
+
 def model_problems(name: str, path: str | Path | None = None, models_root: str | Path | None = None) -> list[str]:
-    """Why ``name`` cannot load, found without loading anything (empty when it can): an unknown name, a paper
-    model with no adapter yet (said first: fetching its checkpoint would not help), a missing checkpoint."""
+    """Why ``name`` cannot load, found without loading anything (empty when it can): an unknown name, a path on a
+    built-in (tiny or toy) model, a paper model with no adapter yet (said first: fetching its checkpoint would not
+    help), a missing checkpoint, a checkpoint whose ``model_type`` is not the entry's family (``model=hf``: one no
+    adapter serves)."""
     try:
         e = entry(name)
     except UnknownModelError as err:
         return [str(err)]
     if e.kind != "paper":
+        if path is not None:
+            return [f"model.path={path}: {name} is a built-in {e.kind} model and loads no checkpoint; to run a "
+                    f"checkpoint of your own use model=hf model.path={path}"]
         return []
     problems = []
     if not e.has_adapter:
         problems.append(f"model {name} ({e.family}) has no adapter yet: {e.notes or 'unverified family'}")
     try:
-        checkpoint_path(name, path, models_root)
+        ckpt = checkpoint_path(name, path, models_root)
     except CheckpointNotFoundError as err:
-        problems.append(str(err))
+        return [*problems, str(err)]
+    if e.from_checkpoint:
+        try:
+            own_entry(name, ckpt)
+        except (UnsupportedCheckpointError, ValueError) as err:
+            problems.append(str(err))
+    elif e.has_adapter and (problem := family_mismatch(e, ckpt)):
+        problems.append(problem)
     return problems
+
+
+def image_problems(name: str, path: str | Path | None, bench: str, spans: list) -> list[str]:
+    """Why a text-only model cannot read an item (empty when it can): ``spans`` (an item's, as a benchmark
+    builds them) hold image or video parts. One line naming the benchmark and the model."""
+    try:
+        e = own_entry(name, path)
+    except (UnknownModelError, CheckpointNotFoundError, ValueError):
+        return []  # said by model_problems
+    if reads_images(e):
+        return []
+    media = sorted({type(p).__name__ for s in spans for p in s.parts if not isinstance(p, str)})
+    if not media:
+        return []
+    what = f"{name} ({e.family}, {Path(path).name})" if e.from_checkpoint and path else f"{name} ({e.family})"
+    return [f"bench={bench} has {' and '.join('video' if m == 'Clip' else 'image' for m in media)} chunks, but model "
+            f"{what} is text-only: run it on a text benchmark, or pick a model that reads images"]
 
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -228,7 +355,9 @@ def load_model(
     attn_implementation: str = "sdpa",
     seed: int = 0,
 ) -> Adapter:
-    """Build (tiny) or load (toy, paper) a registered model and wrap it in its family adapter.
+    """Build (tiny) or load (toy, paper) a registered model and wrap it in its family adapter; ``model=hf``
+    loads the checkpoint at ``path`` with the adapter of its ``model_type`` (:func:`own_entry`). A ``path`` on a
+    tiny or toy model, or a checkpoint of another family than the entry's, is a ValueError before any weights load.
 
     ``device``: "cpu", "cuda", "cuda:1", … or "auto" (all visible GPUs through accelerate's
     ``device_map="auto"``, so a model larger than one GPU spreads over a node; the CPU without CUDA).
@@ -236,6 +365,8 @@ def load_model(
     when installed, else sdpa); forwards under a 4D mask always run a kernel that takes one.
     """
     e = entry(name)
+    if e.kind != "paper" and path is not None:
+        raise ValueError(model_problems(name, path)[0])  # never a silent swap to the built-in weights
     dtype = parse_dtype(dtype)
     device = resolve_device(device)
     attn = resolve_attention(attn_implementation, device)
@@ -257,6 +388,10 @@ def load_model(
             f"{name} ({e.family}) is registered but has no adapter yet ({e.notes or 'its cache/vision path is unverified'}); "
             f"checkpoint found at {ckpt}"
         )
+    if e.from_checkpoint:
+        e = own_entry(name, ckpt)
+    elif problem := family_mismatch(e, ckpt):
+        raise UnsupportedCheckpointError(problem)
     if e.loader is not None:
         return resolve(e.loader, f"{name} loader")(ckpt, dtype=dtype, device=device, attn_implementation=attn)
     return load_native(e, ckpt, dtype=dtype, device=device, attn_implementation=attn)

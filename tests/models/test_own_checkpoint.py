@@ -1,0 +1,229 @@
+"""Your own checkpoint (issue 23, items 1-4): ``model=hf model.path=<dir>`` reads the family from config.json's
+``model_type`` and loads it with the adapter that serves it; a path is honoured or refused on every model before
+any weights load; text-only checkpoints need no image processor and refuse image benchmarks in preflight; chat
+templates that take content only as a string work. Tiny random checkpoints written by ``save_pretrained``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import transformers as tf
+
+from kamera.data import make_fixture
+from kamera.job import checkpoint_fingerprint, preflight
+from kamera.models import entry, load_model
+from kamera.models.loading import chat_with_content
+from kamera.models.registry import UnsupportedCheckpointError, model_problems, supported_model_types
+from kamera.models.standin_tokenizer import standin_tokenizer, write_standin_tokenizer
+from kamera.run import runner
+from kamera.sweep import compose_config
+
+REPO = Path(__file__).resolve().parents[2]
+TOKENIZERS = Path(os.environ.get("KAMERA_TOKENIZERS", REPO.parent / "shared" / "tokenizers"))
+ARMS = "arms=[reprefill,blind,patch_r8,patch_full]"
+
+# content as a list of typed parts (the VL templates) and as one string (most text models' templates)
+PARTS = ("{% for m in messages %}<|{{ m['role'] }}|>\n{% for p in m['content'] %}{{ p['text'] }}{% endfor %}{{ '\\n' }}"
+         "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+STRING = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+          "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+CONCAT = "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] + ' [/INST]' }}{% endfor %}"  # TypeError on a list
+STARTS = "{% for m in messages %}{% if m['content'].startswith('/') %}cmd{% endif %}<u>{{ m['content'] }}</u>{% endfor %}"
+
+TEXT = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=4096, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+            initializer_range=0.2)  # wide enough weights that blind reuse moves the answer (KL above eta_floor)
+
+
+def text_checkpoint(out: Path, model_type: str, template: str = STRING, seed: int = 0, **config) -> Path:
+    """A 2-layer random text decoder of ``model_type`` saved with save_pretrained, with a stand-in tokenizer."""
+    torch.manual_seed(seed)
+    cfg = tf.AutoConfig.for_model(model_type, **{**TEXT, **config})
+    tf.AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
+    write_standin_tokenizer(out, cfg.vocab_size, {"<pad>": 0, "<s>": 1, "</s>": 2}, bos_token="<s>",
+                            eos_token="</s>", pad_token="<pad>", chat_template=template)
+    return out
+
+
+def twin_checkpoint(out: Path, twin: str, seed: int = 0) -> Path:
+    """A checkpoint of a registered tiny twin's family (its config, random weights, its image processor)."""
+    e = entry(twin)
+    torch.manual_seed(seed)
+    model = getattr(tf, e.model_class)._from_config(e.tiny_config(), dtype=torch.float32)
+    model.save_pretrained(out)
+    if e.image_processor:
+        e.image_processor().save_pretrained(out)
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    write_standin_tokenizer(out, vocab, {"<pad>": 0, "<s>": 1, "</s>": 2}, bos_token="<s>", eos_token="</s>",
+                            pad_token="<pad>", chat_template=PARTS)
+    return out
+
+
+@pytest.fixture(scope="module")
+def musique(tmp_path_factory) -> Path:
+    return make_fixture("musique", tmp_path_factory.mktemp("data") / "MuSiQue")
+
+
+def job(tmp_path: Path, *overrides: str):
+    return compose_config([f"paths.results={tmp_path}/raw", f"paths.outputs={tmp_path}/out", "model.dtype=float32",
+                           "device=cpu", *overrides])
+
+
+def hf_job(tmp_path: Path, ckpt: Path, musique: Path, *overrides: str):
+    return job(tmp_path, "model=hf", f"model.path={ckpt}", "bench=musique", f"bench.root={musique}", ARMS,
+               "n_items=2", *overrides)
+
+
+def check_identities(rows: pd.DataFrame) -> None:
+    """Re-prefill is the reference (KL 0), blind reuse moves the answer, the full-rank patch restores it."""
+    by = rows.set_index(["item_id", "arm"])
+    for item in rows.item_id.unique():
+        assert by.at[(item, "reprefill"), "kl"] == pytest.approx(0.0, abs=1e-9)
+        assert by.at[(item, "blind"), "kl"] > 1e-4
+        assert by.at[(item, "patch_full"), "eta"] >= 0.999
+        assert by.at[(item, "patch_full"), "kl"] < 1e-6 * by.at[(item, "blind"), "kl"] + 1e-9
+
+
+# ----- item 1: model=hf model.path=DIR --------------------------------------------------------------------
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2"])
+def test_a_text_checkpoint_runs_by_path_with_full_rank_equal_to_reprefill(tmp_path, musique, model_type):
+    ckpt = text_checkpoint(tmp_path / f"my-{model_type}", model_type)
+    rows = pd.read_parquet(runner.run(hf_job(tmp_path, ckpt, musique)))
+    assert set(rows.arm) == {"reprefill", "blind", "patch_r8", "patch_full"} and len(rows) == 8
+    assert set(rows.model) == {"hf"} and set(rows.family) == {model_type} and set(rows.model_type) == {model_type}
+    assert set(rows.checkpoint) == {f"my-{model_type}"} and set(rows.attention) == {"GQA"}
+    check_identities(rows)
+
+
+@pytest.mark.parametrize("twin, bench", [("tiny_qwen2_5_vl", "synthetic"), ("tiny_qwen3_vl", "synthetic"),
+                                         ("tiny_llava", "synthetic"), ("tiny_deepseek_v2", "musique")])
+def test_a_checkpoint_of_a_served_family_runs_by_path(tmp_path, musique, twin, bench):
+    ckpt = twin_checkpoint(tmp_path / twin, twin)
+    where = [f"bench.root={musique}"] if bench == "musique" else []
+    cfg = job(tmp_path, "model=hf", f"model.path={ckpt}", f"bench={bench}", *where,
+              "arms=[reprefill,blind,patch_full]", "n_items=2", "eta_floor=0")
+    rows = pd.read_parquet(runner.run(cfg))
+    family = entry(twin).family
+    assert set(rows.family) == {family} and set(rows.model_type) == {family}
+    by = rows.set_index(["item_id", "arm"])
+    for item in rows.item_id.unique():
+        assert by.at[(item, "reprefill"), "kl"] == pytest.approx(0.0, abs=1e-9)
+        assert by.at[(item, "patch_full"), "kl"] <= 1e-5 * max(by.at[(item, "blind"), "kl"], 1e-3)
+
+
+def test_label_names_the_model_in_rows(tmp_path, musique):
+    ckpt = text_checkpoint(tmp_path / "ckpt", "llama")
+    rows = pd.read_parquet(runner.run(hf_job(tmp_path, ckpt, musique, "model.label=my_llama", "arms=[blind]")))
+    assert set(rows.model) == {"my_llama"} and set(rows.checkpoint) == {"ckpt"}
+
+
+def test_an_unsupported_or_missing_checkpoint_is_one_preflight_line(tmp_path, musique, monkeypatch):
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    gpt2 = tmp_path / "gpt2"
+    tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64)).save_pretrained(gpt2)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for path, says in ((gpt2, "model_type 'gpt2'"), (empty, "config.json missing")):
+        (line,) = [p for p in preflight(hf_job(tmp_path, path, musique)) if "hf:" in p]
+        assert says in line and ", ".join(supported_model_types()) in line and "\n" not in line
+        with pytest.raises(Exception, match="cannot start"):
+            runner.run(hf_job(tmp_path, path, musique))
+    assert any("model.path is required" in p for p in preflight(job(tmp_path, "model=hf", "bench=musique",
+                                                                     f"bench.root={musique}")))
+
+
+def test_the_job_key_fingerprints_the_checkpoint(tmp_path, musique):
+    a, b = text_checkpoint(tmp_path / "a", "llama"), text_checkpoint(tmp_path / "b", "llama", num_hidden_layers=1)
+    copy = shutil.copytree(a, tmp_path / "copy")
+    prints = {p.name: checkpoint_fingerprint(hf_job(tmp_path, p, musique)) for p in (a, b, copy)}
+    assert prints["a"] == prints["copy"] != prints["b"] and prints["a"].startswith("checkpoint:")
+
+
+# ----- item 2: model.path honoured or refused everywhere --------------------------------------------------
+@pytest.mark.parametrize("model", ["toy_binding_text", "toy_binding", "tiny_qwen2_5_vl"])
+def test_a_path_on_a_built_in_model_is_refused_before_weights(tmp_path, model):
+    ckpt = text_checkpoint(tmp_path / "ckpt", "qwen2")
+    (line,) = model_problems(model, str(ckpt))
+    assert f"model.path={ckpt}" in line and "model=hf" in line
+    cfg = job(tmp_path, f"model={model}", f"model.path={ckpt}", "arms=[blind]", "n_items=1")
+    assert line in preflight(cfg)
+    with pytest.raises(ValueError, match="loads no checkpoint"):
+        load_model(model, path=ckpt)
+
+
+def test_a_checkpoint_of_another_family_is_refused_before_weights(tmp_path, musique, monkeypatch):
+    ckpt = text_checkpoint(tmp_path / "llama", "llama")
+    monkeypatch.setattr(tf.LlavaForConditionalGeneration, "from_pretrained",
+                        classmethod(lambda *a, **k: pytest.fail("a default-size LLaVA was built")))
+    (line,) = model_problems("llava_1_5_7b", ckpt)
+    assert "model_type 'llama', not 'llava'" in line and f"model=hf model.path={ckpt}" in line
+    assert line in preflight(job(tmp_path, "model=llava_1_5_7b", f"model.path={ckpt}", "bench=musique",
+                                 f"bench.root={musique}", "arms=[blind]", "n_items=1"))
+    with pytest.raises(UnsupportedCheckpointError, match="not 'llava'"):
+        load_model("llava_1_5_7b", path=ckpt)
+
+
+# ----- item 3: text-only checkpoints ------------------------------------------------------------------------
+def test_a_text_checkpoint_loads_without_an_image_processor(tmp_path):
+    ckpt = text_checkpoint(tmp_path / "ckpt", "llama")
+    assert not (ckpt / "preprocessor_config.json").exists()
+    adapter = load_model("hf", path=ckpt)
+    assert adapter.image_processor is None and type(adapter.model).__name__ == "LlamaForCausalLM"
+
+
+@pytest.mark.parametrize("model", ["hf", "toy_binding_text"])
+def test_image_chunks_on_a_text_only_model_are_a_preflight_error(tmp_path, model):
+    where = [f"model.path={text_checkpoint(tmp_path / 'ckpt', 'llama')}"] if model == "hf" else []
+    problems = preflight(job(tmp_path, f"model={model}", *where, "bench=synthetic", "arms=[blind]", "n_items=1"))
+    (line,) = [p for p in problems if "text-only" in p]
+    assert line.startswith("bench=synthetic has image chunks") and f"model {model} (" in line
+
+
+# ----- item 4: chat templates that take content only as a string ---------------------------------------------
+@pytest.mark.parametrize("template, content, header, footer", [
+    (PARTS, "parts", "<|user|>\n", "\n<|assistant|>\n"),
+    (STRING, "string", "<|user|>\n", "\n<|assistant|>\n"),
+    (CONCAT, "string", "<s>[INST] ", " [/INST]"),
+    (STARTS, "string", "<u>", "</u>"),
+])
+def test_chat_templates_of_either_content_shape(template, content, header, footer):
+    tok = standin_tokenizer(300, {"<s>": 1, "</s>": 2}, bos_token="<s>", eos_token="</s>", chat_template=template)
+    assert chat_with_content(tok, "ckpt") == ((header, footer), content)
+
+
+def test_real_tokenizers_serve_a_text_checkpoint(tmp_path, musique):
+    """The real Qwen2 and Llama-2 tokenizer files (Qwen3's template takes either shape; Llama-2's has none here:
+    a Llama-2 chat template that concatenates strings is added)."""
+    if not (TOKENIZERS / "qwen2").is_dir() or not (TOKENIZERS / "llama2").is_dir():
+        pytest.skip(f"no real tokenizer files under {TOKENIZERS}")
+    for model_type, folder, vocab in (("qwen2", "qwen2", 151669), ("llama", "llama2", 32000)):
+        ckpt = text_checkpoint(tmp_path / model_type, model_type, vocab_size=vocab, hidden_size=64,
+                               intermediate_size=128, bos_token_id=None if folder == "qwen2" else 1)
+        for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            (ckpt / f).unlink(missing_ok=True)
+        tok = tf.AutoTokenizer.from_pretrained(TOKENIZERS / folder)
+        if not tok.chat_template:
+            tok.chat_template = CONCAT
+        tok.save_pretrained(ckpt)
+        rows = pd.read_parquet(runner.run(hf_job(tmp_path / model_type, ckpt, musique)))
+        check_identities(rows)
+
+
+@pytest.mark.integration
+def test_the_command_line_runs_a_checkpoint_by_path(tmp_path, musique):
+    ckpt = text_checkpoint(tmp_path / "mistral", "mistral")
+    done = subprocess.run(
+        [sys.executable, "-m", "kamera.run", "model=hf", f"model.path={ckpt}", "bench=musique", ARMS,
+         "model.dtype=float32", "n_items=2", f"paths.results={tmp_path}/raw", f"paths.outputs={tmp_path}/out",
+         f"bench.root={musique}"], capture_output=True, text=True, timeout=300, cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (shard,) = (tmp_path / "raw" / "adhoc").glob("*.parquet")
+    check_identities(pd.read_parquet(shard))
