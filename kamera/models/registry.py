@@ -274,7 +274,7 @@ def family_mismatch(e: ModelEntry, ckpt: Path) -> str | None:
         kind = checkpoint_model_type(ckpt)
     except ValueError as err:
         return f"{e.name}: {err}"
-    if kind == e.family:
+    if kind is None or kind == e.family:  # no model_type: nothing to compare (transformers names what is missing)
         return None
     hint = f"; to run it as your own checkpoint use model=hf model.path={ckpt}" if kind in supported_model_types() else ""
     return f"{e.name}: the checkpoint at {ckpt} has model_type {kind!r}, not {e.family!r} (the family {e.name} loads){hint}"

@@ -10,6 +10,7 @@ that must hold at any scale do (exact identities of the arms and probes).
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -61,7 +62,8 @@ def test_twin_renders_every_output(twins, name):
     for suffix in suffixes:
         assert stem.with_suffix(suffix).stat().st_size > 0, suffix
     md = stem.with_suffix(".md").read_text()
-    assert md.rstrip().endswith("dtype float32_") and "job(s), commit" in md  # the provenance footer
+    # the provenance footer: code, libraries, device and dtype, the data copy and the checkpoint read
+    assert re.search(r"dtype float32, data \S+, checkpoint \S+_$", md.rstrip()) and "job(s), commit" in md
     assert set(ROW_COLUMNS) == set(rows.columns)  # the golden tests' hand-built rows have the real columns
     if name == "table8":
         assert stem.with_name(stem.name + "_sweep").with_suffix(".pdf").stat().st_size > 0
