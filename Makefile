@@ -27,7 +27,7 @@ help: ## list the targets
 
 # Test tiers (pytest marks, pyproject.toml): `test` is the fast gate; `test-all` (what CI runs) adds the shaped and
 # integration tiers; `test-slow` retrains the toys. KAMERA_SHAPED=<dir> keeps shaped checkpoints between runs.
-test: lint ## the fast gate: ruff + every test but the shaped, integration and slow tiers (about 3.5 min on 2 cores)
+test: lint ## the fast gate: ruff + every test but the shaped, integration and slow tiers (about 3 min on 2 cores)
 	$(PYTHON) -m pytest -m "not slow and not shaped and not integration"
 
 test-shaped: ## real-width shaped checkpoints of every paper model + the end-to-end rehearsal (~10-12 min; GBs of disk)
@@ -36,7 +36,7 @@ test-shaped: ## real-width shaped checkpoints of every paper model + the end-to-
 test-integration: ## subprocess CLIs, submitit, sbatch, make dry runs, Hydra multiruns, tiny twins end to end (~4 min)
 	$(PYTHON) -m pytest -m integration
 
-test-all: lint ## what CI runs: ruff + every tier but slow (about 18-20 min on 2 cores)
+test-all: lint ## what CI runs: ruff + every tier but slow (about 13 min on 2 cores)
 	$(PYTHON) -m pytest -m "not slow"
 
 test-slow: ## retrain the toy binding and window models from their committed configs and check the gates (~7 + 17 + 12 min)
