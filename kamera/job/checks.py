@@ -85,11 +85,9 @@ def _image_problems(cfg: DictConfig, items: list) -> list[str]:
     """A text-only model on a benchmark whose (sampled) items hold images or video: one line naming both."""
     from kamera.models.registry import image_problems
 
-    for item in items:
-        if callable(getattr(item, "spans", None)):  # arm items; a window entry builds its spans with the model
-            if found := image_problems(cfg.model.name, cfg.model.path, cfg.bench.name, item.spans()):
-                return found
-    return []
+    # arm items' span builders (a window entry builds its spans with the model); called only for a text-only model
+    spans = [item.spans for item in items if callable(getattr(item, "spans", None))]
+    return image_problems(cfg.model.name, cfg.model.path, cfg.bench.name, spans)
 
 
 def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -311,17 +311,21 @@ def model_problems(name: str, path: str | Path | None = None, models_root: str |
     return problems
 
 
-def image_problems(name: str, path: str | Path | None, bench: str, spans: list) -> list[str]:
-    """Why a text-only model cannot read an item (empty when it can): ``spans`` (an item's, as a benchmark
-    builds them) hold image or video parts. One line naming the benchmark and the model."""
+def image_problems(name: str, path: str | Path | None, bench: str, items: Iterable[Callable[[], list]]) -> list[str]:
+    """Why a text-only model cannot read a benchmark's items (empty when it can): one of ``items`` (each an item's
+    ``spans`` builder, called only when the model is text-only) holds image or video parts. One line naming the
+    benchmark and the model."""
     try:
         e = own_entry(name, path)
     except (UnknownModelError, CheckpointNotFoundError, ValueError):
         return []  # said by model_problems
     if reads_images(e):
         return []
-    media = sorted({type(p).__name__ for s in spans for p in s.parts if not isinstance(p, str)})
-    if not media:
+    for spans in items:
+        media = sorted({type(p).__name__ for s in spans() for p in s.parts if not isinstance(p, str)})
+        if media:
+            break
+    else:
         return []
     what = f"{name} ({e.family}, {Path(path).name})" if e.from_checkpoint and path else f"{name} ({e.family})"
     return [f"bench={bench} has {' and '.join('video' if m == 'Clip' else 'image' for m in media)} chunks, but model "
