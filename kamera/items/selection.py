@@ -12,7 +12,8 @@ from kamera.items.window import WindowEntry
 @dataclass
 class Selection:
     """The items a job evaluates (evaluation items, or a window job's window entries), the annotation files
-    they came from, and the rows the loader skipped with their reasons (``item_id``, ``reason``, ``stage``)."""
+    they came from, the rows the loader skipped with their reasons (``item_id``, ``reason``, ``stage``) and the
+    media files the selected items read (``media``: images, videos, PDFs; the job's data fingerprint digests them)."""
 
     items: list[EvalItem] | list[WindowEntry]
     root: Path | None = None
@@ -20,6 +21,7 @@ class Selection:
     skipped: list[dict] = field(default_factory=list)
     n_requested: int | None = None
     report: str = ""
+    media: list[Path] = field(default_factory=list)
 
     @property
     def ids(self) -> list[str]:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from kamera.data.media import cache_root, cached_sha256, content_digest
+from kamera.data.media import cache_root, cached_sha256, content_digest, sha256_file
 from kamera.items.selection import Selection
 from kamera.job.shape import shape_of
 from kamera.job.spec import DTYPES
@@ -44,13 +44,9 @@ from kamera.job.store import digest
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 
 
-def file_digest(path: Path, chunk: int = 1 << 20) -> str:
-    """sha256 (16 hex) of a file's bytes, streamed."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()[:16]
+def file_digest(path: Path) -> str:
+    """sha256 (16 hex) of a small file's bytes (annotations, configs, tokenizer files): read every time."""
+    return sha256_file(path)[:16]
 
 def safetensors_header(path: Path) -> bytes:
     """The JSON header of a .safetensors file (tensor names, dtypes, shapes, offsets; no weights)."""
@@ -122,13 +118,12 @@ def media_fingerprint(media: list[Path], root: Path | None) -> str:
 
 def data_fingerprint(selection: Selection) -> dict:
     """sha256 of each annotation file read (relative to the benchmark root), of the selected ids and, when the
-    selected items read media files (``BenchmarkSelection.media``), of those media (:func:`media_fingerprint`;
+    selected items read media files (``Selection.media``), of those media (:func:`media_fingerprint`;
     absent otherwise, so a benchmark without media files keeps the key it had before media were covered)."""
     files = {_relative(f, selection.root): file_digest(f) for f in sorted(set(selection.files))}
     out = {"files": files, "items": digest(selection.ids)}
-    media = getattr(selection, "media", None)
-    if media:
-        out["media"] = media_fingerprint(media, selection.root)
+    if selection.media:
+        out["media"] = media_fingerprint(selection.media, selection.root)
     return out
 
 

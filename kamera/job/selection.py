@@ -3,21 +3,12 @@ files it opened and the rows it skipped (a :class:`~kamera.items.selection.Selec
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from kamera.items.selection import Selection
 from kamera.job.spec import JobError
-
-
-@dataclass
-class BenchmarkSelection(Selection):
-    """A data benchmark's selection, with the media files its selected items read (``media``, from
-    :func:`kamera.data.base.media_files`): :func:`kamera.job.identity.data_fingerprint` digests them."""
-
-    media: list[Path] = field(default_factory=list)
 
 
 def bench_root(cfg: DictConfig, dir_name: str | None) -> Path | None:
@@ -44,4 +35,4 @@ def read_benchmark(name: str, root: Path | None, cfg: DictConfig, n: int | None,
         raise JobError(f"{cfg.bench.name}: cannot read the benchmark{where}: {err}") from None
     r = loaded.report
     skipped = [{"item_id": s.item_id, "reason": s.reason, "stage": s.stage} for s in r.skipped]
-    return BenchmarkSelection(list(loaded), r.root, list(files), skipped, n, r.summary(), media_files(list(loaded)))
+    return Selection(list(loaded), r.root, list(files), skipped, n, r.summary(), media_files(list(loaded)))

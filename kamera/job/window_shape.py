@@ -42,17 +42,12 @@ from kamera.metrics import E90_COLUMNS
 from kamera.models.base import Adapter
 from kamera.models.flops import Forward, WindowShape
 from kamera.reuse.forwards import window_forwards
-from kamera.window.bench import WINDOW_BENCHES, WindowBench
+from kamera.window.bench import WindowBench
 from kamera.window.context import WindowContext
 from kamera.window.probes.base import ProbeRefusal
 
 CANONICAL_CONTEXTS = ("prefix", "none")  # where a window job's canonical KV(c|∅) is prefilled
 GIB = 1 << 30
-
-
-def window_bench(cfg: DictConfig) -> WindowBench | None:
-    """The job's window benchmark, or None for an arm job."""
-    return WINDOW_BENCHES.get(cfg.bench.name)
 
 
 def _plain(value: object) -> object:
