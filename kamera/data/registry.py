@@ -74,16 +74,21 @@ def get_benchmark(bench: str) -> Benchmark:
         raise ValueError(f"unknown benchmark {bench!r}; valid names: {sorted(BENCHMARKS)}") from None
 
 
-def resolve_root(spec: Benchmark, root: str | Path | None) -> Path:
-    """The benchmark directory: ``root`` if given, else ``$KAMERA_DATA/<dir name>``; it must exist."""
+def default_root(spec: Benchmark, root: str | Path | None) -> Path | None:
+    """Where the benchmark directory is looked for: ``root`` if given, else ``$KAMERA_DATA/<dir name>``; None
+    when neither is set. Whether it exists is :func:`resolve_root`'s question."""
     if root is not None:
-        path, why = Path(root).expanduser(), "benchmark root (root=) does not exist"
-    elif os.environ.get("KAMERA_DATA"):
-        path, why = (
-            Path(os.environ["KAMERA_DATA"]).expanduser() / str(spec.dir_name),
-            "benchmark root does not exist",
-        )
-    else:
+        return Path(root).expanduser()
+    if os.environ.get("KAMERA_DATA"):
+        return Path(os.environ["KAMERA_DATA"]).expanduser() / str(spec.dir_name)
+    return None
+
+
+def resolve_root(spec: Benchmark, root: str | Path | None) -> Path:
+    """The benchmark directory (:func:`default_root`); it must exist."""
+    path = default_root(spec, root)
+    why = "benchmark root (root=) does not exist" if root is not None else "benchmark root does not exist"
+    if path is None:
         raise BenchmarkDataMissing(
             spec.name,
             f"$KAMERA_DATA/{spec.dir_name}",

@@ -87,17 +87,13 @@ def _data_root(cfg: DictConfig) -> Path | None:
     """The data root a job's overrides resolve to (bench.root, else <paths.data>/<its directory>); None for a
     benchmark without files (synthetic, the toy task, window benchmarks)."""
     from kamera.data import get_benchmark
+    from kamera.data.registry import default_root
 
     try:
-        dir_name = get_benchmark(cfg.bench.name).dir_name
+        spec = get_benchmark(cfg.bench.name)
     except (KeyError, ValueError):
         return None
-    if not dir_name:
-        return None
-    root = bench_root(cfg, dir_name)
-    if root is None and os.environ.get("KAMERA_DATA"):  # the loader's own default (kamera.data.registry)
-        root = Path(os.environ["KAMERA_DATA"]).expanduser() / dir_name
-    return root
+    return default_root(spec, bench_root(cfg, spec.dir_name)) if spec.dir_name else None
 
 
 def _same_path(a: str | Path | None, b: str | Path | None) -> bool:
