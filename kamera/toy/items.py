@@ -83,7 +83,8 @@ def toy_items(adapter, n_items: int | None, seed: int, subset: str | None = None
     ``n_items`` items are drawn per kind.
     """
     if not hasattr(adapter, "task"):
-        raise ValueError(f"bench=binding needs a toy model (toy_binding, toy_binding_text), not {adapter.name}")
+        raise ValueError(f"bench=binding needs a toy model (toy_binding, toy_binding_text), not {adapter.name}; "
+                         "bench=binding_words asks the same task in words of any text model")
     out = []
     for kind in (subset or "two_hop").split(","):
         for it in items(adapter.task, kind.strip(), 64 if n_items is None else n_items, seed, adapter.variant):

@@ -227,3 +227,15 @@ def test_the_command_line_runs_a_checkpoint_by_path(tmp_path, musique):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (shard,) = (tmp_path / "raw" / "adhoc").glob("*.parquet")
     check_identities(pd.read_parquet(shard))
+
+
+# ----- item 5: bench=binding_words, the binding task in words, on any text checkpoint -----------------------
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "mistral"])
+def test_binding_words_runs_on_a_text_checkpoint(tmp_path, model_type):
+    ckpt = text_checkpoint(tmp_path / f"my-{model_type}", model_type)
+    cfg = job(tmp_path, "model=hf", f"model.path={ckpt}", "bench=binding_words", "n_items=3",
+              "arms=[reprefill,blind,patch_r8,patch_full,cacheblend]")
+    rows = pd.read_parquet(runner.run(cfg))
+    assert set(rows.arm) == {"reprefill", "blind", "patch_r8", "patch_full", "cacheblend"} and len(rows) == 15
+    assert set(rows.bench) == {"binding_words"} and set(rows.subset) <= {"two_hop", "control", "control_b"}
+    check_identities(rows[rows.arm != "cacheblend"])
