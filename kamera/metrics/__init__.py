@@ -15,9 +15,15 @@ from kamera.metrics.divergence import (
 from kamera.metrics.rank import E90_COLUMNS, above_rounding, e90_columns, energy_rank, rounding_floor
 from kamera.metrics.stats import bootstrap_ci, median_ci, paired_bootstrap_ci
 
+# The row metrics' code version (KL, η, flip / recover, accuracy, e90 / n_B as rows store them): every row and
+# probe record carries it (``metrics_version``) beside its plugin's ``version``; bump it when a change here
+# changes a stored number, and every job recomputes its rows on its next run (docs/identity.md).
+VERSION = 1
+
 __all__ = [
     "E90_COLUMNS",
     "ETA_FLOOR",
+    "VERSION",
     "NonFiniteError",
     "above_rounding",
     "accuracy",
