@@ -7,8 +7,8 @@ spans; the job (:mod:`kamera.job`) selects, keys and evaluates items.
 
 from kamera.items.eval import EvalItem
 from kamera.items.selection import Selection
-from kamera.items.spans import ROLES, Clip, Part, Role, Span, validate_spans
+from kamera.items.spans import ROLES, Audio, Clip, Part, Role, Span, validate_spans
 from kamera.items.window import WindowEntry, WindowItem
 
-__all__ = ["ROLES", "Clip", "EvalItem", "Part", "Role", "Selection", "Span", "WindowEntry", "WindowItem",
+__all__ = ["ROLES", "Audio", "Clip", "EvalItem", "Part", "Role", "Selection", "Span", "WindowEntry", "WindowItem",
            "validate_spans"]

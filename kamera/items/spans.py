@@ -4,7 +4,8 @@ A benchmark item becomes ``[prefix?, A_1, …, A_k, B, query]``; an adapter turn
 token embeddings and positions so any span can be prefilled alone at any position. Images (and
 rendered PDF pages) travel as ``PIL.Image.Image`` parts inside a span; frames sampled from one video
 travel as a :class:`Clip` (the Qwen families read it as their own video input, with temporal patches
-and time positions; other families read its frames as images).
+and time positions; other families read its frames as images); a stretch of sound travels as an
+:class:`Audio` (mono samples at a stated rate; the omni families read it with their audio tower).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 from PIL import Image
 
 Role = Literal["prefix", "A", "B", "query"]
@@ -41,7 +43,29 @@ class Clip:
         return len(self.frames)
 
 
-Part = str | Image.Image | Clip
+@dataclass(frozen=True, eq=False)
+class Audio:
+    """A stretch of mono sound: ``samples`` (float32, 1-D, in [-1, 1]) at ``sampling_rate`` Hz, and where it
+    starts in its source (``start_s``, seconds). Compared by identity (the samples are an array)."""
+
+    samples: np.ndarray
+    sampling_rate: int
+    start_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.samples, np.ndarray) or self.samples.ndim != 1:
+            raise TypeError("audio samples must be a 1-D numpy array (mono)")
+        if self.samples.size == 0:
+            raise ValueError("an audio part needs at least one sample")
+        if not isinstance(self.sampling_rate, int) or self.sampling_rate <= 0:
+            raise ValueError(f"audio sampling_rate must be a positive int, got {self.sampling_rate!r}")
+
+    @property
+    def duration_s(self) -> float:
+        return self.samples.size / self.sampling_rate
+
+
+Part = str | Image.Image | Clip | Audio
 
 ROLES: tuple[str, ...] = ("prefix", "A", "B", "query")
 
@@ -65,8 +89,8 @@ class Span:
         if isinstance(self.parts, (str, Image.Image)):
             raise TypeError("Span.parts must be a tuple of parts, not a single str/image")
         for p in self.parts:
-            if not isinstance(p, (str, Image.Image, Clip)):
-                raise TypeError(f"span part must be str, PIL.Image or Clip, got {type(p).__name__}")
+            if not isinstance(p, (str, Image.Image, Clip, Audio)):
+                raise TypeError(f"span part must be str, PIL.Image, Clip or Audio, got {type(p).__name__}")
 
     @property
     def n_images(self) -> int:
