@@ -1,4 +1,5 @@
-"""Reading media for the loaders: image files and bytes, video frames (PyAV), PDF pages (PyMuPDF).
+"""Reading media for the loaders: image files and bytes, video frames and audio tracks (PyAV), PDF pages
+(PyMuPDF).
 
 Video and PDF decodes are cached as PNG under a cache directory (``$KAMERA_CACHE``, else
 ``<benchmark root>/.kamera_cache``, else ``~/.cache/kamera``) so a sweep decodes each video frame and
@@ -250,6 +251,60 @@ def _decode_frames_to_cache(path: Path, indices: list[int], cache_dir: Path) -> 
         raise
     except (av.error.FFmpegError, OSError, ValueError, IndexError) as e:
         raise MediaError(f"cannot decode video {path}: {type(e).__name__}: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------------- audio
+
+AUDIO_RATE = 16000  # Hz: what the Whisper-style feature extractors of the omni models read (mono)
+
+
+def read_audio(
+    source: Path | bytes, what: str, *, sampling_rate: int = AUDIO_RATE, start_s: float = 0.0,
+    duration_s: float | None = None,
+) -> np.ndarray:
+    """Mono float32 samples at ``sampling_rate`` of an audio file, a video's audio track or encoded bytes (WAV,
+    …), from ``start_s`` for ``duration_s`` seconds (None: to the end): decoded with PyAV and resampled by
+    FFmpeg's resampler (``av.AudioResampler``; several channels take its default mono downmix). Not cached: a few seconds of audio
+    decode in milliseconds. MediaError naming ``what`` when the file is missing, holds no audio stream, does
+    not decode, or has no samples in the range."""
+    import av
+
+    if isinstance(source, Path) and not source.exists():
+        raise MediaError(f"audio file missing: {source}")
+    if sampling_rate <= 0 or start_s < 0 or (duration_s is not None and duration_s <= 0):
+        raise ValueError(f"{what}: bad audio range (rate {sampling_rate}, start {start_s}, duration {duration_s})")
+    want = None if duration_s is None else round(duration_s * sampling_rate)
+    chunks: list[np.ndarray] = []
+    got, first = 0, None
+    try:
+        with av.open(str(source) if isinstance(source, Path) else io.BytesIO(source)) as container:
+            if not container.streams.audio:
+                raise MediaError(f"no audio stream in {what}")
+            stream = container.streams.audio[0]
+            tb, t0 = float(stream.time_base), stream.start_time or 0
+            if start_s > 0:
+                container.seek(int(t0 + start_s / tb), stream=stream, backward=True)
+            resampler = av.AudioResampler(format="flt", layout="mono", rate=sampling_rate)
+            for frame in container.decode(stream):
+                if first is None:
+                    first = (frame.pts - t0) * tb if frame.pts is not None else 0.0
+                for out in resampler.resample(frame):
+                    chunks.append(out.to_ndarray().reshape(-1))
+                    got += chunks[-1].size
+                if want is not None and got >= want + round((start_s - first) * sampling_rate):
+                    break
+            else:
+                chunks += [out.to_ndarray().reshape(-1) for out in resampler.resample(None)]
+    except MediaError:
+        raise
+    except (av.error.FFmpegError, OSError, ValueError) as e:
+        raise MediaError(f"cannot decode audio of {what}: {type(e).__name__}: {e}") from e
+    samples = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+    skip = max(0, round((start_s - (first or 0.0)) * sampling_rate))
+    samples = samples[skip : None if want is None else skip + want]
+    if samples.size == 0:
+        raise MediaError(f"{what} has no audio samples from {start_s:.2f} s")
+    return np.ascontiguousarray(samples, dtype=np.float32)
 
 
 # ------------------------------------------------------------------------------------------------ pdf
