@@ -30,18 +30,19 @@ from PIL import Image
 
 from kamera.data import media as _media
 from kamera.data.errors import ItemError
-from kamera.items.spans import Clip, Span, validate_spans
+from kamera.items.spans import Audio, Clip, Span, validate_spans
 
 IMAGE_TOKEN = "<image>"
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
-MediaKind = Literal["image", "video_frame", "pdf_page"]
+MediaKind = Literal["image", "video_frame", "pdf_page", "audio"]
 SegmentRole = Literal["prefix", "A", "filler", "B", "after"]
 
 
 @dataclass(frozen=True)
 class MediaRef:
-    """A lazy reference to one picture: an image file or encoded bytes, one video frame, or one PDF page.
+    """A lazy reference to one picture (an image file or encoded bytes, one video frame, one PDF page) or one
+    stretch of audio (a file's or video's audio track, or encoded bytes, from ``timestamp_s`` for ``duration_s``).
 
     Nothing is decoded until :meth:`load`; ``source_key`` names where the media came from in the source
     row (e.g. ``images_list[3]``, ``frame[120]``, ``page[5]``) and is what the once-only check counts.
@@ -57,9 +58,17 @@ class MediaRef:
     page: int | None = None
     dpi: int = _media.PDF_DPI
     cache_dir: Path | None = None
+    duration_s: float | None = None
 
-    def load(self) -> Image.Image:
-        """Decode to an RGB PIL image (cached on disk for video frames and PDF pages)."""
+    def load(self) -> Image.Image | Audio:
+        """Decode to an RGB PIL image (cached on disk for video frames and PDF pages), or audio to mono samples at
+        :data:`~kamera.data.media.AUDIO_RATE`."""
+        if self.kind == "audio":
+            start = float(self.timestamp_s or 0.0)
+            source = self.data if self.data is not None else self._need(self.path, "path")
+            samples = _media.read_audio(source, self.source_key if self.data is not None else str(self.path),
+                                        start_s=start, duration_s=self.duration_s)
+            return Audio(samples, _media.AUDIO_RATE, start)
         if self.kind == "image":
             if self.data is not None:
                 return _media.open_image_bytes(self.data, self.source_key)
