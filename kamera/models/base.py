@@ -27,7 +27,7 @@ from PIL import Image
 from transformers import DynamicCache
 
 from kamera.core import ChannelSpec, ChunkKV, RotarySpec
-from kamera.items.spans import Clip, Span, validate_spans
+from kamera.items.spans import Audio, Clip, Span, validate_spans
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,9 @@ class VisionPiece:
     """One image (or one video clip) as the language model sees it: its token ids, which of them carry
     features, and the features for those slots.
 
-    ``kind`` is "image" or "video"; ``grid_thw`` [3] and, for video, ``second_per_grid`` (seconds
-    spanned by one temporal patch) are what M-RoPE families need to place it.
+    ``kind`` is "image", "video" or "audio"; ``grid_thw`` [3] and, for video, ``second_per_grid`` (seconds
+    spanned by one temporal patch) are what M-RoPE families need to place it; for audio, ``feature_len`` (the
+    number of feature frames the audio tower read) is what the omni families' rope index reads.
     """
 
     ids: list[int]
@@ -53,6 +54,7 @@ class VisionPiece:
     deepstack: list[torch.Tensor] | None = None  # per deepstack layer, [n_visual, hidden]
     kind: str = "image"
     second_per_grid: float | None = None
+    feature_len: int | None = None
 
 
 @dataclass
@@ -214,6 +216,10 @@ class Adapter:
         """One clip as the model's own video input (families with ``takes_video``)."""
         raise NotImplementedError(f"{type(self).__name__} ({self.family}) has no video input")
 
+    def _audio(self, audio: Audio) -> VisionPiece:
+        """One stretch of audio as the model's own audio input (families with an audio tower)."""
+        raise NotImplementedError(f"{self.name} ({self.family}) does not take audio; audio chunks need an omni model")
+
     def _vision(self, image: Image.Image) -> VisionPiece:
         pixels = {k: v.to(self.device) for k, v in self._pixels(image).items()}
         feats, deep = self._features(pixels)
@@ -319,11 +325,11 @@ class Adapter:
         spans[-1] = Span("query", (*q.parts, footer), q.name, q.meta)
         return spans
 
-    def runs(self, span: Span) -> list[str | Image.Image | Clip]:
+    def runs(self, span: Span) -> list[str | Image.Image | Clip | Audio]:
         """A span's parts as the model reads them: adjacent text joined into one run (a SentencePiece
         tokenizer gives different ids for "a" + " b" tokenized apart than for "a b"), empty text dropped,
         and a clip split into its frames (as separate images) unless the family takes video."""
-        out: list[str | Image.Image | Clip] = []
+        out: list[str | Image.Image | Clip | Audio] = []
         for part in span.parts:
             pieces = part.frames if isinstance(part, Clip) and not self.takes_video else (part,)
             for p in pieces:
@@ -343,7 +349,10 @@ class Adapter:
                 ids += t
                 visual += [False] * len(t)
                 continue
-            piece = self._video(part) if isinstance(part, Clip) else self._vision(part.convert("RGB"))
+            if isinstance(part, Audio):
+                piece = self._audio(part)
+            else:
+                piece = self._video(part) if isinstance(part, Clip) else self._vision(part.convert("RGB"))
             pieces.append(piece)
             ids += piece.ids
             visual += piece.visual
