@@ -81,6 +81,19 @@ def qwen3_omni_config():
     )
 
 
+def qwen2_5_omni_config():
+    """The Qwen2.5-Omni thinker's shape: Qwen2.5-VL's decoder and windowed vision tower plus a Whisper-style audio
+    tower (16 mel bins, one layer); audio tokens advance one position per 40 ms (25 per second)."""
+    return tf.Qwen2_5OmniThinkerConfig(
+        text_config=dict(TEXT, rope_parameters=dict(rope_type="default", rope_theta=1e6, mrope_section=[8, 12, 12])),
+        vision_config=dict(QWEN_VISION, patch_size=14, window_size=56, fullatt_block_indexes=[1]),
+        audio_config=dict(d_model=64, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=128, output_dim=256,
+                          num_mel_bins=16),
+        audio_token_id=VOCAB - 5, audio_start_token_id=VOCAB - 6, audio_end_token_id=VOCAB - 7,
+        position_id_per_seconds=25, **SPECIAL_IDS,
+    )
+
+
 def kimi_config():
     return tf.Kimi_K25Config(
         text_config=dict(MLA_TEXT, model_type="deepseek_v3", n_group=1, topk_group=1),
