@@ -60,7 +60,7 @@ def table(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
     for model, a, probe, setting, variant, got in groups(rows):
         div = mean_of(got, "divergence") if probe == "divergent" else float("nan")
         out[(f"{model} ({a})", probe, setting, variant)] = [
-            eta_cell(r["eta"] for r in got), num(flip_recover([r["flip"] for r in got], [r["recovered"] for r in got])),
+            eta_cell(got), num(flip_recover([r["flip"] for r in got], [r["recovered"] for r in got])),
             sum(bool(r["flip"]) for r in got), num(div, 3),
             values.get(model, {}).get(probe, {}).get(setting, {}).get(variant, ""),
         ]

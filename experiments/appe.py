@@ -68,7 +68,7 @@ def column(recs: list[dict], model: str) -> list[str]:
         count(forks, "shares_canonical"),
         f"{num(ratio(mean_of(forks, 'bytes'), mean_of(forks, 'bytes_duplicated')))}×" if forks else "–",
         f"{num(sum(shared) / len(shared))}× over {num(sum(map(len, branches.values())) / len(branches), 1)} branches" if shared else "–",
-        eta_cell(r["eta"] for r in forks) if forks else "–",
+        eta_cell(forks) if forks else "–",
     ]
 
 

@@ -30,13 +30,13 @@ import pandas as pd
 
 from experiments.common import (
     STYLE,
-    ci_cell,
     cli,
     document,
     figure_outputs,
     markdown_rows,
     paper_or,
     partial_tag,
+    row_cell,
 )
 from experiments.panels import blank, cell, load_sources, of_probe, one_label
 from kamera.diagnostics.records import cumulative
@@ -48,7 +48,8 @@ N_MAX = 32
 
 # ----- (a) bytes vs accuracy -------------------------------------------------------------------------
 def bytes_points(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """Per (model, bench, subset, arm), by bytes: n, mean bytes, mean bytes_frac, accuracy and its CI cell; and how
+    """Per (model, bench, subset, arm), by bytes: n, mean bytes, mean bytes_frac, accuracy and its CI cell (the
+    cluster bootstrap: questions on one document resampled together, :func:`experiments.common.row_cell`); and how
     many duplicate (item, arm) rows (the same item read from two sources) were dropped. The subset is a key: a
     multi-hop subset and its single-hop control are different questions (blind reuse is exact on the control)."""
     if rows.empty or "bytes" not in rows.columns:
@@ -58,7 +59,7 @@ def bytes_points(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     for (model, bench, subset, arm), g in unique.groupby(["model", "bench", "subset", "arm"], sort=True):
         out.append({"model": model, "bench": bench, "subset": subset, "arm": arm, "n": len(g), "bytes": g["bytes"].mean(),
                     "bytes_frac": g["bytes_frac"].mean(), "accuracy": g["correct"].mean(),
-                    "cell": ci_cell(g["correct"])})
+                    "cell": row_cell(g, "correct")})
     frame = pd.DataFrame(out).sort_values(["model", "bench", "subset", "bytes", "arm"]).reset_index(drop=True)
     return frame, len(rows) - len(unique)
 

@@ -6,9 +6,9 @@ of a slide (keep-as-is vs a rank-64 removal patch), per model.
 
 Reads the ``recall`` and ``survivor`` window rows of exactly the experiment's jobs; writes
 <paths.tables>/<experiment>.md and .tex. Columns (:func:`kamera.window.summary.table1`): stale and fresh
-η at τ = 1 (mean [95% bootstrap CI], median, measurable n), flips (items where blind reuse changes the
-re-prefill decision) and the flip-recover of stale → fresh; the survivor's keep-as-is KL (mean, and its
-ratio to blind reuse's) and the removal patch's η. The paper reports the removal patch's η without
+η at τ = 1 (mean [95% cluster-bootstrap CI: questions on one video resampled together], median, measurable
+n), flips (items where blind reuse changes the re-prefill decision) and the flip-recover of stale → fresh;
+the survivor's keep-as-is KL (mean, and its ratio to blind reuse's) and the removal patch's η. The paper reports the removal patch's η without
 saying against which floor; we read it as against keep-as-is (``eta_keep`` = 1 − KL/KL_keep: the share
 of the keep-as-is gap the removal patch closes) and also give η against blind.
 """
@@ -35,8 +35,8 @@ def frame(rows: pd.DataFrame, values: dict | None = None) -> pd.DataFrame:
     out = {}
     for model, a in models(recs):
         t, p = table1(recs, model), paper_models.get(model, {})
-        stale = [r["eta"] for r in select(recs, model=model, probe="recall", tau=1.0, variant="stale_patch")]
-        fresh = [r["eta"] for r in select(recs, model=model, probe="recall", tau=1.0, variant="fresh_patch")]
+        stale = select(recs, model=model, probe="recall", tau=1.0, variant="stale_patch")
+        fresh = select(recs, model=model, probe="recall", tau=1.0, variant="fresh_patch")
         removal = select(recs, model=model, probe="survivor", variant="removal_patch")
         flip = f"{num(t.stale_flip_recover)} → {num(t.fresh_flip_recover)}"
         if "flip" in p:
@@ -44,7 +44,7 @@ def frame(rows: pd.DataFrame, values: dict | None = None) -> pd.DataFrame:
         out[model] = [
             a, t.n_recall, eta_cell(stale) + paper(p.get("stale")), eta_cell(fresh) + paper(p.get("fresh")),
             t.n_flips, flip, t.n_survivor, num(t.keep_kl, 3) + paper(p.get("keep_kl"), 3), num(t.keep_kl_over_blind),
-            eta_cell(r["eta_keep"] for r in removal) + paper(p.get("removal")), eta_cell(r["eta"] for r in removal),
+            eta_cell(removal, "eta_keep") + paper(p.get("removal")), eta_cell(removal),
         ]
     table = pd.DataFrame.from_dict(out, orient="index", columns=COLUMNS)
     table.index.name = "model"
@@ -60,8 +60,8 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
     notes = ["Recall: the chunk re-admitted after the whole window turned over (τ = 1); stale = the patch frozen at "
              "eviction, replayed; fresh = rank 32 formed behind the window it is recalled behind. Survivor: the leading "
              "chunk evicted, the interior survivor kept as-is (R(δ) only) or with a rank-64 removal patch. η = 1 − "
-             "KL/KL_blind, mean [95% bootstrap CI] over items with a measurable deficit (KL_blind ≥ eta_floor); "
-             "flip-recover over the items where blind reuse flips the re-prefill decision."]
+             "KL/KL_blind, mean [95% cluster-bootstrap CI: questions on one video resampled together] over items with "
+             "a measurable deficit (KL_blind ≥ eta_floor); flip-recover over the items where blind reuse flips the re-prefill decision."]
     if rows["model"].isin(list(paper.get("models", {}))).any():
         notes.append(paper["note"])
     return table_outputs(table, stem, f"Table 1 ({group}) — eviction is asymmetric{partial_tag(footer)}",

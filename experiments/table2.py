@@ -81,7 +81,7 @@ def frame(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
                 continue
             out[(point, f"{model} ({a})")] = [
                 mechanism, cost, num(mean_of(got, "forwards")), num(mean_of(got, "stored_forwards")),
-                num(mean_of(got, "bytes_frac")), eta_cell(r["eta"] for r in got) + extra(point, got, recs, model, paper),
+                num(mean_of(got, "bytes_frac")), eta_cell(got) + extra(point, got, recs, model, paper),
                 num(mean_of(got, "kl"), 3), holds,
             ]
     table = pd.DataFrame.from_dict(out, orient="index", columns=COLUMNS)

@@ -13,20 +13,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import ci_cell, cli, natural_order, paper_or, partial_tag, table_outputs
+from experiments.common import cli, natural_order, paper_or, partial_tag, row_cell, table_outputs
 
 ARM_ORDER = ["reprefill", "blind", "patch_r16", "patch_r64"]
 
 
 def aggregate(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
-    """One line per (model, subset, arm): n, accuracy and its 95% CI cell; chance per (model, subset); the
+    """One line per (model, subset, arm): n, accuracy and its 95% CI cell (the cluster bootstrap: items sharing a
+    ``cluster_key`` resampled together, :func:`experiments.common.row_cell`); chance per (model, subset); the
     paper's value (``paper["accuracy"][model][subset][arm]``) where it has one."""
     accuracy = paper_or(paper, "table3").get("accuracy", {})
     out = []
     for (model, subset, arm), g in rows.groupby(["model", "subset", "arm"], sort=True):
         out.append({
             "model": model, "subset": subset, "arm": arm, "n": len(g),
-            "accuracy": g["correct"].mean(), "cell": ci_cell(g["correct"]),
+            "accuracy": g["correct"].mean(), "cell": row_cell(g, "correct"),
             "chance": (1.0 / g["n_choices"][g["n_choices"] > 0]).mean(),
             "paper": accuracy.get(model, {}).get(subset, {}).get(arm),
         })
@@ -53,8 +54,8 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
            paper: dict | None = None) -> tuple[str, list[Path]]:
     tag = partial_tag(footer)
     return table_outputs(wide(aggregate(rows, paper)), stem, f"Table 3 ({group}{tag})",
-                         f"Accuracy per arm ({group}{tag}); mean and 95\\% bootstrap CI over items.", f"tab:{group}",
-                         footer, math=False, subtitle="accuracy, mean [95% bootstrap CI]", index_label="arm")
+                         f"Accuracy per arm ({group}{tag}); mean and 95\\% cluster-bootstrap CI over items.", f"tab:{group}",
+                         footer, math=False, subtitle="accuracy, mean [95% cluster-bootstrap CI]", index_label="arm")
 
 
 def main(argv: list[str] | None = None) -> None:

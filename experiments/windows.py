@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from experiments.common import ci_cell
+from experiments.common import ci_cell, cluster_labels
 from kamera.window.summary import mean, median
 
 ARCH_ORDER = ("GQA", "deepstack", "MLA", "MHA")
@@ -53,13 +53,19 @@ def num(x: float, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
-def eta_cell(values: Iterable[float]) -> str:
-    """'0.87 [0.80, 0.93] (med 0.91, n 25)': mean η and its bootstrap CI, the median and the measurable n
-    (items whose KL_blind is below the floor have η = NaN and do not count)."""
-    v = [x for x in values if x == x]
-    if not v:
+def eta_cell(recs: Iterable[dict], column: str = "eta") -> str:
+    """'0.87 [0.80, 0.93] (med 0.91, n 25)': the mean of ``column`` (η by default) over the rows ``recs`` and its
+    95% cluster-bootstrap CI, the median and the measurable n (rows whose KL_blind is below the floor have η =
+    NaN and do not count). The bootstrap resamples clusters (:func:`experiments.common.cluster_labels`): the
+    questions on one video share a ``cluster_key`` and the rows of one item (a fork's branches) are one draw,
+    so the CI is not the narrower one of independent rows; ", k clusters" follows n where there are fewer."""
+    got = [r for r in recs if r[column] == r[column]]
+    if not got:
         return "– (no measurable deficit)"
-    return f"{ci_cell(v)} (med {num(median(v))}, n {len(v)})"
+    values, clusters = [r[column] for r in got], cluster_labels(pd.DataFrame(got))
+    k = len(set(clusters))
+    return f"{ci_cell(values, clusters=clusters)} (med {num(median(values))}, n {len(values)}" \
+        + (f", {k} cluster{'s' * (k > 1)})" if k < len(values) else ")")
 
 
 def paper(value: float | None, digits: int = 2) -> str:

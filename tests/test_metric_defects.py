@@ -4,6 +4,7 @@
 2. Fig. 11(a) keeps the single-hop control apart from the multi-hop subset;
 3. Fig. 3's e90 summary counts only layers whose Δ is above rounding (the ``e90_columns`` rule);
 4. the removal patch's e90 uses the cache dtype's rounding floor, not a fixed 1e-5;
+5. the window tables, Table 3 and Fig. 11(a) resample clusters (questions on one video or document), not rows;
 9. ``Adapter.logits`` applies the config's ``final_logit_softcapping``.
 """
 
@@ -168,6 +169,76 @@ def test_fig11_bytes_points_are_per_subset_and_the_axis_says_what_it_plots(tmp_p
     label = fig.axes[0].get_xlabel()
     assert "reuse context" not in label and "B's KV page" in label
     assert sorted(x for c in fig.axes[0].collections for x in c.get_offsets()[:, 0]) == [0.06, 0.06, 1.0, 1.0]
+
+
+# ----- defect 5: CIs over clustered rows resample the clusters ----------------------------------------
+CLUSTERS, PER_CLUSTER = 4, 5
+
+
+def clustered(value_of: dict[int, float]) -> list[tuple[str, str, float]]:
+    """(item, cluster, value): PER_CLUSTER questions per video or document, one value per cluster, so the rows
+    inside a cluster are copies of one draw and a row bootstrap sees CLUSTERS × PER_CLUSTER false replicates."""
+    return [(f"c{c}q{q}", f"video{c}", value_of[c]) for c in range(CLUSTERS) for q in range(PER_CLUSTER)]
+
+
+def ci_width(cell: str) -> float:
+    lo, hi = cell.split("[", 1)[1].split("]", 1)[0].split(", ")
+    return float(hi) - float(lo)
+
+
+def window_recall_rows(share: bool) -> pd.DataFrame:
+    """Table 1 recall rows at τ = 1 (stale and fresh η), clustered by video when ``share``, else one cluster each."""
+    out = []
+    for item, cluster, v in clustered({0: 0.1, 1: 0.9, 2: 0.3, 3: 0.7}):
+        for variant, eta in (("stale_patch", v), ("fresh_patch", 1 - v / 2)):
+            out.append({"shape": "window", "model": "m", "family": "qwen2_5_vl", "attention": "GQA", "item_id": item,
+                        "cluster_key": cluster if share else item, "probe": "recall", "setting": "tau=1",
+                        "variant": variant, "tau": 1.0, "eta": eta, "kl": 1 - eta, "kl_blind": 1.0, "flip": False,
+                        "recovered": True})
+    return pd.DataFrame(out)
+
+
+def accuracy_rows(share: bool) -> pd.DataFrame:
+    """Arm rows of one model, subset and arm whose correctness is a property of the document (cluster)."""
+    return pd.DataFrame([{"model": "m", "dtype": "bfloat16", "bench": "mmlongbench_doc", "subset": "two_page", "seed": 0,
+                          "item_id": item, "cluster_key": cluster if share else None, "arm": "blind", "knobs": "{}",
+                          "n_choices": 4, "bytes": 0, "bytes_frac": 0.0, "correct": v}
+                         for item, cluster, v in clustered({0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0})])
+
+
+@pytest.mark.parametrize("where", ("table1", "table3", "fig11"))
+def test_cis_over_clustered_rows_are_wider_than_the_row_bootstrap(where):
+    """Four clusters of five identical rows: the cluster bootstrap's CI must be wider than the row bootstrap's
+    (which treats the 20 rows as independent), and with every row its own cluster both are the row bootstrap."""
+    from experiments import fig11, table1, table3
+
+    def cell(share: bool) -> str:
+        if where == "table1":
+            return table1.frame(window_recall_rows(share)).at["m", "stale η (τ = 1)"]
+        if where == "table3":
+            return table3.aggregate(accuracy_rows(share)).at[0, "cell"]
+        return fig11.bytes_points(accuracy_rows(share))[0].at[0, "cell"]
+
+    clustered_width, row_width = ci_width(cell(True)), ci_width(cell(False))
+    assert clustered_width > 1.3 * row_width, (cell(True), cell(False))
+    if where == "table1":
+        assert "n 20, 4 clusters" in cell(True) and "clusters" not in cell(False)
+
+
+def test_every_row_its_own_cluster_is_the_row_bootstrap_draw_for_draw():
+    from experiments.common import ci_cell, cluster_labels
+
+    rows = accuracy_rows(share=False)
+    assert ci_cell(rows["correct"], clusters=cluster_labels(rows)) == ci_cell(rows["correct"])
+
+
+def test_a_forks_branches_are_one_draw():
+    """Rows of one item (a fork's branches, a refresh at several d) are one cluster: not independent replicates."""
+    from experiments.windows import eta_cell
+
+    recs = [{"item_id": f"i{i}", "cluster_key": f"i{i}", "eta": v} for i, v in enumerate((0.2, 0.8)) for _ in range(6)]
+    assert ci_width(eta_cell(recs)) > 1.3 * ci_width(eta_cell([{**r, "item_id": f"{r['item_id']}-{j}",
+                                                                   "cluster_key": None} for j, r in enumerate(recs)]))
 
 
 # ----- defect 9: final-logit soft-capping ---------------------------------------------------------------
