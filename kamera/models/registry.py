@@ -207,12 +207,18 @@ TEXT_DECODERS = {
     "olmo2": "Olmo2ForCausalLM",
 }
 # Families a registered model's adapter serves: model_type → the registered model whose adapter, class and load
-# options a checkpoint of that type loads with (each tested through a checkpoint written from its tiny twin).
+# options a checkpoint of that type loads with (tested through a checkpoint written from its tiny twin, or through
+# its shaped checkpoint where it has no twin: tests/models/test_own_checkpoint.py).
 VL_FAMILIES = {
     "qwen2_5_vl": "qwen2_5_vl_7b",
     "qwen3_vl": "qwen3_vl_8b",
     "llava": "llava_1_5_7b",
     "deepseek_v2": "tiny_deepseek_v2",
+    "internvl": "internvl3_8b",
+    "smolvlm": "smolvlm2",
+    "deepseek_vl_hybrid": "deepseek_vl_7b",
+    "deepseek_vl": "tiny_deepseek_vl",
+    "qwen3_omni_moe": "qwen3_omni_30b_a3b",
 }
 
 

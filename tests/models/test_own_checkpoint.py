@@ -5,6 +5,7 @@ templates that take content only as a string work. Tiny random checkpoints writt
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -239,3 +240,39 @@ def test_binding_words_runs_on_a_text_checkpoint(tmp_path, model_type):
     assert set(rows.arm) == {"reprefill", "blind", "patch_r8", "patch_full", "cacheblend"} and len(rows) == 15
     assert set(rows.bench) == {"binding_words"} and set(rows.subset) <= {"two_hop", "control", "control_b"}
     check_identities(rows[rows.arm != "cacheblend"])
+
+
+# ----- item 1: the served VL families without a tiny twin, by their published config and shaped checkpoint ---
+NO_TWIN = {"internvl": "internvl3_8b", "smolvlm": "smolvlm2", "deepseek_vl_hybrid": "deepseek_vl_7b",
+           "qwen3_omni_moe": "qwen3_omni_30b_a3b"}
+
+
+@pytest.mark.parametrize("model_type, paper", sorted(NO_TWIN.items()))
+def test_a_published_config_maps_onto_the_paper_models_adapter(tmp_path, model_type, paper):
+    """The checkpoint's config.json (here: the one the paper model publishes) picks the paper model's adapter,
+    class and load options, without loading anything."""
+    from kamera.models.registry import own_entry
+    from kamera.models.shaped.writer import published_json
+
+    config = published_json(paper)
+    assert config["model_type"] == model_type
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    e, base = own_entry("hf", tmp_path), entry(paper)
+    assert (e.family, e.adapter, e.model_class, e.submodule) == (model_type, base.adapter, base.model_class,
+                                                                 base.submodule)
+    assert e.load_kwargs == base.load_kwargs and model_type in supported_model_types()
+
+
+@pytest.mark.shaped
+@pytest.mark.parametrize("paper", ["smolvlm2", "internvl3_8b", "deepseek_vl_7b"])
+def test_a_shaped_checkpoint_runs_by_path(tmp_path, shaped_root, paper):
+    """The paper model's shaped checkpoint, named by path through model=hf: rows say its model_type, re-prefill is
+    the reference and the full-rank patch restores it (float32)."""
+    ckpt = shaped_root(paper) / entry(paper).repo_dir
+    cfg = job(tmp_path, "model=hf", f"model.path={ckpt}", "bench=synthetic", "arms=[reprefill,blind,patch_full]",
+              "n_items=1", "eta_floor=0")
+    rows = pd.read_parquet(runner.run(cfg))
+    assert set(rows.model_type) == {entry(paper).family} and set(rows.checkpoint) == {ckpt.name}
+    by = rows.set_index("arm")
+    assert by.at["reprefill", "kl"] == pytest.approx(0.0, abs=1e-9)
+    assert by.at["patch_full", "kl"] <= 1e-5 * max(by.at["blind", "kl"], 1e-3)
