@@ -8,29 +8,64 @@ Reads the ``recall`` and ``survivor`` window rows of exactly the experiment's jo
 <paths.tables>/<experiment>.md and .tex. Columns (:func:`kamera.window.summary.table1`): stale and fresh
 η at τ = 1 (mean [95% cluster-bootstrap CI: questions on one video resampled together], median, measurable
 n), flips (items where blind reuse changes the re-prefill decision) and the flip-recover of stale → fresh;
-the survivor's keep-as-is KL (mean, and its ratio to blind reuse's) and the removal patch's η. The paper reports the removal patch's η without
+the survivor's keep-as-is KL (mean, and its ratio to blind reuse's), the removal patch's η, and the removal
+deficit's structure (:func:`removal_structure`: Δ_remove's relative norm, shallow half → deep half of the
+layers, and its 90%-energy rank over the layer-channels above rounding; §5 "deep rel-norm ≈ 3× shallow;
+90%-energy rank 36–44"). The paper reports the removal patch's η without
 saying against which floor; we read it as against keep-as-is (``eta_keep`` = 1 − KL/KL_keep: the share
 of the keep-as-is gap the removal patch closes) and also give η against blind.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pandas as pd
 
 from experiments.common import cli, paper_or, partial_tag, table_outputs
-from experiments.windows import eta_cell, models, num, paper, records
-from kamera.window.summary import select, table1
+from experiments.windows import eta_cell, mean_of, models, num, paper, ratio, records
+from kamera.window.summary import mean, median, select, table1
 
 COLUMNS = ["arch", "n", "stale η (τ = 1)", "fresh η (τ = 1)", "flips", "flip-recover stale → fresh",
-           "n (survivor)", "keep-as-is KL", "keep / blind KL", "removal η vs keep-as-is", "removal η vs blind"]
+           "n (survivor)", "keep-as-is KL", "keep / blind KL", "removal η vs keep-as-is", "removal η vs blind",
+           "Δ_remove rel-norm shallow → deep", "Δ_remove e90"]
+
+
+def removal_structure(rec: dict) -> dict:
+    """One removal-patch row's Δ_remove structure (its ``removal_rel_norm`` / ``removal_e90`` JSON, [layer][channel]):
+    the relative norm averaged over the channels of the shallow half of the layers (l < L/2) and of the deep half,
+    and the median e90 over the layer-channels above rounding (the probe reports e90 = 0 for a layer-channel
+    whose Δ_remove is rounding, :func:`kamera.metrics.rounding_floor`; those are left out, as ``e90_columns``
+    leaves them out of Δ's e90)."""
+    rel, e90 = json.loads(rec["removal_rel_norm"]), json.loads(rec["removal_e90"])
+    per_layer = [sum(chans) / len(chans) for chans in rel]
+    half = len(per_layer) // 2
+    above = [e for chans in e90 for e in chans if e > 0]
+    return {"rel_shallow": mean(per_layer[:half]) if half else math.nan, "rel_deep": mean(per_layer[half:]),
+            "e90_above": median(above)}
+
+
+def structure_cells(removal: list[dict], p: dict) -> list[str]:
+    """Table 1's removal-deficit columns: the mean shallow → deep relative norm (and the ratio of the means; the
+    paper: "deep rel-norm ≈ 3× shallow") and the e90 (mean [95% cluster-bootstrap CI] over items of each item's
+    median; the paper: "90%-energy rank 36–44")."""
+    got = [{**r, **removal_structure(r)} for r in removal if isinstance(r.get("removal_rel_norm"), str)]
+    if not got:
+        return ["–", "–"]
+    shallow, deep = mean_of(got, "rel_shallow"), mean_of(got, "rel_deep")
+    depth = f"{num(shallow, 3)} → {num(deep, 3)} ({num(ratio(deep, shallow), 1)}×)"
+    if "depth" in p:
+        depth += f" (paper ≈ {p['depth']:g}×)"
+    return [depth, eta_cell(got, "e90_above") + (f" (paper {p['e90']})" if "e90" in p else "")]
 
 
 def frame(rows: pd.DataFrame, values: dict | None = None) -> pd.DataFrame:
     """One line per model (every model with recall or survivor rows); the paper's values (conf/experiment/
     table1.yaml ``paper``) beside the paper models'."""
     paper_models = paper_or(values, "table1").get("models", {})
+    structure = paper_or(values, "table1").get("removal_structure", {})  # one statement for the paper's models
     recs = records(rows)
     out = {}
     for model, a in models(recs):
@@ -45,6 +80,7 @@ def frame(rows: pd.DataFrame, values: dict | None = None) -> pd.DataFrame:
             a, t.n_recall, eta_cell(stale) + paper(p.get("stale")), eta_cell(fresh) + paper(p.get("fresh")),
             t.n_flips, flip, t.n_survivor, num(t.keep_kl, 3) + paper(p.get("keep_kl"), 3), num(t.keep_kl_over_blind),
             eta_cell(removal, "eta_keep") + paper(p.get("removal")), eta_cell(removal),
+            *structure_cells(removal, structure if model in paper_models else {}),
         ]
     table = pd.DataFrame.from_dict(out, orient="index", columns=COLUMNS)
     table.index.name = "model"

@@ -24,13 +24,14 @@ items), the byte ratio likewise; the partial forward's ℓ⋆/n_L is the mean fr
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
 
 from experiments.common import cli, paper_or, partial_tag, table_outputs
 from experiments.windows import eta_cell, mean_of, models, num, ratio, records
-from kamera.window.summary import select
+from kamera.window.summary import mean, select
 
 # (operating point, mechanism, probe, variant, row filter) — Table 2 of the paper; the paper's cost and "where it
 # holds" per point are conf/experiment/table2.yaml's paper.points.
@@ -55,11 +56,15 @@ def pick(recs: list[dict], model: str, probe: str, variant: str, where: dict) ->
 
 
 def extra(point: str, got: list[dict], recs: list[dict], model: str, paper: dict) -> str:
-    """What a point adds to its fidelity cell: deep-half vs the full patch, the partial forward's layer share."""
+    """What a point adds to its fidelity cell: deep-half vs the full patch, the orbit's deficit distance between
+    orderings (mean ``delta_rel`` over its rows), the partial forward's layer share."""
     if point == "deep-half patch":
         full = pick(recs, model, "deep_half", "patch", {})
         eta, size = ratio(mean_of(got, "eta"), mean_of(full, "eta")), ratio(mean_of(got, "bytes"), mean_of(full, "bytes"))
         return f"; {num(eta)}× the full patch's η at {num(size)}× its bytes (paper {paper['deep_half']})"
+    if point == "reorder orbit-patch":  # §5: the raw deficit is not order-invariant, the orbit patch still transfers
+        dist = mean(r.get("delta_rel", math.nan) for r in got)  # "–" for rows stored before the column existed
+        return f"; ‖Δπ − Δid‖/‖Δid‖ {num(dist)} (paper {paper['delta_rel']})"
     if point == "partial forward":
         return f"; {num(ratio(mean_of(got, 'recomputed_layers'), mean_of(got, 'n_layers')))} of the layers recomputed"
     return ""

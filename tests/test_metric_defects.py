@@ -3,13 +3,15 @@
 1. the window probes' MLA k_pe rank is the patch arm's (one rule, :func:`kamera.core.family_rank_view`);
 2. Fig. 11(a) keeps the single-hop control apart from the multi-hop subset;
 3. Fig. 3's e90 summary counts only layers whose Δ is above rounding (the ``e90_columns`` rule);
-4. the removal patch's e90 uses the cache dtype's rounding floor, not a fixed 1e-5;
+4. the removal patch's e90 uses the cache dtype's rounding floor, not a fixed 1e-5, and Table 1 renders the removal
+   deficit's structure (``removal_rel_norm`` shallow → deep, ``removal_e90``), Table 2 the reorder ``delta_rel``;
 5. the window tables, Table 3 and Fig. 11(a) resample clusters (questions on one video or document), not rows;
 9. ``Adapter.logits`` applies the config's ``final_logit_softcapping``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -94,6 +96,40 @@ def test_removal_e90_in_bf16_reports_rounding_as_rank_zero(tiny, name):
     keep = next(r for r in make_probe("survivor", mask_evicted=True).run(masked) if r["variant"] == "keep_as_is")
     assert max(max(layer) for layer in json.loads(keep["removal_rel_norm"])) < 1e-2
     assert json.loads(keep["removal_e90"]) == [[0, 0]] * adapter.n_layers
+
+
+def as_window_rows(adapter, rows: list[dict]) -> pd.DataFrame:
+    """Probe rows as a window job stores them (the columns the runner adds: shape, model, family, attention)."""
+    return pd.DataFrame([{"shape": "window", "model": adapter.name, "family": "kimi_k25", "attention": adapter.attention,
+                          **r} for r in rows])
+
+
+def test_removal_structure_is_the_shallow_and_deep_half_and_the_e90_above_rounding():
+    from experiments.table1 import removal_structure
+
+    rel = [[0.1, 0.3], [0.2, 0.2], [0.5, 0.7], [0.6, 0.6]]  # 4 layers × 2 channels: shallow mean 0.2, deep 0.6
+    e90 = [[0, 0], [3, 5], [10, 12], [11, 40]]  # layer 0 is rounding (e90 0): left out of the median
+    got = removal_structure({"removal_rel_norm": json.dumps(rel), "removal_e90": json.dumps(e90)})
+    assert got["rel_shallow"] == pytest.approx(0.2) and got["rel_deep"] == pytest.approx(0.6)
+    assert got["e90_above"] == 10.5
+
+
+def test_table1_and_table2_render_the_removal_structure_and_the_reorder_distance(kimi_window_rows):
+    """Real survivor and reorder rows of tiny_kimi: Table 1's structure columns and Table 2's orbit cell show the
+    numbers the rows carry (they were computed and stored, never shown)."""
+    from experiments import table1, table2
+    from experiments.table1 import removal_structure
+
+    adapter, rows = kimi_window_rows
+    frame = as_window_rows(adapter, rows["survivor"] + rows["reorder"] + rows["recall"])
+    t1 = table1.frame(frame).loc[adapter.name]
+    removal = [r for r in rows["survivor"] if r["variant"] == "removal_patch"]
+    s = removal_structure(removal[0])
+    assert t1["Δ_remove rel-norm shallow → deep"].startswith(f"{s['rel_shallow']:.3f} → {s['rel_deep']:.3f}")
+    assert t1["Δ_remove e90"].startswith(f"{s['e90_above']:.2f} [")
+    orbit = [r["delta_rel"] for r in rows["reorder"] if r["variant"] == "orbit"]
+    cell = table2.frame(frame).at[("reorder orbit-patch", f"{adapter.name} (MLA)"), "η mean [95% CI]"]
+    assert f"‖Δπ − Δid‖/‖Δid‖ {sum(orbit) / len(orbit):.2f}" in cell and 0 < min(orbit)
 
 
 # ----- defect 3: Fig. 3's e90 summary counts only layers above rounding ---------------------------------
