@@ -237,6 +237,22 @@ class Adapter:
         """Family-specific language-model kwargs for a forward over ``placed`` (e.g. deepstack)."""
         return {}
 
+    def _token_extras(self, ids: torch.Tensor) -> dict:
+        """Family-specific language-model kwargs that follow from token ids [1, q] alone, for decoded tokens
+        (Gemma-3n's per-layer inputs)."""
+        return {}
+
+    def _attention_mask(self, mask: torch.Tensor | None, cache: DynamicCache, n_new: int):
+        """What the language model takes as ``attention_mask`` for a 4D additive ``mask`` [1, 1, q, past + q] over
+        ``n_new`` new tokens on ``cache`` (a family with sliding-window layers gives each layer type its own)."""
+        return mask
+
+    def new_cache(self, data: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> DynamicCache:
+        """A cache for this model, holding ``data`` (keys, values [1, kv_heads, n, head_dim] per cache layer) when
+        given; every cache the adapter builds comes from here (a family whose cache layers need setting up first,
+        e.g. sliding-window layers that must keep every row, overrides it)."""
+        return DynamicCache(ddp_cache_data=data, config=self.text_config)
+
     # ----- properties --------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
@@ -422,7 +438,7 @@ class Adapter:
             raise ValueError("forward needs at least one span")
         embeds = torch.cat([s.embeds for s, _ in placed])[None]
         pos = torch.cat([s.local_pos + start for s, start in placed], dim=-1)
-        cache = cache if cache is not None else DynamicCache(config=self.text_config)
+        cache = cache if cache is not None else self.new_cache()
         impl = self.attn_implementation
         if mask is not None and impl not in MASK_KERNELS:
             impl = "sdpa"
@@ -431,7 +447,7 @@ class Adapter:
                 inputs_embeds=embeds,
                 position_ids=self.position_ids(pos),
                 cache=cache,
-                attention_mask=mask,
+                attention_mask=self._attention_mask(mask, cache, embeds.shape[1]),
                 use_cache=True,
                 **self._forward_extras(placed),
             )
@@ -457,7 +473,7 @@ class Adapter:
             k = torch.cat([c.layers[l][0] for c in chunks]).transpose(0, 1)[None]
             v = torch.cat([c.layers[l][1] for c in chunks]).transpose(0, 1)[None]
             data.append((k.contiguous(), v.contiguous()))
-        return DynamicCache(ddp_cache_data=data, config=self.text_config)
+        return self.new_cache(data)
 
     # ----- decoding ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -465,9 +481,7 @@ class Adapter:
         """Greedy-decode after a query forward, continuing (a copy of) its cache and its positions."""
         tokens: list[int] = []
         # a new cache over the same tensors: decoding appends to it, never to the arm's own cache
-        cache = DynamicCache(
-            ddp_cache_data=[(layer.keys, layer.values) for layer in out.cache.layers], config=self.text_config
-        )
+        cache = self.new_cache([(layer.keys, layer.values) for layer in out.cache.layers[: self.n_layers]])
         logits, nxt = out.logits, int(out.positions.max()) + 1
         for _ in range(max_new_tokens):
             tok = int(logits.argmax())
@@ -475,11 +489,13 @@ class Adapter:
                 break
             tokens.append(tok)
             pos = torch.full((self.position_rows, 1), nxt, dtype=torch.long, device=self.device)
+            ids = torch.tensor([[tok]], device=self.device)
             h = self.lm(
-                inputs_embeds=self.embed(torch.tensor([[tok]], device=self.device)),
+                inputs_embeds=self.embed(ids),
                 position_ids=self.position_ids(pos),
                 cache=cache,
                 use_cache=True,
+                **self._token_extras(ids),
             ).last_hidden_state
             self.forwards["decode"] += 1
             logits = self.logits(h[0, -1])
