@@ -142,6 +142,9 @@ def checkpoint_fingerprint(cfg: DictConfig) -> str:
         return f"tiny:{digest(config)}"
     ckpt = checkpoint_path(e.name, cfg.model.path, cfg.paths.models)
     h = hashlib.sha256()
+    if ckpt.is_file():  # one GGUF file: config, tokenizer and weights in it
+        h.update(f"{ckpt.name}\0{ckpt.stat().st_size}\0{weights_sha256(ckpt.parent, ckpt.name)}".encode())
+        return f"checkpoint:{h.hexdigest()[:16]}"
     for f in sorted(p for p in ckpt.iterdir() if p.is_file()):
         h.update(f.name.encode())
         if f.suffix == ".safetensors":

@@ -74,6 +74,11 @@ def read_json(path: Path) -> dict:
         raise ValueError(f"{path} is not valid JSON: {e}") from e
 
 
+def is_gguf(ckpt: str | Path) -> bool:
+    """Whether a checkpoint is one GGUF file rather than a transformers directory."""
+    return Path(ckpt).suffix == ".gguf" and Path(ckpt).is_file()
+
+
 def stored_dtype(ckpt: Path) -> torch.dtype | None:
     """The dtype the checkpoint's weights are stored in, as its config.json states it (None if unstated)."""
     cfg = read_json(ckpt / "config.json")
@@ -171,13 +176,15 @@ def load_native(
     cls = getattr(tf, e.model_class)
     stored = stored_dtype(ckpt)
     widen = stored is not None and stored.is_floating_point and torch.finfo(stored).bits < torch.finfo(dtype).bits
+    # a GGUF file holds config, tokenizer and (dequantised on load) weights: transformers reads it by directory + name
+    where, gguf = (ckpt.parent, {"gguf_file": ckpt.name}) if is_gguf(ckpt) else (ckpt, {})
     model = cls.from_pretrained(
-        ckpt, dtype=stored if widen else dtype, attn_implementation=attn_implementation,
-        device_map=device, **dict(e.load_kwargs),
+        where, dtype=stored if widen else dtype, attn_implementation=attn_implementation,
+        device_map=device, **gguf, **dict(e.load_kwargs),
     )
     if e.submodule:
         model = getattr(model, e.submodule)
-    tokenizer = tf.AutoTokenizer.from_pretrained(ckpt)
+    tokenizer = tf.AutoTokenizer.from_pretrained(where, **gguf)
     reads_images = e.adapter._pixels is not Adapter._pixels  # a text decoder has no image processor to build
     image_processor = tf.AutoImageProcessor.from_pretrained(ckpt, backend="pil") if reads_images else None
     adapter = e.adapter(model, tokenizer, image_processor, name=e.name)

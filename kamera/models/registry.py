@@ -24,7 +24,7 @@ import yaml
 
 from kamera.models.base import Adapter
 from kamera.models.entry import ModelEntry, resolve
-from kamera.models.loading import load_native, read_json, resolve_attention, resolve_device
+from kamera.models.loading import is_gguf, load_native, read_json, resolve_attention, resolve_device
 from kamera.models.tiny import SPECIAL_IDS, TEXT, TINY_CHAT  # noqa: F401  (re-exported: kamera.diagnostics.ttft)
 from kamera.models.tokenizer import ByteTokenizer
 
@@ -170,10 +170,13 @@ def checkpoint_path(name: str, path: str | Path | None = None, models_root: str 
                 f"{name}: model.path is required (the directory save_pretrained wrote: config.json, weights, tokenizer)"
             )
         path = Path(os.path.expanduser(str(path)))
+        if path.suffix == ".gguf" and path.is_file():
+            return path  # a single-file GGUF checkpoint (llama.cpp / ollama): config, tokenizer and weights inside
         if not (path / "config.json").is_file():
             raise CheckpointNotFoundError(
                 f"{name}: no checkpoint at {path} (config.json missing); model.path must be a transformers checkpoint "
-                f"directory of a supported model_type: {', '.join(supported_model_types())}"
+                f"directory of a supported model_type ({', '.join(supported_model_types())}) or a .gguf file of a "
+                f"text decoder ({', '.join(TEXT_DECODERS)})"
             )
         return path
     if e.hf_id is None:
@@ -231,10 +234,32 @@ def supported_model_types() -> list[str]:
     return sorted({*TEXT_DECODERS, *VL_FAMILIES})
 
 
+def gguf_config(path: Path) -> dict:
+    """The transformers config a GGUF file's metadata gives (``model_type`` from ``general.architecture``, the
+    sizes from its ``<arch>.*`` keys), read by transformers' own GGUF reader without dequantising any tensor
+    (``transformers/modeling_gguf_pytorch_utils.py:load_gguf_checkpoint``). ValueError naming the file when the
+    ``gguf`` package is missing or the file is not a GGUF transformers can read."""
+    try:
+        import gguf  # noqa: F401  (transformers' reader needs it; say so here rather than deep in a load)
+    except ImportError as err:
+        raise ValueError(f"{path}: reading a GGUF checkpoint needs the gguf package (pip install gguf)") from err
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    try:
+        return dict(load_gguf_checkpoint(str(path), return_tensors=False)["config"])
+    except Exception as err:  # a truncated file, another magic, an architecture transformers cannot map
+        raise ValueError(f"{path}: not a GGUF checkpoint transformers can read ({type(err).__name__}: {err})") from err
+
+
+def checkpoint_config(ckpt: str | Path) -> dict:
+    """The checkpoint's config: config.json, or a GGUF file's metadata (:func:`gguf_config`)."""
+    return gguf_config(Path(ckpt)) if is_gguf(ckpt) else read_json(Path(ckpt) / "config.json")
+
+
 def checkpoint_model_type(ckpt: str | Path) -> str | None:
-    """The ``model_type`` a checkpoint's config.json states (None when it states none); ValueError naming the
-    file when it is not valid JSON."""
-    kind = read_json(Path(ckpt) / "config.json").get("model_type")
+    """The ``model_type`` a checkpoint's config states (None when it states none); ValueError naming the
+    file when it is not valid JSON (or not a readable GGUF)."""
+    kind = checkpoint_config(ckpt).get("model_type")
     return kind if isinstance(kind, str) and kind else None
 
 
@@ -250,14 +275,19 @@ def own_entry(name: str, path: str | Path | None = None, models_root: str | Path
     if kind in TEXT_DECODERS:
         from kamera.models.text import TextAdapter
 
-        config = read_json(ckpt / "config.json")
+        config = checkpoint_config(ckpt)
         heads, kv = config.get("num_attention_heads"), config.get("num_key_value_heads")
         return dataclasses.replace(e, family=kind, attention="MHA" if kv in (None, heads) else "GQA",
                                    adapter=TextAdapter, model_class=TEXT_DECODERS[kind])
-    if kind in VL_FAMILIES:
+    if kind in VL_FAMILIES and not is_gguf(ckpt):
         base = entry(VL_FAMILIES[kind])
         return dataclasses.replace(e, family=kind, attention=base.attention, adapter=base.adapter,
                                    model_class=base.model_class, load_kwargs=base.load_kwargs, submodule=base.submodule)
+    if is_gguf(ckpt):
+        raise UnsupportedCheckpointError(
+            f"{name}: {ckpt} is a GGUF of model_type {kind!r}; kamera reads GGUF files of text decoders only "
+            f"({', '.join(TEXT_DECODERS)}): for another family, point model.path at its transformers checkpoint"
+        )
     raise UnsupportedCheckpointError(
         f"{name}: {ckpt}/config.json has model_type {kind!r}, which no kamera adapter serves; "
         f"supported: {', '.join(supported_model_types())}"

@@ -276,3 +276,71 @@ def test_a_shaped_checkpoint_runs_by_path(tmp_path, shaped_root, paper):
     by = rows.set_index("arm")
     assert by.at["reprefill", "kl"] == pytest.approx(0.0, abs=1e-9)
     assert by.at["patch_full", "kl"] <= 1e-5 * max(by.at["blind", "kl"], 1e-3)
+
+
+# ----- item 1, GGUF: model.path=<file.gguf> (llama.cpp / ollama's single-file checkpoints) ---------------------
+def gguf_twin(ckpt: Path, out: Path) -> Path:
+    """The Llama checkpoint ``ckpt`` as one float32 GGUF file, written as llama.cpp's converter lays it out
+    (tensor names ``blk.N.attn_q`` …, Q/K rows permuted into its rotary order, which transformers' reader undoes;
+    the tokenizer as a byte-level vocabulary with its chat template)."""
+    gguf = pytest.importorskip("gguf")
+    model = tf.AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+    tok, c = tf.AutoTokenizer.from_pretrained(ckpt), model.config
+    heads, kv = c.num_attention_heads, c.num_key_value_heads
+
+    def rotary_order(w, n):  # [n·2·half, in] → pairs interleaved, as llama.cpp's convert_hf_to_gguf permutes
+        return w.reshape(n, 2, w.shape[0] // n // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(str(out), "llama")
+    w.add_context_length(c.max_position_embeddings), w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers), w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(heads), w.add_head_count_kv(kv), w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(c.rms_norm_eps), w.add_rope_dimension_count(c.hidden_size // heads)
+    w.add_vocab_size(c.vocab_size), w.add_file_type(0)
+    vocab = tok.get_vocab()
+    tokens = sorted(vocab, key=vocab.get)
+    w.add_tokenizer_model("gpt2"), w.add_token_list(tokens), w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types([3 if t in tok.all_special_tokens else 1 for t in tokens])
+    w.add_bos_token_id(tok.bos_token_id), w.add_eos_token_id(tok.eos_token_id), w.add_pad_token_id(tok.pad_token_id)
+    w.add_chat_template(tok.chat_template)
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    names = {"input_layernorm": "attn_norm", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down"}
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_q.weight", rotary_order(sd[p + "self_attn.q_proj.weight"], heads))
+        w.add_tensor(f"blk.{i}.attn_k.weight", rotary_order(sd[p + "self_attn.k_proj.weight"], kv))
+        for hf, gg in names.items():
+            w.add_tensor(f"blk.{i}.{gg}.weight", sd[p + hf + ".weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"]), w.add_tensor("output.weight", sd["lm_head.weight"])
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    return out
+
+
+def test_a_gguf_file_gives_the_rows_of_its_safetensors_twin(tmp_path, musique):
+    ckpt = text_checkpoint(tmp_path / "my-llama", "llama")
+    twin = gguf_twin(ckpt, tmp_path / "gguf" / "my-llama.f32.gguf")
+    safetensors_rows = pd.read_parquet(runner.run(hf_job(tmp_path / "st", ckpt, musique)))
+    rows = pd.read_parquet(runner.run(hf_job(tmp_path / "gg", twin, musique)))
+    assert set(rows.model_type) == {"llama"} and set(rows.checkpoint) == {twin.name}
+    check_identities(rows)
+    keys = ["item_id", "arm"]
+    a, b = rows.sort_values(keys).reset_index(drop=True), safetensors_rows.sort_values(keys).reset_index(drop=True)
+    assert list(a.item_id) == list(b.item_id) and list(a.pred) == list(b.pred)
+    for col in ("kl", "eta"):
+        assert a[col].to_numpy() == pytest.approx(b[col].to_numpy(), rel=1e-4, abs=1e-9), col
+    assert checkpoint_fingerprint(hf_job(tmp_path, twin, musique)) != checkpoint_fingerprint(hf_job(tmp_path, ckpt,
+                                                                                                    musique))
+
+
+def test_a_bad_gguf_is_one_preflight_line(tmp_path, musique):
+    pytest.importorskip("gguf")
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00truncated")
+    (line,) = [p for p in preflight(hf_job(tmp_path, bad, musique)) if "broken.gguf" in p]
+    assert "not a GGUF checkpoint transformers can read" in line and "\n" not in line
+    missing = tmp_path / "nowhere.gguf"
+    assert any("config.json missing" in p and ".gguf file" in p for p in preflight(hf_job(tmp_path, missing, musique)))
