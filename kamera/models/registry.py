@@ -364,8 +364,10 @@ def image_problems(name: str, path: str | Path | None, bench: str, items: Iterab
     else:
         return []
     what = f"{name} ({e.family}, {Path(path).name})" if e.from_checkpoint and path else f"{name} ({e.family})"
+    why = getattr(e.adapter, "text_only_reason", "")  # a family served without its vision tower says why
     return [f"bench={bench} has {' and '.join('video' if m == 'Clip' else 'image' for m in media)} chunks, but model "
-            f"{what} is text-only: run it on a text benchmark, or pick a model that reads images"]
+            f"{what} is text-only{f' here ({why})' if why else ''}: run it on a text benchmark, or pick a model that "
+            "reads images"]
 
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
