@@ -1,5 +1,5 @@
 """What the diagnostic figures (Figs. 3, 4, 8, 11, 12) share: picking a probe's records, empty panels,
-number cells and source experiments (the files, markdown and ``main`` are :mod:`experiments.common`'s).
+number cells and source experiments, and the tables' statement of their item selection (the files, markdown and ``main`` are :mod:`experiments.common`'s).
 
 A panel whose records are missing is drawn as an empty panel that says so (the markdown says so too),
 never silently dropped; a figure with no data for any panel is an error.
@@ -41,6 +41,14 @@ def one_label(records: pd.DataFrame, what: str) -> pd.DataFrame:
     if len(labels) > 1:
         raise SystemExit(f"{what}: records of several probe configurations {labels}; render one (set probes=[...])")
     return records
+
+
+def selection_note(exp: Experiment) -> str:
+    """'Items: <the config's selection_rule> (cap n_items = 64).' for the tables whose n per model is the paper's
+    valid items (Tables 3 and 7), or '' when the config states no rule."""
+    cfg = exp.jobs[0].cfg
+    rule = cfg.get("selection_rule")
+    return f"Items: {rule} (cap n_items = {cfg.n_items})." if rule else ""
 
 
 def blank(ax: plt.Axes, text: str) -> None:

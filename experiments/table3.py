@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common import cli, natural_order, paper_or, partial_tag, row_cell, table_outputs
+from experiments.panels import selection_note
 
 ARM_ORDER = ["reprefill", "blind", "patch_r16", "patch_r64"]
 
@@ -35,14 +36,17 @@ def aggregate(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
 
 
 def wide(agg: pd.DataFrame) -> pd.DataFrame:
-    """Arms × (model, subset) cells, paper values beside ours where they exist, chance / n last."""
+    """Arms × (model, subset) cells, paper values beside ours where they exist, chance / n last: n is the items that
+    ran in the column (a model's valid items, see the config's ``selection_rule``), and a cell whose arm ran on
+    fewer says its own n."""
     cols = sorted({(m, s) for m, s in zip(agg["model"], agg["subset"], strict=True)})
     table = {}
     for col in cols:
         g = agg[(agg["model"] == col[0]) & (agg["subset"] == col[1])].set_index("arm")
-        cells = {a: g.at[a, "cell"] + (f" (paper {g.at[a, 'paper']:.2f})" if pd.notna(g.at[a, "paper"]) else "")
-                 for a in g.index}
-        cells["chance / n"] = f"{g['chance'].iloc[0]:.2f} / {int(g['n'].max())}"
+        n = int(g["n"].max())
+        cells = {a: g.at[a, "cell"] + (f" (n {g.at[a, 'n']})" if g.at[a, "n"] != n else "")
+                 + (f" (paper {g.at[a, 'paper']:.2f})" if pd.notna(g.at[a, "paper"]) else "") for a in g.index}
+        cells["chance / n"] = f"{g['chance'].iloc[0]:.2f} / {n}"
         table[col] = cells
     frame = pd.DataFrame(table)
     frame = frame.reindex([*natural_order(agg["arm"].unique(), ARM_ORDER), "chance / n"])
@@ -50,16 +54,19 @@ def wide(agg: pd.DataFrame) -> pd.DataFrame:
     return frame.fillna("–")
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None,
+           selection: str = "") -> tuple[str, list[Path]]:
+    """``selection``: which items count (:func:`experiments.panels.selection_note`), printed under the table."""
     tag = partial_tag(footer)
+    notes = [selection] if selection else []
     return table_outputs(wide(aggregate(rows, paper)), stem, f"Table 3 ({group}{tag})",
                          f"Accuracy per arm ({group}{tag}); mean and 95\\% cluster-bootstrap CI over items.", f"tab:{group}",
-                         footer, math=False, subtitle="accuracy, mean [95% cluster-bootstrap CI]", index_label="arm")
+                         footer, notes, math=False, subtitle="accuracy, mean [95% cluster-bootstrap CI]", index_label="arm")
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "table3", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper), argv)
+    cli(__doc__, "table3", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper,
+                                              selection_note(exp)), argv)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from experiments.common import (
     with_job_columns,
     with_paper,
 )
+from experiments.panels import selection_note
 from kamera.metrics import eta
 
 
@@ -58,17 +59,24 @@ def gaps(native: pd.DataFrame) -> dict[int, pd.DataFrame]:
 
 
 def model_row(rows: pd.DataFrame, paper: dict) -> dict:
+    """One model's cells; a cell measured on fewer items than the model ran (n) says its own n."""
     native = rows[rows["canonical_context"] == "native"]
     prefix = rows[rows["canonical_context"] == "prefix"]
     oracle = per_item(rows[rows["arm_name"] == "oracle4d"], "kl")
     ctrl = per_item(prefix[prefix["arm_name"] == "blind"], "kl_oracle")
-    cell = {"n": with_paper(str(rows["item_id"].nunique()), paper.get("n"), str),
-            "ctrl-KL": with_paper(row_cell(ctrl, "kl_oracle", fmt=kl_fmt), paper.get("ctrl"), kl_fmt),
-            "loss-KL": with_paper(row_cell(oracle, "kl", fmt=kl_fmt), paper.get("loss"), kl_fmt)}
+    n = rows["item_id"].nunique()
+
+    def counted(text: str, got: pd.DataFrame) -> str:
+        return text + (f" (n = {len(got)})" if 0 < len(got) != n else "")
+
+    e90_v, e90_k = per_item(native, "e90_nb_content"), per_item(native, "e90_nb_rotary")
+    cell = {"n": with_paper(str(n), paper.get("n"), str),
+            "ctrl-KL": with_paper(counted(row_cell(ctrl, "kl_oracle", fmt=kl_fmt), ctrl), paper.get("ctrl"), kl_fmt),
+            "loss-KL": with_paper(counted(row_cell(oracle, "kl", fmt=kl_fmt), oracle), paper.get("loss"), kl_fmt)}
     ratio = oracle["kl"].mean() / ctrl["kl_oracle"].mean() if len(ctrl) and len(oracle) else np.nan
     cell["loss / ctrl"] = "–" if not np.isfinite(ratio) else (f"{ratio:,.0f}×" if ratio >= 10 else f"{ratio:.2g}×")
-    cell["e90/n_B (V)"] = with_paper(row_cell(per_item(native, "e90_nb_content"), "e90_nb_content"), paper.get("e90"))
-    cell["e90/n_B (K)"] = row_cell(per_item(native, "e90_nb_rotary"), "e90_nb_rotary")
+    cell["e90/n_B (V)"] = with_paper(counted(row_cell(e90_v, "e90_nb_content"), e90_v), paper.get("e90"))
+    cell["e90/n_B (K)"] = counted(row_cell(e90_k, "e90_nb_rotary"), e90_k)
     for rank, g in gaps(native).items():
         measurable = g.dropna(subset=["gap"])
         cell[f"gap@{rank}"] = with_paper(row_cell(measurable, "gap", stat=np.median) + f" (n = {len(measurable)})",
@@ -88,9 +96,10 @@ def table(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
     return frame
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
-    """``rows`` need the job columns ``canonical_context`` and ``eta_floor`` (see :func:`main`)."""
+def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None,
+           selection: str = "") -> tuple[str, list[Path]]:
+    """``rows`` need the job columns ``canonical_context`` and ``eta_floor`` (see :func:`main`); ``selection``:
+    which items count (:func:`experiments.panels.selection_note`), printed under the table."""
     require_rows(rows, group)
     paper, tag = paper_or(paper, "table7"), partial_tag(footer)
     return table_outputs(table(rows, paper), stem, f"Table 7 ({group}{tag}) — the deficit by 4D-mask isolation: mean [95% "
@@ -103,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     def draw(exp):
         rows = with_job_columns(exp, exp.rows, {"canonical_context": lambda c: c.canonical_context,
                                                 "eta_floor": lambda c: c.eta_floor})
-        return render(rows, exp.name, exp.stem("table"), exp.footer, exp.paper)
+        return render(rows, exp.name, exp.stem("table"), exp.footer, exp.paper, selection_note(exp))
 
     cli(__doc__, "table7", draw, argv)
 

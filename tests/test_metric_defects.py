@@ -6,6 +6,7 @@
 4. the removal patch's e90 uses the cache dtype's rounding floor, not a fixed 1e-5, and Table 1 renders the removal
    deficit's structure (``removal_rel_norm`` shallow → deep, ``removal_e90``), Table 2 the reorder ``delta_rel``;
 5. the window tables, Table 3 and Fig. 11(a) resample clusters (questions on one video or document), not rows;
+6. Tables 3 and 7 state their selection rule (every valid item up to a cap) and report the n each cell ran on;
 9. ``Adapter.logits`` applies the config's ``final_logit_softcapping``.
 """
 
@@ -275,6 +276,46 @@ def test_a_forks_branches_are_one_draw():
     recs = [{"item_id": f"i{i}", "cluster_key": f"i{i}", "eta": v} for i, v in enumerate((0.2, 0.8)) for _ in range(6)]
     assert ci_width(eta_cell(recs)) > 1.3 * ci_width(eta_cell([{**r, "item_id": f"{r['item_id']}-{j}",
                                                                    "cluster_key": None} for j, r in enumerate(recs)]))
+
+
+# ----- defect 6: the n each cell ran on, and the selection rule ----------------------------------------
+def test_table3_cells_say_the_n_they_ran_on():
+    from experiments import table3
+
+    rows = accuracy_rows(share=True).assign(subset="reasoning-image", model="kimi_vl_a3b")
+    rows = pd.concat([rows, rows.assign(arm="patch_r16").iloc[:-3]], ignore_index=True)  # 3 items failed on r16
+    t = table3.wide(table3.aggregate(rows))
+    col = ("kimi_vl_a3b", "reasoning-image")
+    assert t.at["chance / n", col] == "0.25 / 20"
+    assert "(n 17)" in t.at["patch_r16", col] and "(n " not in t.at["blind", col]
+
+
+def test_table7_cells_measured_on_fewer_items_say_so():
+    from experiments import table7
+
+    rows = pd.DataFrame([{"model": "m", "item_id": f"i{i}", "arm_name": arm, "canonical_context": "native", "kl": 0.1,
+                          "kl_oracle": math.nan, "e90_nb_content": 0.2, "e90_nb_rotary": 0.1, "cluster_key": None,
+                          "rank": math.nan, "eta_floor": 1e-4}
+                         for i in range(4) for arm in ("blind", "oracle4d")])
+    rows = rows[~((rows["item_id"] == "i3") & (rows["arm_name"] == "oracle4d"))]  # the oracle failed on one item
+    cell = table7.model_row(rows, {})
+    assert cell["n"] == "4" and cell["loss-KL"].endswith("(n = 3)") and "(n = " not in cell["e90/n_B (V)"]
+
+
+@pytest.mark.parametrize("name", ("table3", "table7"))
+def test_tables_3_and_7_state_their_selection_rule_and_cap_the_papers_n(name):
+    from types import SimpleNamespace
+
+    from experiments.common import paper_values
+    from experiments.panels import selection_note
+    from kamera.sweep import compose_config
+
+    for experiment in (name, f"{name}_tiny"):
+        cfg = compose_config([f"experiment={experiment}"])
+        note = selection_note(SimpleNamespace(jobs=[SimpleNamespace(cfg=cfg)]))
+        assert note.startswith("Items: every valid item") and f"cap n_items = {cfg.n_items}" in note
+    largest = max([m["n"] for m in paper_values(name).get("models", {}).values()] or [61])  # Table 3: n 56 / 61 / 29
+    assert compose_config([f"experiment={name}"]).n_items >= largest
 
 
 # ----- defect 9: final-logit soft-capping ---------------------------------------------------------------
