@@ -1,4 +1,5 @@
-"""Shaped Qwen checkpoints: Qwen2.5-VL-7B-Instruct, Qwen3-VL-8B-Instruct, Qwen3-Omni-30B-A3B-Instruct.
+"""Shaped Qwen checkpoints: Qwen2.5-VL-7B-Instruct, Qwen3-VL-8B-Instruct, Qwen3-Omni-30B-A3B-Instruct,
+Qwen2.5-Omni-7B.
 
 Every number below is the published one (the Hub repo's config.json / preprocessor_config.json /
 generation_config.json); ``SOURCES`` names, per model, the published files and the public repository
@@ -60,6 +61,27 @@ SOURCES = {
         "video": "huggingface/transformers src/transformers/models/qwen3_omni_moe/processing_qwen3_omni_moe.py "
                  "(videos_kwargs: 128·32² .. 768·32² pixels per frame, position_id_per_seconds 13)",
         "chat_template": "huggingface.co/Qwen/Qwen3-Omni-30B-A3B-Instruct/blob/main/chat_template.json",
+    },
+    "qwen2_5_omni_7b": {
+        "config.json": "huggingface.co/Qwen/Qwen2.5-Omni-7B/blob/main/config.json, not reachable from here: reconstructed "
+                       "from transformers 5.24 models/qwen2_5_omni/configuration_qwen2_5_omni.py (its defaults are this "
+                       "checkpoint's: thinker text 28 x 3584, GQA 28/4, M-RoPE 16/24/24, audio 32 x 1280 with 128 mel "
+                       "bins, vision 32 blocks with full attention at 7/15/23/31, token ids 151646-151656, 25 positions "
+                       "per second), the vision tower's width 1280 as Qwen2.5-VL-7B's (the same tower), and the thinker "
+                       "text / audio and talker widths restated in alibaba/rtp-llm rtp_llm/test/omni/"
+                       "test_e2e_qwen25_omni_no_mock.py (QWEN25_OMNI_HF_CONFIG: talker 24 x 896, 14/2 heads, vocab 8448)",
+        "preprocessor_config.json": "huggingface.co/Qwen/Qwen2.5-Omni-7B/blob/main/preprocessor_config.json: "
+                                    "WhisperFeatureExtractor (128 bins, hop 160, n_fft 400, 16 kHz, 300-s window) "
+                                    "merged with Qwen2VLImageProcessor (3136..12845056 pixels, patch 14, CLIP mean/std)",
+        "video": "transformers 5.24 models/qwen2_5_omni/processing_qwen2_5_omni.py (Qwen2_5OmniProcessor.videos_kwargs: "
+                 "128·28² .. 768·28² pixels per frame; audio_kwargs: 16 kHz, return_attention_mask)",
+        "chat_template": "huggingface.co/Qwen/Qwen2.5-Omni-7B/blob/main/chat_template.json (default system turn naming "
+                         "the model; audio as <|audio_bos|><|AUDIO|><|audio_eos|>, images and video between "
+                         "<|vision_bos|> and <|vision_eos|>)",
+        "tokenizer": "the Qwen2 byte-level BPE with Omni's specials: ids 151646-151656 renamed (<|AUDIO|>, "
+                     "<|audio_bos|>, <|audio_eos|>, <|vision_bos|>, <|vision_eos|>, <|IMAGE|>, <|VIDEO|>) as in "
+                     "huggingface.co/Qwen/Qwen2.5-Omni-7B/blob/main/tokenizer_config.json; the ids the thinker config "
+                     "states (audio 151646-151648, vision 151652-151656)",
     },
 }
 
@@ -173,3 +195,68 @@ QWEN3_OMNI_30B_A3B_SPEC = ShapedSpec(
 qwen2_5_vl_7b = writer_for(QWEN2_5_VL_7B_SPEC)
 qwen3_vl_8b = writer_for(QWEN3_VL_8B_SPEC)
 qwen3_omni_30b_a3b = writer_for(QWEN3_OMNI_30B_A3B_SPEC)
+
+
+# ----- Qwen2.5-Omni-7B (the thinker is what the harness loads) -------------------------------------------
+QWEN25_OMNI_7B = published_json("qwen2_5_omni_7b")  # configs/qwen2_5_omni_7b.json
+OMNI25_SYSTEM = ("You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of perceiving "
+                 "auditory and visual inputs, as well as generating text and speech.")
+OMNI25_TEMPLATE = (
+    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\n" + OMNI25_SYSTEM + "<|im_end|>\n{% endif %}"
+    + _TURNS.replace("<|vision_start|><|image_pad|><|vision_end|>", "<|vision_bos|><|IMAGE|><|vision_eos|>")
+    .replace("<|vision_start|><|video_pad|><|vision_end|>", "<|vision_bos|><|VIDEO|><|vision_eos|>")
+    .replace("<|audio_start|><|audio_pad|><|audio_end|>", "<|audio_bos|><|AUDIO|><|audio_eos|>")
+    + _GEN
+)
+# Omni renames Qwen2's specials 151646-151656 (the thinker's audio and vision ids) and keeps the rest to 151664
+OMNI25_SPECIALS = {
+    tok: 151646 + i
+    for i, tok in enumerate([
+        "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>",
+        "<|vision_bos|>", "<|vision_eos|>", "<|vision_pad|>", "<|IMAGE|>", "<|VIDEO|>", "<tool_call>", "</tool_call>",
+        "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+    ])
+}
+
+
+def _remap_omni25(cfg: dict, layers: int, vision_layers: int) -> None:
+    """The thinker's full-attention vision blocks mapped into the shortened tower (as Qwen2.5-VL's)."""
+    vision = QWEN25_OMNI_7B["thinker_config"]["vision_config"]
+    cfg["thinker_config"]["vision_config"]["fullatt_block_indexes"] = remap_indices(
+        vision["fullatt_block_indexes"], vision["depth"], vision_layers)
+    cfg["thinker_config"]["text_config"]["max_window_layers"] = layers
+
+
+QWEN2_5_OMNI_7B_SPEC = ShapedSpec(
+    model="qwen2_5_omni_7b",
+    model_class="Qwen2_5OmniForConditionalGeneration",
+    config=QWEN25_OMNI_7B,
+    sources=SOURCES["qwen2_5_omni_7b"],
+    text_layers=("thinker_config.text_config.num_hidden_layers",),
+    vision_layers=("thinker_config.vision_config.depth", "thinker_config.audio_config.encoder_layers"),
+    remap=_remap_omni25,
+    files={
+        "preprocessor_config.json": {
+            "chunk_length": 300, "dither": 0.0, "feature_extractor_type": "WhisperFeatureExtractor", "feature_size": 128,
+            "hop_length": 160, "n_fft": 400, "n_samples": 4800000, "nb_max_frames": 30000, "padding_side": "right",
+            "padding_value": 0.0, "return_attention_mask": True, "sampling_rate": 16000,
+            "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+            "image_mean": CLIP_MEAN, "image_std": CLIP_STD, "image_processor_type": "Qwen2VLImageProcessor",
+            "processor_class": "Qwen2_5OmniProcessor",
+        },
+        "video_preprocessor_config.json": {
+            "size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}, "patch_size": 14,
+            "temporal_patch_size": 2, "merge_size": 2, "image_mean": CLIP_MEAN, "image_std": CLIP_STD,
+            "video_processor_type": "Qwen2VLVideoProcessor", "processor_class": "Qwen2_5OmniProcessor",
+        },
+        "generation_config.json": QWEN_GENERATION,
+    },
+    chat_template=OMNI25_TEMPLATE,
+    tokenizer=TokenizerSpec("qwen2", 152064, OMNI25_SPECIALS, qwen_tokenizer_config(), keep_below=151646,
+                            base_specials={k: v for k, v in QWEN_SPECIALS.items() if v < 151646}),
+    build_overrides={"enable_audio_output": False},
+    omitted="the talker and token2wav (speech output): their configs are the published ones, their tensors (and "
+            "spk_dict.pt) are not written (the harness loads the thinker class, which reads the thinker's tensors)",
+)
+
+qwen2_5_omni_7b = writer_for(QWEN2_5_OMNI_7B_SPEC)
