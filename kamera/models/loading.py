@@ -133,7 +133,8 @@ def chat_with_content(tokenizer, where: str) -> tuple[tuple[str, str], str]:
     header, as the family's processor would tokenize the rendered prompt.
     """
     if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(f"{where}: the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json)")
+        raise ValueError(f"{where}: the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json); "
+                         "model.chat=none runs it without one")
     for content in CHAT_CONTENT:
         text = _render(tokenizer, content)
         if text is not None:
@@ -149,6 +150,30 @@ def chat_with_content(tokenizer, where: str) -> tuple[tuple[str, str], str]:
     if bos and with_special[:1] == [tokenizer.bos_token_id] and not header.startswith(bos):
         header = bos + header
     return (header, footer), content
+
+
+CHAT_MODES = ("template", "none")  # model.chat: wrap items in the checkpoint's chat template, or in nothing
+
+
+def has_chat_template(ckpt: Path) -> bool:
+    """Whether a checkpoint ships a chat template (chat_template.jinja / .json, tokenizer_config.json's
+    ``chat_template``, or a GGUF file's ``tokenizer.chat_template``), read without building the tokenizer."""
+    if is_gguf(ckpt):
+        import gguf
+
+        return "tokenizer.chat_template" in gguf.GGUFReader(str(ckpt)).fields
+    if (ckpt / "chat_template.jinja").is_file() or (ckpt / "chat_template.json").is_file():
+        return True
+    return bool(read_json(ckpt / "tokenizer_config.json").get("chat_template"))
+
+
+def plain_chat(tokenizer) -> tuple[str, str] | None:
+    """``model.chat=none``: no template; only the BOS token the tokenizer itself adds when it encodes a prompt
+    (as it would with the raw text), so a base model reads ``[BOS] prefix A B query``."""
+    bos = tokenizer.bos_token
+    if bos and tokenizer("x", add_special_tokens=True)["input_ids"][:1] == [tokenizer.bos_token_id]:
+        return bos, ""
+    return None
 
 
 def chat_from_template(tokenizer, where: str) -> tuple[str, str]:
@@ -170,9 +195,10 @@ def video_pixels(ckpt: Path) -> tuple[int, int] | None:
 
 
 def load_native(
-    e: ModelEntry, ckpt: Path, *, dtype: torch.dtype, device: str, attn_implementation: str
+    e: ModelEntry, ckpt: Path, *, dtype: torch.dtype, device: str, attn_implementation: str, chat: str = "template"
 ) -> Adapter:
-    """A paper checkpoint through its native transformers class, wrapped in the family adapter."""
+    """A paper checkpoint through its native transformers class, wrapped in the family adapter; ``chat``
+    "template" wraps items in the checkpoint's chat template, "none" in nothing (:func:`plain_chat`)."""
     cls = getattr(tf, e.model_class)
     stored = stored_dtype(ckpt)
     widen = stored is not None and stored.is_floating_point and torch.finfo(stored).bits < torch.finfo(dtype).bits
@@ -191,7 +217,10 @@ def load_native(
     if widen:
         upcast_except_vocab(adapter, dtype)
     adapter.checkpoint = ckpt
-    adapter.chat, adapter.chat_content = chat_with_content(tokenizer, str(ckpt))
+    if chat == "none":
+        adapter.chat, adapter.chat_content = plain_chat(tokenizer), "none"
+    else:
+        adapter.chat, adapter.chat_content = chat_with_content(tokenizer, str(ckpt))
     adapter.video_pixels = video_pixels(ckpt)
     log.info("%s: loaded %s from %s (%s, %s, attention %s)", e.name, e.model_class, ckpt, dtype, device, attn_implementation)
     return adapter

@@ -24,7 +24,15 @@ import yaml
 
 from kamera.models.base import Adapter
 from kamera.models.entry import ModelEntry, resolve
-from kamera.models.loading import is_gguf, load_native, read_json, resolve_attention, resolve_device
+from kamera.models.loading import (
+    CHAT_MODES,
+    has_chat_template,
+    is_gguf,
+    load_native,
+    read_json,
+    resolve_attention,
+    resolve_device,
+)
 from kamera.models.tiny import SPECIAL_IDS, TEXT, TINY_CHAT  # noqa: F401  (re-exported: kamera.diagnostics.ttft)
 from kamera.models.tokenizer import ByteTokenizer
 
@@ -316,11 +324,15 @@ def family_mismatch(e: ModelEntry, ckpt: Path) -> str | None:
     return f"{e.name}: the checkpoint at {ckpt} has model_type {kind!r}, not {e.family!r} (the family {e.name} loads){hint}"
 
 
-def model_problems(name: str, path: str | Path | None = None, models_root: str | Path | None = None) -> list[str]:
+def model_problems(name: str, path: str | Path | None = None, models_root: str | Path | None = None,
+                   chat: str = "template") -> list[str]:
     """Why ``name`` cannot load, found without loading anything (empty when it can): an unknown name, a path on a
     built-in (tiny or toy) model, a paper model with no adapter yet (said first: fetching its checkpoint would not
     help), a missing checkpoint, a checkpoint whose ``model_type`` is not the entry's family (``model=hf``: one no
-    adapter serves)."""
+    adapter serves), an unknown ``chat`` mode, or (``model=hf``) a checkpoint without a chat template unless
+    ``chat`` is "none"."""
+    if chat not in CHAT_MODES:
+        return [f"model.chat={chat!r}: must be one of {', '.join(CHAT_MODES)}"]
     try:
         e = entry(name)
     except UnknownModelError as err:
@@ -341,7 +353,10 @@ def model_problems(name: str, path: str | Path | None = None, models_root: str |
         try:
             own_entry(name, ckpt)
         except (UnsupportedCheckpointError, ValueError) as err:
-            problems.append(str(err))
+            return [*problems, str(err)]
+        if chat == "template" and not has_chat_template(ckpt):
+            problems.append(f"{name}: {ckpt} has no chat template (chat_template.jinja, tokenizer_config.json's "
+                            f"chat_template, or a GGUF's tokenizer.chat_template); model.chat=none runs it without one")
     elif e.has_adapter and (problem := family_mismatch(e, ckpt)):
         problems.append(problem)
     return problems
@@ -396,6 +411,7 @@ def load_model(
     models_root: str | Path | None = None,
     attn_implementation: str = "sdpa",
     seed: int = 0,
+    chat: str = "template",
 ) -> Adapter:
     """Build (tiny) or load (toy, paper) a registered model and wrap it in its family adapter; ``model=hf``
     loads the checkpoint at ``path`` with the adapter of its ``model_type`` (:func:`own_entry`). A ``path`` on a
@@ -405,6 +421,8 @@ def load_model(
     ``device_map="auto"``, so a model larger than one GPU spreads over a node; the CPU without CUDA).
     ``attn_implementation``: "sdpa", "eager", "flash_attention_2" or "auto" (flash-attention 2 on CUDA
     when installed, else sdpa); forwards under a 4D mask always run a kernel that takes one.
+    ``chat``: "template" (the checkpoint's chat template) or "none" (no template: a base model), for
+    checkpoints loaded through the native path.
     """
     e = entry(name)
     if e.kind != "paper" and path is not None:
@@ -436,4 +454,4 @@ def load_model(
         raise UnsupportedCheckpointError(problem)
     if e.loader is not None:
         return resolve(e.loader, f"{name} loader")(ckpt, dtype=dtype, device=device, attn_implementation=attn)
-    return load_native(e, ckpt, dtype=dtype, device=device, attn_implementation=attn)
+    return load_native(e, ckpt, dtype=dtype, device=device, attn_implementation=attn, chat=chat)

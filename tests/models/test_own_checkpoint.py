@@ -199,6 +199,40 @@ def test_chat_templates_of_either_content_shape(template, content, header, foote
     assert chat_with_content(tok, "ckpt") == ((header, footer), content)
 
 
+NO_GENERATION_PROMPT = "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+BOS_IN_TEMPLATE = "{{ bos_token }}{% for m in messages %}<u>{{ m['content'] }}</u>{% endfor %}"
+
+
+@pytest.mark.parametrize("template, add_bos, header, footer", [
+    (NO_GENERATION_PROMPT, False, "<|user|>\n", "\n"),  # no assistant turn to open: the footer closes the user's
+    (BOS_IN_TEMPLATE, True, "<s><u>", "</u>"),  # BOS from the template and the tokenizer: once, not twice
+    (BOS_IN_TEMPLATE, False, "<s><u>", "</u>"),  # from the template only
+    (STRING, True, "<s><|user|>\n", "\n<|assistant|>\n"),  # from the tokenizer only: put in front
+])
+def test_generation_prompt_and_bos_from_template_or_tokenizer(template, add_bos, header, footer):
+    tok = standin_tokenizer(300, {"<s>": 1, "</s>": 2}, bos_token="<s>", eos_token="</s>", chat_template=template,
+                            add_bos_token=add_bos)
+    (got_header, got_footer), _ = chat_with_content(tok, "ckpt")
+    assert (got_header, got_footer) == (header, footer)
+    assert tok(got_header, add_special_tokens=False)["input_ids"].count(1) == header.count("<s>")  # one BOS id
+
+
+def test_no_chat_template_is_a_preflight_line_unless_chat_none(tmp_path):
+    ckpt = text_checkpoint(tmp_path / "base-llama", "llama")
+    config = json.loads((ckpt / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (ckpt / "tokenizer_config.json").write_text(json.dumps(config))
+    (ckpt / "chat_template.jinja").unlink(missing_ok=True)
+    (line,) = model_problems("hf", ckpt)
+    assert "has no chat template" in line and str(ckpt) in line and "model.chat=none" in line
+    assert model_problems("hf", ckpt, chat="none") == []
+    assert model_problems("hf", ckpt, chat="nope") == ["model.chat='nope': must be one of template, none"]
+    with pytest.raises(ValueError, match="no chat template"):
+        load_model("hf", path=ckpt)
+    adapter = load_model("hf", path=ckpt, chat="none")
+    assert adapter.chat is None and adapter.chat_content == "none"  # the stand-in adds no BOS: nothing wraps it
+
+
 def test_real_tokenizers_serve_a_text_checkpoint(tmp_path, musique):
     """The real Qwen2 and Llama-2 tokenizer files (Qwen3's template takes either shape; Llama-2's has none here:
     a Llama-2 chat template that concatenates strings is added)."""
