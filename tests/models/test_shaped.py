@@ -114,7 +114,7 @@ def test_published_config_survives_loading(fp32):
     shaped = spec.shaped_config(2, 2)
     changed = {tuple(p.split(".")) for p in (*spec.text_layers, *spec.vision_layers)}
     config = fp32.model.config
-    if spec.model.startswith("qwen3_omni"):  # the adapter wraps the thinker; its config is thinker_config
+    if spec.model.startswith(("qwen3_omni", "qwen2_5_omni")):  # the adapter wraps the thinker: thinker_config
         shaped, changed = shaped["thinker_config"], {p[1:] for p in changed}
     text = config.get_text_config(decoder=True)
     checked = 0
