@@ -5,6 +5,9 @@ Every family is read through the same split (paper §3, Fig. 2):
 - MLA: channel ``c_kv`` (content, the latent, [n, 1, kv_lora_rank]) and ``k_pe`` (rotary, [n, 1, rope_dim]).
 Tensors are token-major, [n_tokens, heads, dim], so a channel flattens to the n × width matrix
 the deficit and its SVD work on. Positions are [n] (1-D RoPE) or [3, n] (M-RoPE t, h, w).
+A linear-attention hybrid (Gated DeltaNet) lists only its attention layers in ``layers``; its recurrent
+layers' per-chunk pages are ``state`` (:class:`~kamera.core.state.ChunkState`), position-free, so
+relocation leaves them as they are.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from kamera.core.rope import RotarySpec, rotate
+from kamera.core.state import ChunkState
 
 
 @dataclass(frozen=True, eq=False)
@@ -25,19 +29,28 @@ class ChannelSpec:
     heads: int
     dim: int
     rotary: RotarySpec | None = None
+    per_layer: tuple[RotarySpec, ...] | None = None  # each layer's rotary where the layers' frequencies differ
 
     @property
     def width(self) -> int:
         return self.heads * self.dim
 
+    def rotary_at(self, layer: int) -> RotarySpec | None:
+        """This channel's rotary spec at ``layer``: ``per_layer[layer]`` when the model rotates its layers with
+        different frequencies (Gemma-3n: sliding-window layers θ = 10⁴, global ones 10⁶, same layout and dim as
+        ``rotary``), else ``rotary``."""
+        return self.rotary if self.per_layer is None else self.per_layer[layer]
+
 
 @dataclass(eq=False)
 class ChunkKV:
-    """KV of one chunk: ``layers[l][c]`` is [n, heads, dim] for ``specs[c]``; ``positions`` [n] or [3, n]."""
+    """KV of one chunk: ``layers[l][c]`` is [n, heads, dim] for ``specs[c]``; ``positions`` [n] or [3, n];
+    ``state`` the recurrent layers' pages of a linear-attention hybrid (None for every other family)."""
 
     specs: tuple[ChannelSpec, ...]
     layers: list[tuple[torch.Tensor, ...]]
     positions: torch.Tensor
+    state: ChunkState | None = None
 
     def __post_init__(self) -> None:
         n = self.positions.shape[-1]
@@ -73,11 +86,14 @@ class ChunkKV:
         raise KeyError(f"no channel {name!r}; channels are {[s.name for s in self.specs]}")
 
     def nbytes(self) -> int:
-        """Bytes of this chunk's page in the model's own cache layout and dtype."""
-        return sum(t.numel() * t.element_size() for chans in self.layers for t in chans)
+        """Bytes of this chunk's page in the model's own cache layout and dtype (a hybrid's state pages included)."""
+        kv = sum(t.numel() * t.element_size() for chans in self.layers for t in chans)
+        return kv + (self.state.nbytes() if self.state is not None else 0)
 
     def slice(self, start: int, stop: int) -> ChunkKV:
         """Tokens [start, stop) of this chunk (views, no copy)."""
+        if self.state is not None:
+            raise ValueError("a chunk with recurrent-state pages cannot be sliced by token (its state sums all of them)")
         return ChunkKV(
             self.specs,
             [tuple(t[start:stop] for t in chans) for chans in self.layers],
@@ -85,8 +101,8 @@ class ChunkKV:
         )
 
     def with_layers(self, layers: list[tuple[torch.Tensor, ...]]) -> ChunkKV:
-        """The same chunk (specs, positions) carrying other per-layer tensors."""
-        return ChunkKV(self.specs, layers, self.positions)
+        """The same chunk (specs, positions, state pages) carrying other per-layer tensors."""
+        return ChunkKV(self.specs, layers, self.positions, self.state)
 
 
 def same_positions(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -108,18 +124,20 @@ def same_positions(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def relocate(chunk: ChunkKV, delta: int) -> ChunkKV:
-    """R(δ)·KV: rotate every rotary channel by δ positions; content channels are shared, not copied."""
+    """R(δ)·KV: rotate every rotary channel by δ positions; content channels and state pages are shared, not copied."""
     layers = [
-        tuple(t if s.rotary is None else rotate(t, delta, s.rotary) for t, s in zip(chans, chunk.specs, strict=True))
-        for chans in chunk.layers
+        tuple(t if s.rotary is None else rotate(t, delta, s.rotary_at(l)) for t, s in zip(chans, chunk.specs, strict=True))
+        for l, chans in enumerate(chunk.layers)
     ]
-    return ChunkKV(chunk.specs, layers, chunk.positions + int(delta))
+    return ChunkKV(chunk.specs, layers, chunk.positions + int(delta), chunk.state)
 
 
 def concat(chunks: Sequence[ChunkKV]) -> ChunkKV:
     """Chunks laid end to end along the token axis (their positions kept as they are)."""
     if not chunks:
         raise ValueError("concat needs at least one chunk")
+    if any(c.state is not None for c in chunks):
+        raise ValueError("chunks with recurrent-state pages are composed by the adapter's cache, not concatenated")
     specs = chunks[0].specs
     if any(c.specs is not specs and [s.name for s in c.specs] != [s.name for s in specs] for c in chunks):
         raise ValueError("cannot concatenate chunks with different channel layouts")

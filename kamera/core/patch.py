@@ -8,6 +8,9 @@
 One SVD per layer-channel (or per KV head) serves every rank of a sweep: ``truncate`` only slices.
 Moving B and A together by δ′ rotates the keys' feature axis, so a K patch relocates by rotating
 its feature-side factor alone: Δ R(δ′)ᵀ = (UΣ)(R(δ′)V)ᵀ, exact and rank-preserving.
+A linear-attention hybrid's recurrent layers carry Δ_S, the state deficit (:mod:`kamera.core.state`), beside
+Δ: its per-head SVD is viewed at the content rank m and added after composition, so rank 0 is blind
+composition and full rank restores S(B|A).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 
 from kamera.core.chunk import ChannelSpec, ChunkKV, same_positions
 from kamera.core.rope import rotate
+from kamera.core.state import StateDeficit, StatePatch, state_deficit
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +35,13 @@ _warned_clamps: set[tuple[int, int]] = set()
 
 @dataclass(eq=False)
 class Deficit:
-    """Δ per layer and channel: ``layers[l][c]`` is float32 [n, heads, dim]; ``positions`` is B's target frame."""
+    """Δ per layer and channel: ``layers[l][c]`` is float32 [n, heads, dim]; ``positions`` is B's target frame;
+    ``state`` Δ_S of a hybrid's recurrent layers (None elsewhere)."""
 
     specs: tuple[ChannelSpec, ...]
     layers: list[tuple[torch.Tensor, ...]]
     positions: torch.Tensor
+    state: StateDeficit | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -66,7 +72,12 @@ def deficit(conditioned: ChunkKV, relocated_canonical: ChunkKV) -> Deficit:
         tuple(c.float() - r.float() for c, r in zip(lc, lr, strict=True))
         for lc, lr in zip(conditioned.layers, relocated_canonical.layers, strict=True)
     ]
-    return Deficit(conditioned.specs, layers, conditioned.positions.clone())
+    state = None
+    if conditioned.state is not None or relocated_canonical.state is not None:
+        if conditioned.state is None or relocated_canonical.state is None:
+            raise ValueError("only one of conditioned and canonical B carries recurrent-state pages")
+        state = state_deficit(conditioned.state, relocated_canonical.state)
+    return Deficit(conditioned.specs, layers, conditioned.positions.clone(), state)
 
 
 def orbit_mean(deficits: Sequence[Deficit]) -> Deficit:
@@ -81,7 +92,11 @@ def orbit_mean(deficits: Sequence[Deficit]) -> Deficit:
         tuple(torch.stack([d.layers[l][c] for d in deficits]).mean(0) for c in range(len(first.specs)))
         for l in range(len(first.layers))
     ]
-    return Deficit(first.specs, layers, first.positions.clone())
+    state = None
+    if first.state is not None:
+        state = StateDeficit(first.state.layers, [torch.stack([d.state.deltas[i] for d in deficits]).mean(0)
+                                                  for i in range(len(first.state.layers))])
+    return Deficit(first.specs, layers, first.positions.clone(), state)
 
 
 @dataclass(eq=False)
@@ -165,7 +180,9 @@ class Patch:
     ``factors[l][c]`` is a tuple of blocks (one per layer-channel, or one per KV head). ``rank`` is the
     requested rank of the content channels (V, MLA c_KV: the paper's m) and ``rotary_rank`` that of
     the rotary channels (K, MLA k_pe), None = full; ``layers`` the layers that carry the patch. All
-    three are views, so a rank or depth sweep never re-decomposes. Factors are stored in ``dtype``
+    three are views, so a rank or depth sweep never re-decomposes. ``state``: a hybrid's state patch (the
+    per-head SVD of Δ_S on its recurrent layers), viewed at ``rank``; ``layers`` restricts only the
+    attention layers. Factors are stored in ``dtype``
     (the model's), so the byte count is what a deployment stores; a full-rank patch is exact only
     to that dtype's rounding (bf16 factors: about 3 significant digits).
     """
@@ -177,6 +194,7 @@ class Patch:
     rank: int | None = None
     rotary_rank: int | None = None
     layers: tuple[int, ...] | None = None
+    state: StatePatch | None = None
 
     @classmethod
     def form(cls, delta: Deficit, granularity: Granularity = "layer", dtype: torch.dtype | None = None) -> Patch:
@@ -193,7 +211,8 @@ class Patch:
                 else:
                     per_channel.append(tuple(_svd(t[:, h], 1, dtype) for h in range(spec.heads)))
             factors.append(tuple(per_channel))
-        return cls(delta.specs, factors, delta.positions.clone(), granularity)
+        state = StatePatch.form(delta.state, dtype) if delta.state is not None else None
+        return cls(delta.specs, factors, delta.positions.clone(), granularity, state=state)
 
     # ----- views: rank, layer subset, position -------------------------------------------------
     @property
@@ -215,8 +234,9 @@ class Patch:
 
     @property
     def full_rank(self) -> int:
-        """The largest rank any block supports: min(n_B, width) of the widest channel."""
-        return max(b.full_rank for chans in self.factors for blocks in chans for b in blocks)
+        """The largest rank any block supports: min(n_B, width) of the widest channel (or min(d_k, d_v) of a state)."""
+        kv = max(b.full_rank for chans in self.factors for blocks in chans for b in blocks)
+        return max(kv, self.state.full_rank) if self.state is not None else kv
 
     def channel_rank(self, channel: int) -> int:
         """The rank applied to channel ``channel``: its requested rank clamped to its blocks' full rank."""
@@ -266,7 +286,7 @@ class Patch:
     def relocate(self, delta: int) -> Patch:
         """The same patch for B (and A) moved by δ′: rotate the feature-side factor of rotary channels."""
         factors = []
-        for chans in self.factors:
+        for l, chans in enumerate(self.factors):
             per_channel = []
             for blocks, spec in zip(chans, self.specs, strict=True):
                 if spec.rotary is None:
@@ -274,7 +294,7 @@ class Patch:
                     continue
                 moved = []
                 for b in blocks:
-                    vt = rotate(b.vt.reshape(b.vt.shape[0], b.heads, spec.dim), delta, spec.rotary)
+                    vt = rotate(b.vt.reshape(b.vt.shape[0], b.heads, spec.dim), delta, spec.rotary_at(l))
                     moved.append(Factors(b.us, b.s, vt.reshape(b.vt.shape), b.heads))
                 per_channel.append(tuple(moved))
             factors.append(tuple(per_channel))
@@ -307,11 +327,16 @@ class Patch:
             for c, (t, spec) in enumerate(zip(chans, self.specs, strict=True)):
                 m = ranks[c] if l in patched else 0
                 if delta and spec.rotary is not None:
-                    new.append(self._add(rotate(t, delta, spec.rotary), l, c, m, in_place=True))
+                    new.append(self._add(rotate(t, delta, spec.rotary_at(l)), l, c, m, in_place=True))
                 else:
                     new.append(self._add(t, l, c, m, in_place=False))
             layers.append(tuple(new))
-        return ChunkKV(base.specs, layers, self.positions)
+        state = base.state
+        if self.state is not None:
+            if state is None:
+                raise ValueError("a state patch needs a chunk with recurrent-state pages")
+            state = state.corrected(self.state.corrections(self.rank))
+        return ChunkKV(base.specs, layers, self.positions, state)
 
     def _add(self, t: torch.Tensor, layer: int, channel: int, m: int, in_place: bool) -> torch.Tensor:
         """t [n, heads, dim] plus the rank-m patch of one layer-channel (``t`` itself when m = 0)."""
@@ -328,11 +353,15 @@ class Patch:
         return out
 
     def nbytes_by_channel(self) -> dict[str, int]:
-        """Stored bytes per channel: Σ over patched layers and blocks of r_c·(n_B + block width), r_c its rank."""
-        return {
+        """Stored bytes per channel: Σ over patched layers and blocks of r_c·(n_B + block width), r_c its rank
+        (a hybrid's ``state``: Σ over recurrent layers and heads of m·(d_k + d_v))."""
+        out = {
             spec.name: sum(b.nbytes(self.channel_rank(c)) for l in self.patched_layers for b in self.factors[l][c])
             for c, spec in enumerate(self.specs)
         }
+        if self.state is not None:
+            out["state"] = self.state.nbytes(self.rank)
+        return out
 
     def nbytes(self) -> int:
         """Stored bytes of the whole patch in the storage dtype (both channels)."""
@@ -351,6 +380,8 @@ class Patch:
                 total = sum(float((b.s**2).sum()) for b in blocks)
                 kept = sum(float((b.s[:m] ** 2).sum()) for b in blocks)
                 out[(l, spec.name)] = 1.0 if total == 0 else kept / total
+        if self.state is not None:
+            out.update({(l, "state"): e for l, e in self.state.energy(self.rank).items()})
         return out
 
 
