@@ -476,12 +476,16 @@ class Adapter:
         return self.new_cache(data)
 
     # ----- decoding ----------------------------------------------------------------------------
+    def decode_cache(self, cache: DynamicCache) -> DynamicCache:
+        """A new cache over ``cache``'s tensors for decoding to append to, never the arm's own cache (a family
+        whose cache layers hold recurrent state, updated in place, overrides it with a copy)."""
+        return self.new_cache([(layer.keys, layer.values) for layer in cache.layers[: self.n_layers]])
+
     @torch.no_grad()
     def greedy(self, out: ForwardOut, max_new_tokens: int = 16, stop_ids: tuple[int, ...] = ()) -> list[int]:
         """Greedy-decode after a query forward, continuing (a copy of) its cache and its positions."""
         tokens: list[int] = []
-        # a new cache over the same tensors: decoding appends to it, never to the arm's own cache
-        cache = self.new_cache([(layer.keys, layer.values) for layer in out.cache.layers[: self.n_layers]])
+        cache = self.decode_cache(out.cache)
         logits, nxt = out.logits, int(out.positions.max()) + 1
         for _ in range(max_new_tokens):
             tok = int(logits.argmax())
