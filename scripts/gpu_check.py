@@ -8,7 +8,7 @@ flash-attention numbers, then ``scripts/bench_reuse.py --device cuda --dtype bf1
 
     python scripts/gpu_check.py --device cuda
 
-``--remote-equivalence MODEL`` (kimi_vl_a3b, phi3_5_vision) instead proves a remote-code checkpoint's
+``--remote-equivalence MODEL`` (kimi_vl_a3b, phi3_5_vision, internvl_chat_v1_1) instead proves a remote-code checkpoint's
 native mapping: it runs one image + text input through the native adapter and through the
 checkpoint's own remote code (``trust_remote_code``), and prints max |Δlogits| and the next-token KL.
 Where the remote code is absent (a shaped checkpoint) or does not run on this transformers, the
@@ -83,7 +83,8 @@ def check(name: str, dtype: str, device: str, attn: str) -> str:
 
 
 # ----- remote-code checkpoints: the native mapping against the model's own code -------------------------
-REFERENCES = {"kimi_vl_a3b": remote_reference.kimi_vl_logits, "phi3_5_vision": remote_reference.phi3_v_logits}
+REFERENCES = {"kimi_vl_a3b": remote_reference.kimi_vl_logits, "phi3_5_vision": remote_reference.phi3_v_logits,
+              "internvl_chat_v1_1": remote_reference.internvl_chat_logits}
 # fp32 forwards of the same weights differ only in summation order; bf16 kernels differ in rounding too
 TOLERANCE = {"float32": (1e-4, 1e-6), "bfloat16": (5e-2, 1e-2)}  # (max|Δ| / max|logit|, KL)
 
@@ -119,7 +120,7 @@ def equivalence_input(adapter, size: tuple[int, int]) -> tuple[list[int], list[t
     enc = adapter.encode(item)
     ids = torch.cat([s.input_ids for s in enc.spans]).tolist()
     px = adapter._pixels(item[1].parts[0].convert("RGB"))
-    grid = px["image_grid_thw"][0, 1:] if "image_grid_thw" in px else px["image_sizes"]
+    grid = px["image_grid_thw"][0, 1:] if "image_grid_thw" in px else px.get("image_sizes", torch.tensor(px["pixel_values"].shape[-2:]))
     return ids, [(px["pixel_values"], tuple(int(g) for g in grid.tolist()))], enc
 
 
@@ -127,9 +128,17 @@ def remote_logits(name: str, path: Path, ids: list[int], images, dtype: torch.dt
     """The checkpoint's own remote code on the same ids and pixels (raises if it cannot load or run)."""
     import transformers as tf
 
-    model = tf.AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=dtype,
-                                                    attn_implementation="eager").to(device).eval()
+    auto = tf.AutoModel if name == "internvl_chat_v1_1" else tf.AutoModelForCausalLM
+    model = auto.from_pretrained(path, trust_remote_code=True, dtype=dtype, attn_implementation="eager").to(device).eval()
     (pixels, grid), = images
+    if name == "internvl_chat_v1_1":  # its forward wants image_flags: embed, put extract_feature's rows, run the LLM
+        tok = tf.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+        input_ids = torch.tensor([ids], device=device)
+        with torch.no_grad():
+            embeds = model.language_model.get_input_embeddings()(input_ids)
+            slots = input_ids[0] == tok.convert_tokens_to_ids("<IMG_CONTEXT>")
+            embeds[0, slots] = model.extract_feature(pixels.to(device, dtype)).reshape(-1, embeds.shape[-1])
+            return model.language_model(inputs_embeds=embeds).logits[0, -1].float().cpu()
     if name == "kimi_vl_a3b":  # media_pad ids mark the features; grid as (h, w) per image
         kwargs = dict(pixel_values=pixels.to(device, dtype), image_grid_hws=torch.tensor([grid], device=device))
         input_ids = torch.tensor([ids], device=device)

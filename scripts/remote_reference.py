@@ -1,4 +1,4 @@
-"""Independent forwards of Kimi-VL and Phi-3.5-V, written from the public implementations' semantics.
+"""Independent forwards of Kimi-VL, Phi-3.5-V and InternVL-Chat-V1.1, written from the public implementations' semantics.
 
 They read the checkpoint's own tensors by their own names (lazily, upcast to float32 layer by layer)
 and use plain torch ops only, no transformers module and nothing of ``kamera.models``, so a match
@@ -12,6 +12,9 @@ Semantics followed (the same public files the native mapping cites):
   weights de-interleaved before ``rotate_half``, the ``noaux_tc`` sigmoid router (n_group = 1).
 - Phi-3.5-V: CLIP ViT-L/14-336 read at ``hidden_states[-2]``, the ``sub_glb`` HD layout and projector as
   the Hub ``modeling_phi3_v.py``, the Phi-3 decoder with ``Phi3SuScaledRotaryEmbedding`` (short factors).
+- InternVL-Chat-V1.1: InternViT-6B (fused qkv, q/k RMSNorm over all heads, layer scales) read at
+  ``hidden_states[select_layer]``, ``pixel_shuffle`` ('v1': transposed) and ``mlp1`` as OpenGVLab/InternVL
+  ``internvl_chat/internvl/model/internvl_chat/modeling_intern_vit.py`` / ``modeling_internvl_chat.py``; a Llama decoder.
 """
 
 from __future__ import annotations
@@ -255,3 +258,80 @@ def phi3_v_logits(path: Path, ids: list[int], images: list[tuple[torch.Tensor, t
         gate, up = linear(rms(x, W(p + "post_attention_layernorm.weight"), eps), W, p + "mlp.gate_up_proj", bias=False).chunk(2, -1)
         x = x + linear(F.silu(gate) * up, W, p + "mlp.down_proj", bias=False)
     return logits_of_last(rms(x, W("model.norm.weight"), eps), W, "lm_head.weight")
+
+
+# ----- InternVL-Chat-V1.1 ----------------------------------------------------------------------------------
+def internvit_tokens(W: Weights, cfg: dict, pixels: torch.Tensor) -> torch.Tensor:
+    """InternViT-6B to ``hidden_states[select_layer]``, CLS dropped, pixel-shuffled and through ``mlp1``: [tiles·256, hidden].
+
+    The stored position grid is the 448-px one, where the remote code's bicubic resampling is the identity."""
+    v = cfg["vision_config"]
+    c, heads, eps = v["hidden_size"], v["num_attention_heads"], v["layer_norm_eps"]
+    e = "vision_model.embeddings."
+    x = F.conv2d(pixels.float(), W(e + "patch_embedding.weight"), W(e + "patch_embedding.bias"), stride=v["patch_size"])
+    x = x.flatten(2).transpose(1, 2)
+    x = torch.cat([W(e + "class_embedding").expand(x.shape[0], 1, -1), x], dim=1) + W(e + "position_embedding")
+
+    def norm(t: torch.Tensor, name: str) -> torch.Tensor:
+        if v.get("norm_type", "rms_norm") == "rms_norm":
+            return rms(t, W(name + ".weight"), eps)
+        return layer_norm(t, W, name, eps)
+
+    for layer in range(cfg.get("select_layer", -1) % (v["num_hidden_layers"] + 1)):
+        p = f"vision_model.encoder.layers.{layer}."
+        h = norm(x, p + "norm1")
+        b, n, _ = h.shape
+        q, k, val = linear(h, W, p + "attn.qkv", bias=bool(v.get("qkv_bias"))).chunk(3, dim=-1)
+        if v.get("qk_normalization", True):  # over all heads at once, before the split
+            q, k = rms(q, W(p + "attn.q_norm.weight"), eps), rms(k, W(p + "attn.k_norm.weight"), eps)
+        q, k, val = (t.view(b, n, heads, -1).transpose(1, 2) for t in (q, k, val))
+        att = ((q * (c // heads) ** -0.5) @ k.transpose(-1, -2)).softmax(-1) @ val
+        x = x + linear(att.transpose(1, 2).reshape(b, n, c), W, p + "attn.proj") * W(p + "ls1")
+        x = x + linear(F.gelu(linear(norm(x, p + "norm2"), W, p + "mlp.fc1")), W, p + "mlp.fc2") * W(p + "ls2")
+    tokens = []
+    for tile in x[:, 1:]:
+        side = math.isqrt(tile.shape[0])
+        g = tile.reshape(side, side, c)  # (patch row, patch column)
+        blocks = [(i, j) for i in range(side // 2) for j in range(side // 2)]
+        if cfg.get("ps_version", "v1") == "v1":  # the transposed order: column blocks outer
+            blocks = [(i, j) for j in range(side // 2) for i in range(side // 2)]
+        tokens += [torch.cat([g[2 * i, 2 * j], g[2 * i, 2 * j + 1], g[2 * i + 1, 2 * j], g[2 * i + 1, 2 * j + 1]])
+                   for i, j in blocks]
+    y = layer_norm(torch.stack(tokens), W, "mlp1.0")
+    return linear(F.gelu(linear(y, W, "mlp1.1")), W, "mlp1.3")
+
+
+def internvl_chat_logits(path: Path, ids: list[int], images: list[tuple[torch.Tensor, tuple[int, int]]],
+                         image_token_id: int | None = None) -> torch.Tensor:
+    """Next-token logits [vocab] (float64) after ``ids``; ``<IMG_CONTEXT>`` rows (its id from tokenizer.json unless
+    given) take the images' features in order."""
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    if image_token_id is None:
+        added = json.loads((Path(path) / "tokenizer.json").read_text(encoding="utf-8"))["added_tokens"]
+        image_token_id = next(a["id"] for a in added if a["content"] == "<IMG_CONTEXT>")
+    t = cfg["llm_config"]
+    W = Weights(path)
+    x = W.rows("language_model.model.embed_tokens.weight", ids)
+    slots = [i for i, tok in enumerate(ids) if tok == image_token_id]
+    if images:
+        feats = torch.cat([internvit_tokens(W, cfg, px) for px, _ in images])
+        if feats.shape[0] != len(slots):
+            raise ValueError(f"{feats.shape[0]} image features for {len(slots)} image tokens")
+        x[slots] = feats
+    n, heads, kv, h = len(ids), t["num_attention_heads"], t["num_key_value_heads"], t["hidden_size"]
+    hd, eps = h // heads, t["rms_norm_eps"]
+    inv = 1.0 / t["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd)
+    ang = torch.cat([torch.arange(n)[:, None].float() * inv] * 2, dim=-1)
+    cos, sin = ang.cos(), ang.sin()
+    for layer in range(t["num_hidden_layers"]):
+        p = f"language_model.model.layers.{layer}."
+        hn = rms(x, W(p + "input_layernorm.weight"), eps)
+        q = linear(hn, W, p + "self_attn.q_proj", bias=False).view(n, heads, hd).transpose(0, 1)
+        k, v = (linear(hn, W, f"{p}self_attn.{s}_proj", bias=False).view(n, kv, hd).transpose(0, 1).repeat_interleave(
+            heads // kv, dim=0) for s in ("k", "v"))
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        x = x + linear(causal_attention(q, k, v, hd ** -0.5), W, p + "self_attn.o_proj", bias=False)
+        hn = rms(x, W(p + "post_attention_layernorm.weight"), eps)
+        x = x + linear(F.silu(linear(hn, W, p + "mlp.gate_proj", bias=False)) * linear(hn, W, p + "mlp.up_proj", bias=False),
+                       W, p + "mlp.down_proj", bias=False)
+    return logits_of_last(rms(x, W("language_model.model.norm.weight"), eps), W, "language_model.lm_head.weight")
