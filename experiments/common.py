@@ -14,10 +14,12 @@ ran with (:func:`kamera.sweep.status.sweep_jobs`), from the results root the run
 (``paths.results``: KAMERA_RESULTS, else ``results/raw`` under the working directory), and counts
 each (model, item, arm) once per cell, however many jobs of the sweep selected the item
 (:func:`once_per_cell`). An incomplete job fails the render, naming it and its k / n,
-unless ``--allow-partial`` (the output then says "partial"). Every output carries a footer: the
-commit (and whether it was dirty), package versions, device and dtype its rows came from, and the data
-copy (its root; "generated" for a benchmark without files) and checkpoint fingerprint its jobs read: exactly
-those the overrides name (:func:`kamera.sweep.status.names_this`), never another copy's shard.
+unless ``--allow-partial`` (the output then says "partial"); so do rows of one arm in one cell
+made by different code versions (:func:`mixed_versions`), unless ``--allow-mixed-versions``. Every
+output carries a footer: the commit (and whether it was dirty), package versions, device and dtype its
+rows came from, and the data copy (its root; "generated" for a benchmark without files) and checkpoint
+fingerprint its jobs read: exactly those the overrides name (:func:`kamera.sweep.status.names_this`),
+never another copy's shard.
 
     python -m experiments.common experiment=table3_tiny [overrides…] [--allow-partial]   # make render EXP=…
     python experiments/table3.py experiment=table3_tiny [overrides…] [--allow-partial] [--out STEM]
@@ -50,7 +52,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from kamera.job import config_identity
-from kamera.job.store import ShardCorruptError, atomic_write_text, digest
+from kamera.job.store import STAMP, ShardCorruptError, atomic_write_text, digest
 from kamera.metrics import bootstrap_ci
 from kamera.run.track import Tracker
 from kamera.sweep import SweepError, compose_config
@@ -114,6 +116,8 @@ def parse(description: str, default_experiment: str, argv: list[str] | None = No
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("overrides", nargs="*", help=f"Hydra overrides of the sweep (default experiment={default_experiment})")
     ap.add_argument("--allow-partial", action="store_true", help="render incomplete jobs too; the output says partial")
+    ap.add_argument("--allow-mixed-versions", action="store_true",
+                    help="render rows of one arm in one cell made by different code versions (refused by default)")
     ap.add_argument("--out", default=None, help="output stem (default: <paths.tables or paths.figures>/<experiment>)")
     modes = ["disabled", "offline", "online"]
     ap.add_argument("--tracking", default=os.environ.get("KAMERA_TRACKING") or "disabled", choices=modes,
@@ -146,10 +150,15 @@ def load(description: str, default_experiment: str, argv: list[str] | None = Non
         )
     try:
         readable = [j for j in unique if not j.error]
-        rows = once_per_cell([(j, j.rows()) for j in readable], "arm")
-        probes = once_per_cell([(j, j.probe_records()) for j in readable], "probe")
+        frames = {"arm": [(j, j.rows()) for j in readable], "probe": [(j, j.probe_records()) for j in readable]}
     except ShardCorruptError as err:
         raise SystemExit(str(err)) from None
+    mixed = [line for column, found in frames.items() for line in mixed_versions(found, column)]
+    if mixed and not args.allow_mixed_versions:
+        raise SystemExit(f"{cfg.group}: rows of one arm in one cell come from different code versions (rerun the "
+                         "sweep to recompute the stale ones, or render with --allow-mixed-versions):\n- "
+                         + "\n- ".join(mixed))
+    rows, probes = once_per_cell(frames["arm"], "arm"), once_per_cell(frames["probe"], "probe")
     if rows.empty and probes.empty:
         raise SystemExit(f"{cfg.group}: no stored rows for its {len(unique)} job(s) under {cfg.paths.results}")
     paper = OmegaConf.to_container(cfg.paper, resolve=True) if cfg.get("paper") is not None else {}
@@ -191,6 +200,29 @@ def once_per_cell(frames: list[tuple[JobView, pd.DataFrame]], column: str) -> pd
         seen |= {(cell, *k) for k in new}
         kept.append(frame[[k in new for k in keys]])
     return _concat(kept)
+
+
+def mixed_versions(frames: list[tuple[JobView, pd.DataFrame]], column: str) -> list[str]:
+    """One line per (cell, arm or probe label) whose records carry more than one code version (their
+    :data:`~kamera.job.store.STAMP`: the plugin's ``version`` and the row metrics' ``metrics_version``, 1 where a
+    shard written before versions existed has none), naming the label, each version and the shards holding it."""
+    found: dict[tuple[str, str], dict[tuple, set[str]]] = {}
+    cells: dict[str, str] = {}
+    for job, frame in frames:
+        if frame.empty:
+            continue
+        cell = cell_key(job)
+        cells.setdefault(cell, job.name)
+        stamps = frame.reindex(columns=list(STAMP)).fillna(1).astype(int).itertuples(index=False, name=None)
+        for label, stamp in zip(frame[column].astype(str), stamps, strict=True):
+            found.setdefault((cell, label), {}).setdefault(stamp, set()).add(str(job.shard.path))
+    lines = []
+    for (cell, label), by_stamp in found.items():
+        if len(by_stamp) > 1:
+            lines.append(f"{label} ({cells[cell]}): " + "; ".join(
+                " ".join(f"{c} {v}" for c, v in zip(STAMP, stamp, strict=True)) + " in " + ", ".join(sorted(paths))
+                for stamp, paths in sorted(by_stamp.items())))
+    return lines
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -10,6 +10,7 @@ apart. Adding an arm is adding a file with a ``@register`` dataclass named ``<Me
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from kamera.models.base import Adapter, ForwardOut
 from kamera.reuse.context import ReuseContext
@@ -42,7 +43,13 @@ class ArmOutput:
 
 @dataclass
 class Arm(Plugin):
-    """Base class; subclasses are dataclasses whose fields are the arm's knobs."""
+    """Base class; subclasses are dataclasses whose fields are the arm's knobs.
+
+    ``version``: the arm's code version, stamped on every row it makes (docs/identity.md). A subclass declares
+    ``version = 2`` (and so on) beside ``run`` when a change to it changes a stored number; every job then
+    recomputes that arm's rows on its next run and leaves the other arms' rows as they are."""
+
+    version: ClassVar[int] = 1
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
         raise NotImplementedError

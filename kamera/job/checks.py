@@ -58,6 +58,7 @@ def validate(cfg: DictConfig) -> list[str]:
          "must be auto, null (torch's default) or an integer >= 1")
     need(is_number(cfg.progress_every_s) and cfg.progress_every_s >= 0, "progress_every_s", "must be a number >= 0")
     need(isinstance(cfg.retry_failed, bool), "retry_failed", "must be true or false")
+    need(isinstance(cfg.force, bool), "force", "must be true or false")
     need(isinstance(cfg.group, str) and bool(cfg.group) and "/" not in cfg.group and not cfg.group.startswith("."),
          "group", "must be a non-empty name without '/' (results/raw/<group>/)")
     need(cfg.tracking.mode in TRACKING, "tracking.mode", f"must be one of {list(TRACKING)}")

@@ -15,7 +15,8 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
-from kamera.job.store import Expected
+from kamera.job.store import STAMP, Expected, Stamp
+from kamera.metrics import VERSION as METRICS_VERSION
 from kamera.reuse.plugin import Plugin
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -46,9 +47,20 @@ class Spec:
         """The knobs as canonical JSON: with the label, what identifies the plugin's records."""
         return json.dumps(self.knobs, sort_keys=True, separators=(",", ":"), default=str)
 
+    @property
+    def stamp(self) -> Stamp:
+        """The code versions its records carry (:data:`kamera.job.store.STAMP`): the plugin's ``version`` and the
+        row metrics' (:data:`kamera.metrics.VERSION`)."""
+        return (self.plugin.version, METRICS_VERSION)
+
+    @property
+    def stamp_columns(self) -> dict[str, int]:
+        """:attr:`stamp` as the columns a record stores."""
+        return dict(zip(STAMP, self.stamp, strict=True))
+
 def expected_of(arms: list[Spec], probes: list[Spec]) -> Expected:
     """What a job asks of each item, as the store matches it."""
-    return Expected(tuple((s.label, s.key) for s in arms), tuple((s.label, s.key) for s in probes))
+    return Expected(tuple((s.label, s.key, s.stamp) for s in arms), tuple((s.label, s.key, s.stamp) for s in probes))
 
 def conf_labels(kind: str) -> list[str]:
     """The conf/<kind>/<label>.yaml files available."""
@@ -88,6 +100,9 @@ def _spec(kind: str, entry: object) -> Spec:
             raise ValueError(f"{path} must map `name:` (the registered {kind} it configures) and its knobs")
     knobs = {**knobs, **overrides}
     plugin = make(knobs.pop("name") if "name" in knobs else "", **knobs)
+    version = plugin.version
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"{type(plugin).__name__}.version={version!r}: a {kind}'s code version is an integer >= 1")
     changed = sorted(((k, v) for k, v in overrides.items() if k != "name"), key=lambda kv: kv[0])
     label = (base or plugin.name) + ("[" + ",".join(f"{k}={_knob_text(v)}" for k, v in changed) + "]" if changed else "")
     return Spec(label, {"name": plugin.name, **plugin.params()}, plugin)

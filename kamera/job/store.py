@@ -9,7 +9,13 @@
 A job key is the digest of the job's identity (:mod:`kamera.job`): the config keys that define its
 numbers, a fingerprint of the checkpoint loaded and one of the data read (annotation files and the
 selected item ids). Arms and probes are not part of it: a shard collects every arm ever run on the
-job's items, and a run computes only the (item, arm) pairs it does not hold yet.
+job's items, and a run computes only the (item, arm) pairs it does not hold yet **at the current code
+version**: every record (row, probe record, refusal, empty probe) is stamped with the ``version`` of the
+plugin that made it and the row metrics' ``metrics_version`` (:data:`STAMP`) and the index of the run that
+wrote it (``run_index``); a record whose stamp is not the one the job asks for, or written before the run
+that a ``force=true`` started (``force_from`` in the json), is stale: the job recomputes it, and the item's
+new records replace it atomically (a record without a stamp, written before versions existed, is version 1
+of both, run 0).
 
 Each table is rewritten to a dot-named temp file and ``os.replace``d after each item, so a kill at
 any moment loses at most the item in flight and never leaves half a row. A file that does not read
@@ -40,6 +46,8 @@ import pandas as pd
 log = logging.getLogger("kamera.store")
 
 TABLES = {"rows": "arm", "probes": "probe"}  # table → the column naming the plugin that made a record
+STAMP = ("version", "metrics_version")  # the code versions every record carries (absent: version 1 of each)
+RUN = "run_index"  # the index in the json's ``runs`` of the run that wrote a record (absent: 0)
 
 
 def digest(obj: object) -> str:
@@ -61,12 +69,31 @@ class ShardCorruptError(RuntimeError):
     """A shard file does not read back; the message names the file and what to do."""
 
 
+Stamp = tuple[int, ...]  # one value per :data:`STAMP` column
+
+
 @dataclass(frozen=True)
 class Expected:
-    """What a job asks of each item: (label, knobs key) per arm and per probe."""
+    """What a job asks of each item: (label, knobs key, stamp) per arm and per probe; the stamp is the
+    versions (:data:`STAMP`) of the code that computes it now."""
 
-    arms: tuple[tuple[str, str], ...]
-    probes: tuple[tuple[str, str], ...] = ()
+    arms: tuple[tuple[str, str, Stamp], ...]
+    probes: tuple[tuple[str, str, Stamp], ...] = ()
+
+
+def stamp_of(record: dict) -> Stamp:
+    """A stored record's stamp (each :data:`STAMP` value, 1 where it has none: written before versions existed)."""
+    return tuple(_int(record.get(c), 1) for c in STAMP)
+
+
+def _int(value: object, default: int) -> int:
+    return default if value is None or value != value else int(value)  # None or NaN (a column older rows lack)
+
+
+def current(record: dict, stamp: Stamp, force_from: int) -> bool:
+    """Whether a stored record is what the code asks for now: its stamp is ``stamp`` and it was written by run
+    ``force_from`` or later (a ``force=true`` run's index; 0 when none was forced)."""
+    return stamp_of(record) == stamp and _int(record.get(RUN), 0) >= force_from
 
 
 @dataclass
@@ -87,6 +114,8 @@ class JobState:
     defects: list[dict] = field(default_factory=list)
     todo: dict[str, list[str]] = field(default_factory=dict)  # item → labels still to compute
 
+    stale: dict[str, set[Stamp]] = field(default_factory=dict)  # label → stamps of its stored records out of date
+
     @property
     def complete(self) -> bool:
         return self.status == "done"
@@ -104,6 +133,8 @@ class JobState:
             parts.append(f"{len(self.defects)} data defect(s)")
         if self.status == "failed" and self.k == self.n and not self.defects:
             parts.append("no usable item")
+        if self.stale:
+            parts.append(f"stale rows of {', '.join(sorted(self.stale))} (older code version or force=true)")
         return ", ".join(parts)
 
     def reasons(self) -> list[str]:
@@ -168,13 +199,14 @@ class Shard:
         for name in TABLES:
             self.table(name)
 
-    def done(self, name: str) -> set[tuple[str, str, str]]:
-        """(item_id, label, knobs) pairs stored in a table."""
+    def stored(self, name: str) -> list[tuple[tuple[str, str, str], dict]]:
+        """Each record of a table as ((item_id, label, knobs), its :data:`STAMP` and :data:`RUN` values)."""
         frame = self.table(name)
         if frame.empty:
-            return set()
-        cols = ["item_id", TABLES[name], "knobs"]
-        return set(frame[cols].astype(str).itertuples(index=False, name=None))
+            return []
+        keys = frame[["item_id", TABLES[name], "knobs"]].astype(str).itertuples(index=False, name=None)
+        stamps = frame.reindex(columns=[*STAMP, RUN]).to_dict("records")
+        return list(zip(keys, stamps, strict=True))
 
     # ----- writing (inside ``locked()``) --------------------------------------------------------
     def write_meta(self, meta: dict) -> None:
@@ -187,19 +219,23 @@ class Shard:
         self.write_meta(meta)
         return meta
 
-    def append(self, name: str, records: list[dict]) -> int:
-        """Add one item's records to a table atomically; refuses (item, label, knobs) already stored."""
-        if not records:
-            return len(self.table(name))
-        new = pd.DataFrame(records)
+    def append(self, name: str, records: list[dict], replace: Iterable[tuple[str, str, str]] = ()) -> int:
+        """Add one item's records to a table atomically, dropping the stored records of every (item, label, knobs)
+        in ``replace`` (stale ones the item's new records supersede) in the same write; refuses any other
+        (item, label, knobs) already stored."""
+        replace = set(replace)
         old = self.table(name)
-        if len(old):
-            cols = ["item_id", TABLES[name], "knobs"]
+        cols = ["item_id", TABLES[name], "knobs"]
+        keep = [k not in replace for k in old[cols].astype(str).itertuples(index=False, name=None)] if len(old) else []
+        if not records and all(keep):
+            return len(old)
+        old, new = old[keep] if len(old) else old, pd.DataFrame(records)
+        if len(old) and len(new):
             keys = [set(f[cols].astype(str).itertuples(index=False, name=None)) for f in (new, old)]
             clash = keys[0] & keys[1]
             if clash:
                 raise ValueError(f"{sorted(clash)[:3]} already in {self.dir / self.key}: refusing to duplicate")
-        frame = pd.concat([old, new], ignore_index=True) if len(old) else new
+        frame = pd.concat([old, new], ignore_index=True) if len(old) and len(new) else new if len(new) else old
         path = self.path if name == "rows" else self.probes_path
         tmp = path.with_name(f".{path.name}.tmp")
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -229,27 +265,44 @@ class Shard:
 
     # ----- state -------------------------------------------------------------------------------
     def state(self, expected: Expected, retry_failed: bool = False) -> JobState:
-        """How far the job is for these arms and probes (see :class:`JobState`)."""
+        """How far the job is for these arms and probes at their current versions (see :class:`JobState`); a
+        record of another stamp, or older than a forced run, does not count (its label is in ``stale``)."""
         meta = self.meta()
         if not meta:
             return JobState("missing")
         selection = meta.get("selection", {})
         items = [str(i) for i in selection.get("item_ids", [])]
         failed = {} if retry_failed else dict(meta.get("failed", {}))
-        refused = {(r.get("item_id"), r["arm"], r["knobs"]) for r in meta.get("refusals", [])}
+        force_from = _int(meta.get("force_from"), 0)
+        want = {(a, k): st for a, k, st in (*expected.arms, *expected.probes)}
+        stale: dict[str, set[Stamp]] = {}
+
+        def fresh(records: Iterable[tuple[tuple, dict]]) -> set:
+            keep = set()
+            for key, rec in records:
+                if key[1:] not in want:
+                    continue  # another arm or knobs than this job asks for: not its concern
+                if current(rec, want[key[1:]], force_from):
+                    keep.add(key)
+                else:
+                    stale.setdefault(key[1], set()).add(stamp_of(rec))
+            return keep
+
+        refused = fresh(((r.get("item_id"), r["arm"], r["knobs"]), r) for r in meta.get("refusals", []))
         family = {(a, k) for i, a, k in refused if i is None}
         have = {
-            "rows": self.done("rows") | {(i, a, k) for i, a, k in refused if i is not None},
-            "probes": self.done("probes") | {tuple(p) for p in meta.get("empty_probes", [])},
+            "rows": fresh(self.stored("rows")) | {(i, a, k) for i, a, k in refused if i is not None},
+            "probes": fresh(self.stored("probes")) | fresh(empty_probe(p) for p in meta.get("empty_probes", [])),
         }
         todo: dict[str, list[str]] = {}
         for item in items:
             if item in failed:
                 continue
-            left = [a for a, k in expected.arms if (a, k) not in family and (item, a, k) not in have["rows"]]
-            left += [p for p, k in expected.probes if (item, p, k) not in have["probes"]]
+            left = [a for a, k, _ in expected.arms if (a, k) not in family and (item, a, k) not in have["rows"]]
+            left += [p for p, k, _ in expected.probes if (item, p, k) not in have["probes"]]
             if left:
                 todo[item] = left
+        stale = {label: st for label, st in stale.items() if any(label in left for left in todo.values())}
         defects = [s for s in selection.get("skipped", []) if s.get("stage") in ("row", "build")]
         k = len(items) - len(todo)
         usable = k - sum(1 for i in items if i in failed)
@@ -259,7 +312,15 @@ class Shard:
             status = "failed"
         else:
             status = "done"
-        return JobState(status, len(items), k, selection.get("n_requested"), failed, defects, todo)
+        return JobState(status, len(items), k, selection.get("n_requested"), failed, defects, todo, stale)
+
+
+def empty_probe(entry: list | dict) -> tuple[tuple[str, str, str], dict]:
+    """An ``empty_probes`` entry of the json as ((item, probe, knobs), its stamp): a dict with ``item_id``,
+    ``probe``, ``knobs`` and the stamp, or (written before versions existed) a list [item, probe, knobs]."""
+    if isinstance(entry, dict):
+        return (str(entry["item_id"]), entry["probe"], entry["knobs"]), entry
+    return (str(entry[0]), entry[1], entry[2]), {}
 
 
 def atomic_write_text(path: Path, text: str) -> None:

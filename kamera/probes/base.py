@@ -12,6 +12,7 @@ Adding a probe is adding a file with a ``@register`` dataclass named ``<Measure>
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.plugin import Plugin, Registry, UnknownNameError
@@ -23,7 +24,10 @@ class UnknownProbeError(UnknownNameError):
 
 @dataclass
 class Probe(Plugin):
-    """Base class; subclasses are dataclasses whose fields are the probe's knobs."""
+    """Base class; subclasses are dataclasses whose fields are the probe's knobs; ``version`` is its code version,
+    stamped on every record it makes (bump it when a change changes a stored number, as for arms)."""
+
+    version: ClassVar[int] = 1
 
     def run(self, ctx: ReuseContext) -> list[dict]:
         """The measurements on one item, one flat record (str / int / float values) per cell."""

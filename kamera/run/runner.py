@@ -4,10 +4,16 @@ The job's item shape (:func:`kamera.job.shape_of`: arm items × arms, or window 
 selects and evaluates its items; the steps, the store and the semantics here are the same for both.
 
     preflight (no weights) → select the items (no model but the toy task's) → the job's identity and
-    shard → skip the job if the shard already holds every (item, arm) and (item, probe) it asks for
-    → load the model → per item with anything missing: encode once, compute the shared quantities
-    the missing arms and probes declare (``needs``), run each missing arm and probe, write the item's
-    rows and records atomically → the job's state.
+    shard → skip the job if the shard already holds every (item, arm) and (item, probe) it asks for,
+    at the code versions it asks for → load the model → per item with anything missing or stale:
+    encode once, compute the shared quantities the missing arms and probes declare (``needs``), run
+    each missing arm and probe, write the item's rows and records atomically (replacing its stale
+    ones in the same write) → the job's state.
+
+Every record is stamped with its plugin's ``version``, the row metrics' ``metrics_version`` and the run's
+index (:mod:`kamera.job.store`); a record of another version is recomputed (logged once per plugin), and
+``force=true`` recomputes every record of the job (its old rows are kept until each item's new ones
+replace them, and a forced run killed midway is continued by the next run, forced or not).
 
 Per item, an :class:`~kamera.errors.ItemError` (an input the model cannot take, a medium that does
 not decode, non-finite logits) records the item as failed with its reason and the job goes on;
@@ -41,7 +47,8 @@ from kamera.job import (
     threads_for,
 )
 from kamera.job.rows import job_keys
-from kamera.job.store import Shard, digest, now, provenance
+from kamera.job.spec import Spec
+from kamera.job.store import RUN, STAMP, JobState, Shard, current, digest, now, provenance
 from kamera.models import Adapter, load_model
 from kamera.models.loading import peak_memory_bytes
 from kamera.progress import Progress
@@ -81,7 +88,9 @@ def run(cfg: DictConfig) -> Path:
              shard.path)
     shard.check()
     state = shard.state(want, cfg.retry_failed)
-    if state.complete:
+    if cfg.force:
+        log.info("job %s: force=true, every row and record of its arms and probes is recomputed", key)
+    elif state.complete:
         try:  # best-effort: a complete job on read-only storage has nothing to write
             with shard.locked(required=False) as mine:
                 if mine:
@@ -106,7 +115,11 @@ def run(cfg: DictConfig) -> Path:
     return shard.path
 
 
-def _begin(cfg: DictConfig, shard: Shard, ident: dict, selection: Selection, run: dict) -> None:
+def _begin(cfg: DictConfig, shard: Shard, ident: dict, selection: Selection, run: dict) -> int:
+    """Record the run in the shard's json; its index in ``runs`` (what its records' ``run_index`` says). A forced
+    run marks every older record stale (``force_from``) and retries the items recorded as failed."""
+    index = len(shard.meta().get("runs", []))
+
     def change(meta: dict) -> None:
         meta.update(key=shard.key, config_key=config_key(cfg), group=cfg.group, identity=ident,
                     selection=selection.record(), last_run=run["start"])
@@ -115,29 +128,53 @@ def _begin(cfg: DictConfig, shard: Shard, ident: dict, selection: Selection, run
         meta.setdefault("refusals", [])
         meta.setdefault("empty_probes", [])
         meta.setdefault("runs", []).append(run)
+        if cfg.force:
+            meta.update(force_from=index, failed={})
 
     shard.update_meta(change)
+    return index
+
+
+def _log_stale(state: JobState, specs: dict[str, Spec]) -> None:
+    """One line per plugin whose stored records are out of date: the versions stored and the current ones."""
+    for label, stamps in sorted(state.stale.items()):
+        now_at = dict(zip(STAMP, specs[label].stamp, strict=True))
+        had = ", ".join(sorted(" ".join(f"{c} {v}" for c, v in zip(STAMP, st, strict=True)) for st in stamps))
+        why = "force=true" if specs[label].stamp in stamps else f"stored at {had}, the code is at " + " ".join(
+            f"{c} {v}" for c, v in now_at.items())
+        log.info("%s: recomputing its stale records (%s)", label, why)
 
 
 def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, adapter, device: str) -> None:
     run_info = provenance(device, DTYPES[cfg.model.dtype], cfg.model.attn_implementation)
-    _begin(cfg, shard, ident, selection, run_info)
+    run_index = _begin(cfg, shard, ident, selection, run_info)
+    specs = {s.label: s for s in [*arms, *probes]}
+
+    def stamped(record: dict, label: str) -> dict:  # what code made a record and which run wrote it
+        return {**record, **specs[label].stamp_columns, RUN: run_index}
+
     if selection.defects:
         log.warning("%d data defect(s) in the selection walk; the job cannot complete until the data is repaired",
                     len(selection.defects))
-    if not shard.state(expected_of(arms, probes), cfg.retry_failed).todo:
+    state = shard.state(expected_of(arms, probes), cfg.retry_failed)
+    if not state.todo:
         run_info["end"] = now()
         shard.update_meta(lambda m: m["runs"][-1].update(end=run_info["end"]))
         return  # nothing left to compute (data defects or no usable item): no model needed
+    _log_stale(state, specs)
     adapter = adapter or _load(cfg, device)
     run_info["attention"] = adapter.lm.config._attn_implementation
     meta = shard.meta()
-    family = {(r["arm"], r["knobs"]) for r in meta["refusals"] if r["item_id"] is None}
-    new = [{"item_id": None, "arm": s.label, "knobs": s.key, "reason": why}
+    force_from = meta.get("force_from", 0)
+    family = {(r["arm"], r["knobs"]) for r in meta["refusals"]
+              if r["item_id"] is None and r["arm"] in specs and current(r, specs[r["arm"]].stamp, force_from)}
+    new = [stamped({"item_id": None, "arm": s.label, "knobs": s.key, "reason": why}, s.label)
            for s in arms if (s.label, s.key) not in family and (why := s.plugin.refuses(adapter))]
     for r in new:
         log.warning("arm %s refuses %s: %s (no rows for it in this job)", r["arm"], cfg.model.name, r["reason"])
-    if new:
+    if new:  # a refused arm's stale rows are dropped with the refusal: no row of it is read any more
+        shard.append("rows", [], replace={key for key, _ in shard.stored("rows")
+                                          if (key[1], key[2]) in {(r["arm"], r["knobs"]) for r in new}})
         shard.update_meta(lambda m: m["refusals"].extend(new))
     todo = shard.state(expected_of(arms, probes), cfg.retry_failed).todo
     keys = job_keys(cfg, shard.key, config_key(cfg))
@@ -152,19 +189,23 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
             if item.item_id not in todo:
                 continue
             left = set(todo[item.item_id])
+            stale = {(item.item_id, s.label, s.key) for s in specs.values() if s.label in left}  # replaced now
             t_item = time.perf_counter()
             try:
                 rows, records, refused = evaluate(adapter, item, [s for s in arms if s.label in left],
                                                   [s for s in probes if s.label in left], cfg, keys)
             except ItemError as err:
+                shard.append("probes", [], replace=stale)  # no stale record of a failed item stays readable
+                shard.append("rows", [], replace=stale)
                 shard.update_meta(lambda m, i=item.item_id, e=str(err): m["failed"].__setitem__(i, e))
                 log.warning("item %s failed: %s", item.item_id, err)
                 progress.step(f"item {item.item_id} failed")
                 continue
-            shard.append("probes", records)
-            n = shard.append("rows", rows)
-            empty = [[item.item_id, s.label, s.key] for s in probes if s.label in left
-                     and not any(r["probe"] == s.label for r in records)]
+            shard.append("probes", [stamped(r, r["probe"]) for r in records], replace=stale)
+            n = shard.append("rows", [stamped(r, r["arm"]) for r in rows], replace=stale)
+            refused = [stamped(r, r["arm"]) for r in refused]
+            empty = [stamped({"item_id": item.item_id, "probe": s.label, "knobs": s.key}, s.label) for s in probes
+                     if s.label in left and not any(r["probe"] == s.label for r in records)]
             if refused or empty or item.item_id in shard.meta()["failed"]:
                 def change(m, refused=refused, empty=empty, i=item.item_id):
                     m["refusals"].extend(refused)

@@ -40,6 +40,7 @@ from kamera.job import (
     job_specs,
     results_root,
 )
+from kamera.job.rows import ROW_COLUMNS, STAMP_COLUMNS
 from kamera.job.store import JobState, Shard, ShardCorruptError, latest, shards
 from kamera.sweep.cost import h100_hours, not_estimated
 from kamera.sweep.expand import SweepError, composed
@@ -65,8 +66,15 @@ class JobView:
             f" ({self.cfg.bench.subset})" if self.cfg.bench.subset else "")
 
     def rows(self) -> pd.DataFrame:
-        """This job's rows for exactly its arms (label and knobs), one per (item, arm)."""
-        return self._records("rows", "arm", self.arms)
+        """This job's rows for exactly its arms (label and knobs), one per (item, arm); ShardCorruptError naming the
+        shard when its rows lack a column this code writes (rows of older code; a missing version stamp is
+        version 1, not an error)."""
+        frame = self._records("rows", "arm", self.arms)
+        missing = [c for c in ROW_COLUMNS if c not in frame and c not in STAMP_COLUMNS] if len(frame) else []
+        if missing:
+            raise ShardCorruptError(f"{self.shard.path} lacks the column(s) {', '.join(missing)} this code writes "
+                                    "(rows of older code): rerun its job with force=true to recompute them")
+        return frame
 
     def probe_records(self) -> pd.DataFrame:
         """This job's probe records for exactly its probes."""

@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -37,7 +38,10 @@ class ProbeRefusal(ValueError):
 class WindowProbe(Plugin):
     """Base class; subclasses are dataclasses whose fields are the probe's knobs (a :class:`~kamera.reuse.plugin.
     Plugin` of the ``window probe`` registry: it reads no :data:`~kamera.reuse.plugin.SHARED` quantity, its
-    item's shared forwards live on the :class:`WindowContext` instead)."""
+    item's shared forwards live on the :class:`WindowContext` instead). ``version`` is its code version, stamped on
+    every row it makes (bump it when a change changes a stored number, as for arms)."""
+
+    version: ClassVar[int] = 1
 
     def run(self, wctx: WindowContext) -> list[dict]:
         raise NotImplementedError

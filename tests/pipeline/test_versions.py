@@ -1,0 +1,155 @@
+"""Issue 19 item 1: a code change invalidates the rows it changes. Every row, probe record and refusal is stamped
+with its plugin's ``version``, the row metrics' ``metrics_version`` and the run that wrote it; a bump recomputes
+exactly the rows it covers, ``force=true`` recomputes all of a job's, renderers refuse one arm's rows of two
+versions in one cell, and a shard written before versions existed reads as version 1."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pandas as pd
+import pytest
+from pipeline_support import job_config
+
+from experiments import table3
+from kamera.arms import ARMS
+from kamera.job import spec as job_spec
+from kamera.job.store import Shard
+from kamera.probes import PROBES
+from kamera.run import runner
+from kamera.sweep.status import sweep_jobs
+from kamera.window.probes import PROBES as WINDOW_PROBES
+
+JOB = ("model=tiny_kimi", "bench=synthetic", "arms=[blind,patch_r8]", "probes=[deficit_norms]", "n_items=2")
+TINY3 = ("experiment=table3_tiny", "testbed=tiny_llava", "arms=[reprefill,blind]")
+
+
+def _run(tmp_path, *overrides: str, caplog=None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """Run the job; (its rows, its probe records, what it logged)."""
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="kamera.run"):
+        path = runner.run(job_config(tmp_path, *JOB, *overrides))
+    probes = path.with_name(path.name.replace(".parquet", ".probes.parquet"))
+    return pd.read_parquet(path), pd.read_parquet(probes), caplog.text
+
+
+def _by_arm(rows: pd.DataFrame, arm: str) -> pd.DataFrame:
+    return rows[rows["arm"] == arm].sort_values("item_id").reset_index(drop=True)
+
+
+def test_every_plugin_declares_an_integer_version():
+    for registry in (ARMS, PROBES, WINDOW_PROBES):
+        for name, cls in registry.items():
+            assert isinstance(cls.version, int) and not isinstance(cls.version, bool) and cls.version >= 1, name
+
+
+def test_a_plugin_with_a_bad_version_is_one_line(monkeypatch):
+    monkeypatch.setattr(ARMS["blind"], "version", "2")
+    with pytest.raises(ValueError, match=r"^BlindArm.version='2': a arm's code version is an integer >= 1$"):
+        job_spec.build_specs("arm", ["blind"])
+
+
+def test_a_version_bump_recomputes_that_arms_rows_only(tmp_path, monkeypatch, caplog):
+    rows, probes, _ = _run(tmp_path, caplog=caplog)
+    assert set(rows["version"]) == {1} and set(rows["metrics_version"]) == {1} and set(rows["run_index"]) == {0}
+    assert set(probes["version"]) == {1} and set(probes["run_index"]) == {0}
+
+    monkeypatch.setattr(ARMS["patch"], "version", 2)
+    rows2, probes2, log = _run(tmp_path, caplog=caplog)
+    assert "2 items selected, 2 with arms or probes to run" in log
+    assert ("patch_r8: recomputing its stale records (stored at version 1 metrics_version 1, the code is at "
+            "version 2 metrics_version 1)") in log
+    assert len(rows2) == len(rows) == 4 and rows2.groupby(["item_id", "arm"]).size().eq(1).all()
+    patch = _by_arm(rows2, "patch_r8")
+    assert set(patch["version"]) == {2} and set(patch["run_index"]) == {1}
+    pd.testing.assert_frame_equal(_by_arm(rows2, "blind"), _by_arm(rows, "blind"))  # untouched, timings and all
+    pd.testing.assert_frame_equal(probes2, probes)
+    assert "nothing to run" in _run(tmp_path, caplog=caplog)[2]
+
+
+def test_a_metrics_version_bump_recomputes_every_row_and_record(tmp_path, monkeypatch, caplog):
+    _run(tmp_path, caplog=caplog)
+    monkeypatch.setattr(job_spec, "METRICS_VERSION", 2)
+    rows, probes, log = _run(tmp_path, caplog=caplog)
+    assert set(rows["metrics_version"]) == set(probes["metrics_version"]) == {2}
+    assert set(rows["run_index"]) == set(probes["run_index"]) == {1} and len(rows) == 4
+    for label in ("blind", "patch_r8", "deficit_norms"):
+        assert f"{label}: recomputing its stale records (stored at version 1 metrics_version 1" in log
+
+
+def test_force_recomputes_every_row_in_place(tmp_path, caplog):
+    rows, probes, _ = _run(tmp_path, caplog=caplog)
+    forced, forced_probes, log = _run(tmp_path, "force=true", caplog=caplog)
+    assert "force=true, every row and record of its arms and probes is recomputed" in log
+    assert "blind: recomputing its stale records (force=true)" in log
+    assert len(forced) == len(rows) and set(forced["run_index"]) == {1} and set(forced_probes["run_index"]) == {1}
+    assert len(forced_probes) == len(probes)
+    assert "nothing to run" in _run(tmp_path, caplog=caplog)[2]  # force is one run's option, not the shard's
+
+
+class Killed(BaseException):
+    """kill -9 between two items."""
+
+
+def test_a_forced_run_killed_midway_is_continued_by_the_next_run(tmp_path, monkeypatch, caplog):
+    _run(tmp_path, caplog=caplog)
+    append, calls = Shard.append, []
+
+    def dies_at_the_second_item(self, name, records, replace=()):
+        if name == "rows":
+            calls.append(1)
+            if len(calls) == 2:
+                raise Killed
+        return append(self, name, records, replace)
+
+    monkeypatch.setattr(Shard, "append", dies_at_the_second_item)
+    with pytest.raises(Killed):
+        runner.run(job_config(tmp_path, *JOB, "force=true"))
+    monkeypatch.setattr(Shard, "append", append)
+    (view,) = sweep_jobs([f"paths.results={tmp_path}/raw", *JOB])
+    assert view.state.status == "partial" and view.state.k == 1  # the item not recomputed yet is stale
+    rows, _, log = _run(tmp_path, caplog=caplog)  # no force: it continues the forced recompute
+    assert "2 items selected, 1 with arms or probes to run" in log
+    assert len(rows) == 4 and rows.groupby(["item_id", "arm"]).size().eq(1).all()
+    assert sorted(rows.groupby("item_id")["run_index"].first()) == [1, 2]  # no row of the run before the force
+
+
+def test_a_shard_written_before_versions_existed_reads_as_version_1(tmp_path, caplog):
+    rows, _, _ = _run(tmp_path, caplog=caplog)
+    (path,) = (tmp_path / "raw" / "adhoc").glob("*[0-9a-f].parquet")
+    rows.drop(columns=["version", "metrics_version", "run_index"]).to_parquet(path)
+    assert "nothing to run" in _run(tmp_path, caplog=caplog)[2]
+    (view,) = sweep_jobs([f"paths.results={tmp_path}/raw", *JOB])
+    assert view.state.complete and len(view.rows()) == 4
+
+
+def test_a_shard_missing_a_column_this_code_writes_is_named(tmp_path, caplog):
+    rows, _, _ = _run(tmp_path, caplog=caplog)
+    (path,) = (tmp_path / "raw" / "adhoc").glob("*[0-9a-f].parquet")
+    rows.drop(columns=["effective_rotary_rank"]).to_parquet(path)
+    (view,) = sweep_jobs([f"paths.results={tmp_path}/raw", *JOB])
+    with pytest.raises(RuntimeError, match=re.escape(f"{path} lacks the column(s) effective_rotary_rank this code "
+                                                     "writes (rows of older code): rerun its job with force=true")):
+        view.rows()
+
+
+def test_a_render_refuses_one_arms_rows_of_two_versions_in_one_cell(tmp_path, monkeypatch, capsys):
+    """The issue's case: a job of the cell ran with the old code, another with the new; the render names the arm,
+    both versions and the shards instead of drawing them together (unless told)."""
+    old = runner.run(job_config(tmp_path, *TINY3, "n_items=1"))
+    monkeypatch.setattr(ARMS["blind"], "version", 2)
+    new = runner.run(job_config(tmp_path, *TINY3, "n_items=2"))
+    sweep = [*TINY3, "n_items=1,2", f"paths.results={tmp_path}/raw", "--out", str(tmp_path / "t3")]
+    with pytest.raises(SystemExit, match=r"1 of 2 job\(s\) incomplete"):  # the old job is stale: not complete
+        table3.main(sweep)
+    with pytest.raises(SystemExit) as err:
+        table3.main([*sweep, "--allow-partial"])
+    msg = str(err.value)
+    assert "rows of one arm in one cell come from different code versions" in msg
+    assert (f"\n- blind (tiny_llava · synthetic): version 1 metrics_version 1 in {old}; version 2 metrics_version 1 "
+            f"in {new}") in msg, msg
+    assert "reprefill" not in msg and not (tmp_path / "t3.md").exists()
+    table3.main([*sweep, "--allow-partial", "--allow-mixed-versions"])
+    assert (tmp_path / "t3.md").exists()
+    capsys.readouterr()
