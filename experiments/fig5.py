@@ -1,4 +1,5 @@
-"""Figure 5: KL to re-prefill vs patch rank m ∈ {1, 2, 4, …, 128, full}, one line per model, blind floor dashed.
+"""Figure 5: KL to re-prefill vs patch rank m ∈ {1, 2, 4, …, 128, full}, one line per model, blind floor dashed;
+on MLA the k_pe rank the patch keeps beside it, and App. C.2's plateau rank with its bootstrap CI.
 
     python -m experiments.fig5 experiment=fig5_tiny
 
@@ -6,9 +7,26 @@ Reads the plain patch rows (all layers, one SVD per layer-channel) and the blind
 experiment's jobs; writes <paths.figures>/<experiment>.pdf (byte-stable) and .png plus a markdown
 table of the curve beside it, each with the provenance footer.
 
-Each point sits at the rank the patch really had: the ``effective_rank`` of its rows (a requested m
-above min(n_B, width) is clamped to full rank), averaged over items. A requested rank whose patches
-were all clamped is the full patch, so its point coincides with "full" instead of being drawn at m.
+**Effective rank.** Each point sits at the rank the patch really had: the ``effective_rank`` of its rows (a
+requested m above min(n_B, width) is clamped to full rank), averaged over items. A point clamped on some item
+is drawn hollow, and the requested ranks clamped on every item (all of them the full content rank, at one x)
+are drawn once, at the smallest of them, labelled with the requested ranks they stand for (at small n_B the
+ranks 32 … full would otherwise stack at one x); the table keeps every requested rank with its ``m_eff`` and,
+where it differs, its k_pe rank ``r_eff``.
+
+**The k_pe rank on MLA.** The rotary rank that goes with m is a choice the paper does not state: the default
+(``auto``) keeps ⌈m/4⌉ of MLA's k_pe band, which gives the paper's byte fractions (docs/metrics.md). The
+config sweeps it on the MLA model (arms ``patch_r<m>[rotary_rank=…]``: ⌈m/2⌉ and m) so the figure shows what
+the choice costs: one extra line per k_pe rule and MLA model (the bytes over the page in the table). These
+arms' rows on GQA / MHA models are left out (there the rotary channel is K, not the k_pe band).
+
+**Plateau (App. C.2).** "rank-32 closes 94% of the KL gap to the rank-64 floor; a held-out split selects the
+same plateau (bootstrap 95% CI [32, 128])": per model, m⋆ = the smallest requested rank whose mean KL closes
+:data:`kamera.metrics.PLATEAU_SHARE` (0.9) of the gap between blind reuse and the rank-64 patch
+(:func:`kamera.metrics.plateau_rank`; the largest rank ≤ 64 where 64 did not run), with its 95% cluster-
+bootstrap CI (the rule rerun on each resample; inverted-CDF quantiles, so the bounds are ranks of the sweep),
+the share closed at m⋆, and the held-out check: the clusters split in two halves (seeded), m⋆ selected on
+one, the share it closes on the other, and the m⋆ the other selects.
 
 Each line is the mean KL over items with its 95% bootstrap band (items sharing a ``cluster_key`` resampled
 together, ``kamera.metrics.bootstrap_ci``), and the median beside it (dotted, × markers); the data table gives
@@ -25,72 +43,234 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import STYLE, cli, document, figure_outputs, interval, paper_or, partial_tag
+from experiments.common import (
+    STYLE,
+    cli,
+    cluster_labels,
+    document,
+    figure_outputs,
+    interval,
+    markdown_rows,
+    paper_or,
+    partial_tag,
+)
+from kamera.metrics import PLATEAU_SHARE, bootstrap_draws, gap_closed, plateau_rank
 
 FULL = "full"
+AUTO = "auto"
+REFERENCE_RANK = 64  # App. C.2's "rank-64 floor"
+SPLIT_SEED = 0
+
+
+def rotary_rule(rotary_rank: object, rank: float) -> str:
+    """The k_pe rule of a patch row: "auto" (the family default), "m/2" (⌈m/2⌉), "m", or the fixed rank."""
+    if rotary_rank in (None, AUTO) or pd.isna(rank):
+        return AUTO if rotary_rank in (None, AUTO) else str(rotary_rank)
+    if rotary_rank == rank:
+        return "m"
+    return "m/2" if rotary_rank == math.ceil(rank / 2) else str(rotary_rank)
+
+
+def plain_patches(rows: pd.DataFrame) -> pd.DataFrame:
+    """The plain patch rows (all layers, one SVD per layer-channel) with ``m`` (requested rank or "full") and
+    ``rotary`` (:func:`rotary_rule`); the k_pe variants only on MLA models."""
+    params = rows["params"].map(json.loads)
+    plain = (rows["arm_name"] == "patch") & params.map(lambda p: p.get("layers") == "all" and p.get("granularity") == "layer")
+    mla = rows["attention"] == "MLA" if "attention" in rows else pd.Series(False, index=rows.index)
+    patch = rows[plain].assign(
+        mla=mla[plain],
+        m=[FULL if pd.isna(r) else str(int(r)) for r in rows.loc[plain, "rank"]],
+        rotary=[rotary_rule(p.get("rotary_rank", AUTO), r) for p, r in zip(params[plain], rows.loc[plain, "rank"],
+                                                                             strict=True)])
+    return patch[(patch["rotary"] == AUTO) | (patch["mla"])]
+
+
+def column_mean(g: pd.DataFrame, column: str) -> float:
+    """The mean of ``column`` over ``g``; NaN where the rows do not carry it (hand-built rows, older shards)."""
+    return float(g[column].astype(float).mean()) if column in g else math.nan
 
 
 def curve(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, subset, requested m): n items, mean and median KL with their 95% (cluster) bootstrap CIs,
-    the mean effective rank, and the blind KL."""
-    params = rows["params"].map(json.loads)
-    plain = (rows["arm_name"] == "patch") & params.map(lambda p: p.get("layers") == "all" and p.get("granularity") == "layer")
-    patch = rows[plain].assign(m=[FULL if pd.isna(r) else str(int(r)) for r in rows.loc[plain, "rank"]])
+    """Per (model, subset, k_pe rule, requested m): n items, mean and median KL with their 95% (cluster) bootstrap
+    CIs, the mean effective content and rotary ranks, the share of items the rank was clamped on, the mean bytes
+    over B's page, and the blind KL."""
+    patch = plain_patches(rows)
     out = []
-    for (model, subset, m), g in patch.groupby(["model", "subset", "m"]):
+    for (model, subset, rotary, m), g in patch.groupby(["model", "subset", "rotary", "m"]):
         blind = rows[(rows["model"] == model) & (rows["subset"] == subset) & (rows["arm"] == "blind")]["kl"]
         mean, lo, hi = interval(g, "kl")
         median, median_lo, median_hi = interval(g, "kl", np.median)
-        out.append({"model": model, "subset": subset, "m": m, "n": g["item_id"].nunique(), "kl_mean": mean,
-                    "kl_lo": lo, "kl_hi": hi, "kl_median": median, "median_lo": median_lo, "median_hi": median_hi,
-                    "m_eff": g["effective_rank"].mean(), "blind_kl": blind.mean() if len(blind) else math.nan})
+        clamped = 1.0 if m == FULL else float((g["effective_rank"] < int(m)).mean())
+        out.append({"model": model, "subset": subset, "rotary": rotary, "m": m, "n": g["item_id"].nunique(),
+                    "kl_mean": mean, "kl_lo": lo, "kl_hi": hi, "kl_median": median, "median_lo": median_lo,
+                    "median_hi": median_hi, "m_eff": g["effective_rank"].mean(),
+                    "r_eff": column_mean(g, "effective_rotary_rank"), "clamped": clamped,
+                    "bytes_frac": column_mean(g, "bytes_frac"), "mla": bool(g["mla"].iloc[0]),
+                    "blind_kl": blind.mean() if len(blind) else math.nan})
     frame = pd.DataFrame(out)
-    # one line per model, or per model · subset where a model ran several subsets
+    # one line per model, or per model · subset where a model ran several subsets (its ``base``); a k_pe variant
+    # is a line of its own beside its base
     several = frame.groupby("model")["subset"].nunique() > 1
-    frame["line"] = [f"{m} · {s}" if several[m] else m for m, s in zip(frame["model"], frame["subset"], strict=True)]
+    frame["base"] = [f"{m} · {s}" if several[m] else m for m, s in zip(frame["model"], frame["subset"], strict=True)]
+    frame["line"] = [b + ("" if r == AUTO else f" · k_pe {r}") for b, r in zip(frame["base"], frame["rotary"],
+                                                                              strict=True)]
     frame["order"] = frame["m"].map(lambda m: math.inf if m == FULL else int(m))
     return frame.sort_values(["line", "order"]).drop(columns="order").reset_index(drop=True)
+
+
+def drawn(g: pd.DataFrame) -> pd.DataFrame:
+    """A line's points as drawn: the requested ranks clamped on every item to one effective rank (and k_pe rank)
+    merged into the smallest of them, ``label`` naming the requested ranks it stands for."""
+    g = g.assign(key=[(round(e, 6), round(r, 6)) if c == 1 else (m,) for e, r, c, m in
+                      zip(g["m_eff"], g["r_eff"].fillna(-1), g["clamped"], g["m"], strict=True)])
+    labels = g.groupby("key", sort=False)["m"].agg(lambda ms: "=".join(ms) if len(ms) > 1 else "")
+    first = g.drop_duplicates("key").copy()
+    first["label"] = first["key"].map(labels)
+    return first.drop(columns="key")
 
 
 def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
     with plt.style.context(str(STYLE)):
         fig, ax = plt.subplots()
         ranks = sorted({int(m) for m in frame["m"] if m != FULL})
-        for i, (line, g) in enumerate(frame.groupby("line", sort=True)):
-            colour = f"C{i}"
-            ax.plot(g["m_eff"], g["kl_mean"], marker="o", color=colour, label=line)
-            ax.fill_between(g["m_eff"], g["kl_lo"], g["kl_hi"], color=colour, alpha=0.15, linewidth=0)
-            ax.plot(g["m_eff"], g["kl_median"], marker="x", linestyle=":", linewidth=0.8, color=colour)
-            ax.axhline(g["blind_kl"].iloc[0], color=colour, linestyle="--", linewidth=0.8)
+        bases = sorted(set(frame["base"]))
+        for line, g in frame.groupby("line", sort=True):
+            main = g["rotary"].iloc[0] == AUTO
+            colour = f"C{bases.index(g['base'].iloc[0])}"
+            d = drawn(g)
+            style = {} if main else {"linestyle": "-." if g["rotary"].iloc[0] == "m/2" else (0, (3, 1, 1, 1, 1, 1)),
+                                     "linewidth": 0.8}
+            ax.plot(d["m_eff"], d["kl_mean"], color=colour, label=line, **style)
+            hollow = d["clamped"] > 0
+            for mask, face in ((~hollow, colour), (hollow, "none")):
+                ax.scatter(d.loc[mask, "m_eff"], d.loc[mask, "kl_mean"], s=9 if main else 5, facecolors=face,
+                           edgecolors=colour, linewidths=0.6, zorder=3)
+            for _, p in d[d["label"] != ""].iterrows():
+                ax.annotate(f"m={p['label']}", (p["m_eff"], p["kl_mean"]), fontsize=3.5, xytext=(2, 2),
+                            textcoords="offset points", color=colour)
+            if main:
+                ax.fill_between(d["m_eff"], d["kl_lo"], d["kl_hi"], color=colour, alpha=0.15, linewidth=0)
+                ax.plot(d["m_eff"], d["kl_median"], marker="x", linestyle=":", linewidth=0.8, color=colour)
+                ax.axhline(g["blind_kl"].iloc[0], color=colour, linestyle="--", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(ranks, list(map(str, ranks)))
-        ax.set_xlabel("patch rank m (as applied: at most min(n_B, width))")
+        ax.set_xlabel("effective patch rank (hollow: m clamped to min(n_B, width) on some item)")
         ax.set_ylabel("KL to re-prefill (mean, 95% band)")
-        ax.set_title(title + " (dotted ×: median; dashed: blind)")
+        ax.set_title(title + " (dotted ×: median; dashed: blind; dash-dot: MLA k_pe at m/2, m)")
         ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
 
 
-def cell(kl: float, lo: float, hi: float, m: str, m_eff: float) -> str:
+# ----- App. C.2's plateau ----------------------------------------------------------------------------
+def plateau(rows: pd.DataFrame, share: float = PLATEAU_SHARE) -> pd.DataFrame:
+    """Per (model, subset), the default k_pe rule only: the plateau rank m⋆ (:func:`kamera.metrics.plateau_rank`)
+    over the items with every requested rank and blind reuse, its 95% cluster-bootstrap CI, the share of the gap
+    to the reference rank it closes, and the held-out check (module docstring)."""
+    patch = plain_patches(rows)
+    patch = patch[(patch["rotary"] == AUTO) & (patch["m"] != FULL)]
+    out = []
+    for (model, subset), g in patch.groupby(["model", "subset"], sort=True):
+        kl = g.pivot_table(index="item_id", columns="m", values="kl", aggfunc="first")
+        ranks = sorted(int(m) for m in kl.columns)
+        kl = kl[[str(m) for m in ranks]]
+        blind = rows[(rows["model"] == model) & (rows["subset"] == subset) & (rows["arm"] == "blind")]
+        blind = blind.drop_duplicates("item_id").set_index("item_id")["kl"]
+        kl = kl.dropna()
+        kl = kl[kl.index.isin(blind.index)]
+        ref = max((m for m in ranks if m <= REFERENCE_RANK), default=None)
+        if ref is None or kl.empty:
+            continue
+        matrix, floor = kl.to_numpy(), blind.loc[kl.index].to_numpy()
+        items = g.drop_duplicates("item_id").set_index("item_id").loc[kl.index].reset_index()
+        clusters = cluster_labels(items)
+
+        def select(idx: np.ndarray, m=matrix, f=floor, r=ranks, ref=ref) -> float:
+            return plateau_rank(r, m[idx.astype(int)], f[idx.astype(int)], ref, share)
+
+        star, draws = bootstrap_draws(np.arange(len(kl)), select, clusters=clusters)
+        draws = draws[~np.isnan(draws)]
+        lo, hi = np.quantile(draws, [0.025, 0.975], method="inverted_cdf") if draws.size else (math.nan, math.nan)
+        means = matrix.mean(axis=0)
+        closed = gap_closed(means[ranks.index(int(star))], floor.mean(), means[ranks.index(ref)]) \
+            if not math.isnan(star) else math.nan
+        fit, held = halves(clusters)
+        fit_star = select(fit)
+        held_means = matrix[held].mean(axis=0)
+        held_closed = gap_closed(held_means[ranks.index(int(fit_star))], floor[held].mean(),
+                                 held_means[ranks.index(ref)]) if not math.isnan(fit_star) else math.nan
+        out.append({"model": model, "subset": subset, "n": len(kl), "clusters": len(set(clusters)), "ref": ref,
+                    "m_star": star, "lo": lo, "hi": hi, "closed": closed, "fit_star": fit_star,
+                    "held_closed": held_closed, "held_star": select(held)})
+    return pd.DataFrame(out)
+
+
+def halves(clusters: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of a seeded split of the clusters in two halves (the fit half and the held-out half)."""
+    names = list(dict.fromkeys(clusters))
+    order = np.random.default_rng(SPLIT_SEED).permutation(len(names))
+    fit = {names[i] for i in order[: (len(names) + 1) // 2]}
+    idx = np.arange(len(clusters))
+    mask = np.array([c in fit for c in clusters])
+    return idx[mask], idx[~mask]
+
+
+def rank_text(m: float) -> str:
+    return "–" if m is None or math.isnan(m) else str(int(m))
+
+
+def plateau_lines(table: pd.DataFrame, share: float = PLATEAU_SHARE) -> list[str]:
+    if table.empty:
+        return ["", "*Plateau (App. C.2)*: no model ran the ranks up to the reference with blind reuse"]
+    body = [[r.model if table["model"].value_counts()[r.model] == 1 else f"{r.model} · {r.subset}", r.n, r.clusters,
+             r.ref, f"{rank_text(r.m_star)} [{rank_text(r.lo)}, {rank_text(r.hi)}]",
+             "–" if math.isnan(r.closed) else f"{r.closed:.2f}", rank_text(r.fit_star),
+             "–" if math.isnan(r.held_closed) else f"{r.held_closed:.2f}", rank_text(r.held_star)]
+            for r in table.itertuples(index=False)]
+    head = ["model", "n", "clusters", "ref rank", "m⋆ [95% CI]", "closed at m⋆", "m⋆ (fit half)",
+            "closed on held-out", "m⋆ (held-out half)"]
+    return ["", f"*Plateau (App. C.2)*: m⋆ = the smallest rank whose mean KL closes ≥ {share:.0%} of the gap from "
+            "blind reuse to the reference-rank patch; CI: the rule rerun on 2000 cluster-bootstrap resamples; held "
+            "out: clusters split in halves (seeded), m⋆ selected on one, its share closed on the other", "",
+            *markdown_rows(head, body)]
+
+
+def cell(kl: float, lo: float, hi: float, m: str, m_eff: float, r_eff: float = math.nan) -> str:
     """'3.6e-15 [3.3e-15, 3.8e-15]', with the effective rank beside it where the patch was clamped below m (and
-    for full)."""
+    for full), and the k_pe rank where the row reports one."""
     clamped = m == FULL or not math.isclose(m_eff, int(m))
-    return f"{kl:.2e} [{lo:.2e}, {hi:.2e}]" + (f" (m_eff {m_eff:.3g})" if clamped else "")
+    extra = [f"m_eff {m_eff:.3g}"] if clamped else []
+    if not math.isnan(r_eff) and (m == FULL or not math.isclose(r_eff, m_eff)):
+        extra.append(f"r_eff {r_eff:.3g}")
+    return f"{kl:.2e} [{lo:.2e}, {hi:.2e}]" + (f" ({', '.join(extra)})" if extra else "")
 
 
-def to_markdown(frame: pd.DataFrame, group: str, footer: str = "", paper: dict | None = None) -> str:
-    ranks = list(frame["m"].unique())
+def to_markdown(frame: pd.DataFrame, group: str, footer: str = "", paper: dict | None = None,
+                plateaus: pd.DataFrame | None = None) -> str:
+    ranks = list(dict.fromkeys(frame.sort_values("m", key=lambda s: s.map(lambda m: math.inf if m == FULL
+                                                                              else int(m)))["m"]))
     lines = [f"**Figure 5 ({group})** — KL to re-prefill by patch rank, mean and median over items, each with its "
              "95% bootstrap CI (clusters of items resampled together); blind = no patch; m_eff = the mean rank "
-             "actually applied where it is below m"]
+             "actually applied where it is below m, r_eff = the mean k_pe (rotary) rank where it differs"]
     for stat, col, lo, hi in (("mean", "kl_mean", "kl_lo", "kl_hi"), ("median", "kl_median", "median_lo", "median_hi")):
         lines += ["", f"{stat} [95% CI]:", "",
                   "| model | n | blind | " + " | ".join(f"m={m}" for m in ranks) + " |", "|---" * (3 + len(ranks)) + "|"]
         for line, g in frame.groupby("line", sort=True):
-            cells = {m: cell(k, a, b, m, e) for m, k, a, b, e in zip(g["m"], g[col], g[lo], g[hi], g["m_eff"], strict=True)}
+            r_eff = g["r_eff"] if g["mla"].iloc[0] else [math.nan] * len(g)
+            cells = {m: cell(k, a, b, m, e, r) for m, k, a, b, e, r in
+                     zip(g["m"], g[col], g[lo], g[hi], g["m_eff"], r_eff, strict=True)}
             lines.append(f"| {line} | {int(g['n'].max())} | {g['blind_kl'].iloc[0]:.2e} | "
                          + " | ".join(cells.get(m, "–") for m in ranks) + " |")
+    variants = frame[frame["mla"]]
+    if (variants["rotary"] != AUTO).any():
+        lines += ["", "*MLA k_pe rank (auto = ⌈m/4⌉, the default): bytes over B's page, mean over items*", "",
+                  "| model | k_pe | " + " | ".join(f"m={m}" for m in ranks) + " |", "|---" * (2 + len(ranks)) + "|"]
+        for (model, rotary), g in variants.groupby(["model", "rotary"], sort=True):
+            got = dict(zip(g["m"], g["bytes_frac"], strict=True))
+            lines.append(f"| {model} | {rotary} | " + " | ".join(f"{got[m]:.3f}" if m in got else "–" for m in ranks)
+                         + " |")
+    if plateaus is not None:
+        lines += plateau_lines(plateaus)
     lines.append(f"\n{paper_or(paper, 'fig5')['note']}")
     return document(lines, footer)
 
@@ -100,7 +280,7 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
     frame = curve(rows)
     if frame.empty:
         raise SystemExit(f"{group} has no plain patch rows (arms patch_r<m> / patch_full)")
-    md = to_markdown(frame, group, footer, paper)
+    md = to_markdown(frame, group, footer, paper, plateau(rows))
     return figure_outputs(plot(frame, f"Fig. 5 ({group}{partial_tag(footer)})"), md, stem, footer)
 
 

@@ -7,6 +7,9 @@
    deficit's structure (``removal_rel_norm`` shallow → deep, ``removal_e90``), Table 2 the reorder ``delta_rel``;
 5. the window tables, Table 3 and Fig. 11(a) resample clusters (questions on one video or document), not rows;
 6. Tables 3 and 7 state their selection rule (every valid item up to a cap) and report the n each cell ran on;
+7. Fig. 5 sweeps the MLA k_pe rank (⌈m/4⌉, ⌈m/2⌉, m) and shows what the choice costs;
+8. Fig. 5 draws ranks clamped to one effective rank once (hollow), not stacked at one x;
+   App. C.2's plateau rank is selected by a stated rule, with its cluster-bootstrap CI and a held-out check;
 9. ``Adapter.logits`` applies the config's ``final_logit_softcapping``.
 """
 
@@ -316,6 +319,127 @@ def test_tables_3_and_7_state_their_selection_rule_and_cap_the_papers_n(name):
         assert note.startswith("Items: every valid item") and f"cap n_items = {cfg.n_items}" in note
     largest = max([m["n"] for m in paper_values(name).get("models", {}).values()] or [61])  # Table 3: n 56 / 61 / 29
     assert compose_config([f"experiment={name}"]).n_items >= largest
+
+
+# ----- defects 7, 8 and the C.2 plateau: Fig. 5 -----------------------------------------------------------
+def row(model: str, item: str, arm: str, kl: float, kl_blind: float = 1.0, params: dict | None = None,
+        **values) -> dict:
+    """A Fig. 5 row: the columns its renderer reads (a patch arm when ``arm`` starts with patch_)."""
+    patch = arm.startswith("patch_")
+    return {"model": model, "item_id": item, "subset": "s", "attention": "MLA" if "kimi" in model else "GQA",
+            "arm": arm, "arm_name": "patch" if patch else arm, "kl": kl, "kl_blind": kl_blind,
+            "params": json.dumps({"layers": "all", "granularity": "layer", **(params or {})} if patch else {}),
+            "rank": math.nan, "effective_rank": math.nan, "effective_rotary_rank": math.nan, "bytes_frac": 0.0,
+            "cluster_key": None, **values}
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows)
+
+
+def fig5_rows(n_b: int = 24, ranks=(1, 2, 4, 8, 16, 32, 64, 128, None), n_items: int = 6, k_pe: int = 16) -> pd.DataFrame:
+    """Patch rows of one GQA and one MLA model with n_B = ``n_b`` (ranks above it clamp), KL halving per rank
+    doubling up to full rank (KL ≈ 0), and on MLA the k_pe variants (rotary_rank m/2 and m) besides the default
+    ⌈m/4⌉; the GQA model ran the variant arms too (they must be left out of its lines)."""
+    out = []
+    for model in ("qwen2_5_vl_7b", "kimi_vl_a3b"):
+        for i in range(n_items):
+            out.append(row(model, f"i{i}", "blind", kl=1.0 + 0.01 * i, cluster_key=f"doc{i // 2}"))
+            for m in ranks:
+                rules = {"auto": math.ceil(m / 4) if model == "kimi_vl_a3b" and m else m}
+                if m in (4, 16):
+                    rules |= {"m/2": math.ceil(m / 2), "m": m}
+                for rule, rr in rules.items():
+                    m_eff = n_b if m is None else min(m, n_b)
+                    width = k_pe if model == "kimi_vl_a3b" else n_b  # MLA's k_pe band, else K as wide as B
+                    r_eff = min(rr or n_b, n_b, width)
+                    kl = 0.0 if m_eff == n_b and r_eff >= min(n_b, k_pe) else (1.0 + 0.01 * i) / (2 * m_eff) / (1 + r_eff)
+                    arm = "patch_full" if m is None else f"patch_r{m}"
+                    params = {"rank": m} if rule == "auto" else {"rank": m, "rotary_rank": rr}
+                    out.append(row(model, f"i{i}", arm if rule == "auto" else f"{arm}_kpe{rr}", kl=kl,
+                                   kl_blind=1.0 + 0.01 * i, rank=math.nan if m is None else float(m),
+                                   effective_rank=float(m_eff), effective_rotary_rank=float(r_eff),
+                                   bytes_frac=(m_eff * 2 + r_eff) / 100, cluster_key=f"doc{i // 2}", params=params))
+    return frame(out)
+
+
+def test_fig5_sweeps_the_mla_k_pe_rank_and_leaves_it_out_of_gqa():
+    from experiments import fig5
+    from kamera.job.spec import build_specs
+    from kamera.sweep import compose_config
+
+    labels = [s.label for s in build_specs("arm", compose_config(["experiment=fig5"]).arms)]
+    specs = {s.label: s.knobs for s in build_specs("arm", compose_config(["experiment=fig5"]).arms)}
+    for m in (4, 16, 64):  # ⌈m/4⌉ (the default), ⌈m/2⌉ and m
+        assert f"patch_r{m}" in labels and f"patch_r{m}_kpe{m}" in labels and f"patch_r{m}_kpe{m // 2}" in labels
+        assert specs[f"patch_r{m}_kpe{m // 2}"]["rotary_rank"] == m // 2 and specs[f"patch_r{m}"]["rotary_rank"] == "auto"
+    frame = fig5.curve(fig5_rows())
+    assert set(frame["line"]) == {"qwen2_5_vl_7b", "kimi_vl_a3b", "kimi_vl_a3b · k_pe m/2", "kimi_vl_a3b · k_pe m"}
+    at16 = frame[frame["m"] == "16"].set_index("line")
+    assert at16.at["kimi_vl_a3b", "r_eff"] == 4 and at16.at["kimi_vl_a3b · k_pe m", "r_eff"] == 16
+    assert at16.at["kimi_vl_a3b · k_pe m", "kl_mean"] < at16.at["kimi_vl_a3b", "kl_mean"]  # what ⌈m/4⌉ costs
+    md = fig5.to_markdown(frame, "g")
+    assert "| kimi_vl_a3b | m/2 |" in md and "| qwen2_5_vl_7b | m/2 |" not in md
+
+
+def test_fig5_draws_the_ranks_clamped_to_full_rank_once_and_hollow():
+    from experiments import fig5
+
+    frame = fig5.curve(fig5_rows())
+    gqa = fig5.drawn(frame[frame["line"] == "qwen2_5_vl_7b"])
+    assert list(gqa["m_eff"]) == [1, 2, 4, 8, 16, 24]  # 32, 64, 128 and full: one point at n_B, not four
+    assert gqa["label"].iloc[-1] == "32=64=128=full" and gqa["clamped"].iloc[-1] == 1
+    mla = fig5.drawn(frame[frame["line"] == "kimi_vl_a3b"])  # k_pe ⌈m/4⌉ still grows past the content clamp
+    assert list(mla["m"]) == ["1", "2", "4", "8", "16", "32", "64"] and mla["label"].iloc[-1] == "64=128=full"
+    fig = fig5.plot(frame, "t")
+    hollow = [c for c in fig.axes[0].collections if len(c.get_offsets()) and
+              (c.get_facecolors().size == 0 or c.get_facecolors()[:, 3].max() == 0)]
+    assert sum(len(c.get_offsets()) for c in hollow) >= 3  # the clamped points of the three lines that reach n_B
+
+
+def plateau_rows(share_at: dict[int, float], n_items: int = 8, wobble: float = 0.02) -> pd.DataFrame:
+    """Items whose patch closes ``share_at[m]`` of the blind → rank-64 gap at rank m (± item noise), clustered
+    in pairs."""
+    out = []
+    for i in range(n_items):
+        blind = 1.0 + 0.1 * i
+        out.append(row("qwen2_5_vl_7b", f"i{i}", "blind", kl=blind, cluster_key=f"doc{i // 2}"))
+        for m, closed in share_at.items():
+            noise = wobble * ((i % 3) - 1)
+            out.append(row("qwen2_5_vl_7b", f"i{i}", f"patch_r{m}", kl=blind * (1 - min(closed + noise, 1.0)),
+                           kl_blind=blind, rank=float(m), effective_rank=float(m), cluster_key=f"doc{i // 2}",
+                           params={"rank": m}))
+    return frame(out)
+
+
+def test_the_plateau_is_the_smallest_rank_closing_the_stated_share_with_a_ci_of_ranks():
+    from experiments import fig5
+
+    p = fig5.plateau(plateau_rows({8: 0.6, 16: 0.85, 32: 0.94, 64: 1.0, 128: 1.0})).iloc[0]
+    assert p["ref"] == 64 and p["m_star"] == 32 and p["closed"] == pytest.approx(0.94, abs=0.02)
+    assert {p["lo"], p["hi"]} <= {8, 16, 32, 64, 128} and p["lo"] <= 32 <= p["hi"]
+    assert p["fit_star"] == 32 and p["held_star"] == 32 and p["held_closed"] > 0.9
+    assert p["clusters"] == 4
+    md = fig5.to_markdown(fig5.curve(plateau_rows({16: 0.85, 32: 0.94, 64: 1.0})), "g",
+                          plateaus=fig5.plateau(plateau_rows({16: 0.85, 32: 0.94, 64: 1.0})))
+    assert "| qwen2_5_vl_7b | 8 | 4 | 64 | 32 [" in md
+    unsure = fig5.plateau(plateau_rows({16: 0.895, 32: 0.905, 64: 1.0}, wobble=0.08)).iloc[0]  # straddles 0.9
+    assert unsure["lo"] < unsure["hi"]
+
+
+def test_plateau_rank_rule_and_its_bad_inputs():
+    import numpy as np
+
+    from kamera.metrics import plateau_rank
+
+    kl, blind = np.array([[0.5, 0.09, 0.0], [0.5, 0.11, 0.0]]), np.array([1.0, 1.0])
+    assert plateau_rank([8, 16, 64], kl, blind, 64) == 16  # closes 0.90 of the gap on average
+    assert plateau_rank([8, 16, 64], kl, blind, 64, share=0.95) == 64
+    assert math.isnan(plateau_rank([8, 16, 64], kl, np.zeros(2), 64))  # no gap to close
+    with pytest.raises(ValueError, match="reference rank"):
+        plateau_rank([8, 16], kl[:, :2], blind, 64)
+    with pytest.raises(ValueError, match="items × ranks"):
+        plateau_rank([8, 16, 64], kl[:1], blind, 64)
 
 
 # ----- defect 9: final-logit soft-capping ---------------------------------------------------------------

@@ -12,8 +12,17 @@ from kamera.metrics.divergence import (
     predicted_letter,
     recovered,
 )
-from kamera.metrics.rank import E90_COLUMNS, above_rounding, e90_columns, energy_rank, rounding_floor
-from kamera.metrics.stats import bootstrap_ci, median_ci, paired_bootstrap_ci
+from kamera.metrics.rank import (
+    E90_COLUMNS,
+    PLATEAU_SHARE,
+    above_rounding,
+    e90_columns,
+    energy_rank,
+    gap_closed,
+    plateau_rank,
+    rounding_floor,
+)
+from kamera.metrics.stats import bootstrap_ci, bootstrap_draws, median_ci, paired_bootstrap_ci
 
 # The row metrics' code version (KL, η, flip / recover, accuracy, e90 / n_B as rows store them): every row and
 # probe record carries it (``metrics_version``) beside its plugin's ``version``; bump it when a change here
@@ -23,20 +32,24 @@ VERSION = 1
 __all__ = [
     "E90_COLUMNS",
     "ETA_FLOOR",
+    "PLATEAU_SHARE",
     "VERSION",
     "NonFiniteError",
     "above_rounding",
     "accuracy",
     "bootstrap_ci",
+    "bootstrap_draws",
     "choice_argmax",
     "e90_columns",
     "energy_rank",
     "eta",
     "flip_recover",
     "flipped",
+    "gap_closed",
     "kl",
     "median_ci",
     "paired_bootstrap_ci",
+    "plateau_rank",
     "predicted_letter",
     "recovered",
     "rounding_floor",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import statistics
 
+import numpy as np
 import torch
 
 from kamera.core import ChunkKV, Patch
@@ -90,3 +91,34 @@ def e90_columns(patch: Patch, conditioned: ChunkKV, fraction: float = 0.9) -> di
         column: math.nan if values is None else (statistics.median(values) if values else 0.0)
         for column, values in per_role.items()
     }
+
+
+PLATEAU_SHARE = 0.9  # the share of the blind → reference gap a rank must close to be the plateau
+
+
+def gap_closed(kl_rank: float, kl_blind: float, kl_ref: float) -> float:
+    """(KL_blind − KL_m) / (KL_blind − KL_ref): the share of the gap between blind reuse and the reference patch
+    that the rank-m patch closes (App. C.2: "rank-32 closes 94% of the KL gap to the rank-64 floor"); NaN where
+    the reference closes no gap."""
+    gap = kl_blind - kl_ref
+    return (kl_blind - kl_rank) / gap if gap > 0 else math.nan
+
+
+def plateau_rank(ranks: list[int], kl: np.ndarray, kl_blind: np.ndarray, ref: int,
+                 share: float = PLATEAU_SHARE) -> float:
+    """The plateau: the smallest rank m of ``ranks`` whose mean KL closes at least ``share`` of the gap between
+    blind reuse's mean KL and the rank-``ref`` patch's (:func:`gap_closed`), over the items of ``kl`` (items ×
+    ranks, columns in the order of ``ranks``) and ``kl_blind`` (per item). NaN where the reference closes no gap.
+
+    A selection rule on the mean curve (App. C.2 selects "the same plateau" on a held-out split and bootstraps
+    it, "95% CI [32, 128]"): rerun on resampled or held-out items, it gives the interval of the selected rank."""
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share}")
+    if list(ranks) != sorted(ranks) or ref not in ranks:
+        raise ValueError(f"ranks must be ascending and hold the reference rank {ref}, got {list(ranks)}")
+    kl, kl_blind = np.asarray(kl, dtype=np.float64), np.asarray(kl_blind, dtype=np.float64)
+    if kl.ndim != 2 or kl.shape != (kl_blind.size, len(ranks)):
+        raise ValueError(f"kl must be items × ranks ({kl_blind.size} × {len(ranks)}), got {kl.shape}")
+    means, blind = kl.mean(axis=0), float(kl_blind.mean())
+    closed = [gap_closed(k, blind, means[ranks.index(ref)]) for k in means]
+    return next((float(m) for m, c in zip(ranks, closed, strict=True) if c >= share), math.nan)

@@ -28,6 +28,37 @@ def _groups(clusters: Sequence[Hashable] | None) -> list[np.ndarray] | None:
     return [np.asarray(m) for m in members.values()]
 
 
+def bootstrap_draws(
+    values: Sequence[float],
+    stat: Callable[[np.ndarray], float] = np.mean,
+    n_boot: int = 2000,
+    seed: int = 0,
+    clusters: Sequence[Hashable] | None = None,
+) -> tuple[float, np.ndarray]:
+    """(statistic of ``values``, its ``n_boot`` seeded bootstrap replicates) over items, or over ``clusters``
+    (one label per value): the draws :func:`bootstrap_ci` takes percentiles of, for a statistic whose interval
+    needs another quantile rule (a selected rank is discrete: :func:`kamera.metrics.plateau_rank`).
+
+    NaN values are dropped (with their labels); (NaN, empty) if no value remains.
+    """
+    a = np.asarray(values, dtype=np.float64)
+    keep = ~np.isnan(a)
+    if clusters is not None and len(clusters) != a.size:
+        raise ValueError(f"clusters has {len(clusters)} labels for {a.size} values")
+    a = a[keep]
+    if a.size == 0:
+        return math.nan, np.empty(0)
+    groups = _groups(None if clusters is None else [c for c, k in zip(clusters, keep, strict=True) if k])
+    rng = np.random.default_rng(seed)
+    if groups is None:
+        idx = rng.integers(0, a.size, size=(n_boot, a.size))
+        boots = np.apply_along_axis(stat, 1, a[idx])
+    else:
+        draws = rng.integers(0, len(groups), size=(n_boot, len(groups)))
+        boots = np.array([stat(a[np.concatenate([groups[g] for g in row])]) for row in draws])
+    return float(stat(a)), boots
+
+
 def bootstrap_ci(
     values: Sequence[float],
     stat: Callable[[np.ndarray], float] = np.mean,
@@ -40,23 +71,11 @@ def bootstrap_ci(
 
     NaN values are dropped (with their labels); NaNs come back if no value remains.
     """
-    a = np.asarray(values, dtype=np.float64)
-    keep = ~np.isnan(a)
-    if clusters is not None and len(clusters) != a.size:
-        raise ValueError(f"clusters has {len(clusters)} labels for {a.size} values")
-    a = a[keep]
-    if a.size == 0:
+    value, boots = bootstrap_draws(values, stat, n_boot, seed, clusters)
+    if boots.size == 0:
         return (math.nan, math.nan, math.nan)
-    groups = _groups(None if clusters is None else [c for c, k in zip(clusters, keep, strict=True) if k])
-    rng = np.random.default_rng(seed)
-    if groups is None:
-        idx = rng.integers(0, a.size, size=(n_boot, a.size))
-        boots = np.apply_along_axis(stat, 1, a[idx])
-    else:
-        draws = rng.integers(0, len(groups), size=(n_boot, len(groups)))
-        boots = np.array([stat(a[np.concatenate([groups[g] for g in row])]) for row in draws])
     lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
-    return (float(stat(a)), float(lo), float(hi))
+    return (value, float(lo), float(hi))
 
 
 def median_ci(values: Sequence[float], clusters: Sequence[Hashable] | None = None, **kwargs) -> CI:
