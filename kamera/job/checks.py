@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from kamera.items.selection import Selection
 from kamera.job.shape import shape_of
 from kamera.job.spec import DTYPES, JobError, build_specs
 from kamera.knobs import is_int, is_number
@@ -91,6 +92,12 @@ def _image_problems(cfg: DictConfig, items: list) -> list[str]:
     return image_problems(cfg.model.name, cfg.model.path, cfg.bench.name, spans)
 
 
+def defect_problems(cfg: DictConfig, selection: Selection) -> list[str]:
+    """The data defects a selection met (rows that do not parse, media that do not decode), one line each: a job
+    with any cannot complete, so it stops at selection, before weights load."""
+    return [f"{cfg.bench.name}: data defect, {s['item_id']} ({s['stage']}): {s['reason']}" for s in selection.defects]
+
+
 def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
     """Every problem that would stop this job, found without loading weights or running a forward.
 
@@ -117,8 +124,7 @@ def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
         except JobError as err:
             problems.append(str(err))
         else:
-            problems += [f"{cfg.bench.name}: data defect, {s['item_id']} ({s['stage']}): {s['reason']}"
-                         for s in chosen.defects]
+            problems += defect_problems(cfg, chosen)
             if not chosen.items:
                 problems.append(f"{cfg.bench.name}: no item can be selected ({chosen.report})")
             problems += _image_problems(cfg, chosen.items)

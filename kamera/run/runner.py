@@ -15,11 +15,13 @@ index (:mod:`kamera.job.store`); a record of another version is recomputed (logg
 ``force=true`` recomputes every record of the job (its old rows are kept until each item's new ones
 replace them, and a forced run killed midway is continued by the next run, forced or not).
 
-Per item, an :class:`~kamera.errors.ItemError` (an input the model cannot take, a medium that does
+A selection that met data defects (an annotation row that does not parse, a medium that does not decode,
+beyond preflight's sample) stops the job there, before any weights load or anything is written: it could
+never complete, and the repaired copy is a new job. Per item, an :class:`~kamera.errors.ItemError` (an input the model cannot take, a medium that does
 not decode, non-finite logits) records the item as failed with its reason and the job goes on;
 any other exception is a bug and stops the job. A job ends complete only when every selected item
 has rows for every arm (or a recorded refusal) and its probe records, or a recorded failure, at
-least one item is usable and the data read had no defects; otherwise it raises :class:`JobError`
+least one item is usable; otherwise it raises :class:`JobError`
 naming what is missing (so ``python -m kamera.run`` exits non-zero), with every finished row kept.
 """
 
@@ -46,6 +48,7 @@ from kamera.job import (
     shape_of,
     threads_for,
 )
+from kamera.job.checks import defect_problems
 from kamera.job.rows import job_keys
 from kamera.job.spec import Spec
 from kamera.job.store import RUN, STAMP, JobState, Shard, current, digest, now, provenance
@@ -81,6 +84,10 @@ def run(cfg: DictConfig) -> Path:
     want = expected_of(arms, probes)
     adapter = _load(cfg, device) if shape.selects_from_model(cfg) else None
     selection = shape.select(cfg, cfg.n_items, adapter)
+    defects = defect_problems(cfg, selection)  # beyond preflight's sample: known now, before any weights load
+    if defects:
+        raise JobError("cannot start this job: the data has defects (repair them; the repaired copy is a new job):"
+                       "\n- " + "\n- ".join(defects))
     ident = identity(cfg, selection)
     key = digest(ident)
     shard = Shard(results_root(cfg), cfg.group, key)
@@ -153,14 +160,11 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
     def stamped(record: dict, label: str) -> dict:  # what code made a record and which run wrote it
         return {**record, **specs[label].stamp_columns, RUN: run_index}
 
-    if selection.defects:
-        log.warning("%d data defect(s) in the selection walk; the job cannot complete until the data is repaired",
-                    len(selection.defects))
     state = shard.state(expected_of(arms, probes), cfg.retry_failed)
     if not state.todo:
         run_info["end"] = now()
         shard.update_meta(lambda m: m["runs"][-1].update(end=run_info["end"]))
-        return  # nothing left to compute (data defects or no usable item): no model needed
+        return  # nothing left to compute (no usable item, or defects recorded by older code): no model needed
     _log_stale(state, specs)
     adapter = adapter or _load(cfg, device)
     run_info["attention"] = adapter.lm.config._attn_implementation

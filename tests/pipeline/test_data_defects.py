@@ -33,38 +33,32 @@ def last_selected_needle(root) -> tuple[str, object]:
     return last, root / "mm_niah_val" / "images" / "needles" / f"blink-{last.rsplit('/', 1)[1]}-b.png"
 
 
-def test_partial_data_is_not_complete_and_the_repaired_data_is_a_new_job(tmp_path, capsys):
+def test_a_data_defect_beyond_preflights_sample_stops_the_job_at_selection(tmp_path, monkeypatch, capsys):
+    """Issue 19 item 10: a medium preflight's sample does not reach fails the job when the items are selected, one
+    line naming the item and its reason, before any weights load and with nothing written; the repaired data runs."""
     root = make_fixture("mm_niah", tmp_path / "data", n=3)
     item, image = last_selected_needle(root)
     good = image.read_bytes()
     image.write_bytes(good[: len(good) // 2])  # a corrupt medium preflight's sample does not reach
     overrides = (*NIAH, f"bench.root={root}")
+    assert runner.preflight(job_config(tmp_path, *overrides)) == []  # preflight's sample is clean
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("weights loaded for a defective selection"))
     with pytest.raises(JobError) as err:
         runner.run(job_config(tmp_path, *overrides))
-    assert "incomplete: failed 2/2" in str(err.value) and item in str(err.value) and "data defect" in str(err.value)
-    (shard,) = shards(tmp_path / "raw", "adhoc")
-    assert len(shard.rows()) == 2  # the loadable items' rows are kept
-    defects = shard.meta()["selection"]["skipped"]
-    assert [(d["item_id"], d["stage"]) for d in defects] == [(item, "build")] and "blink" in defects[0]["reason"]
-
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith("cannot start this job: the data has defects") and len(lines) == 2
+    assert lines[1].startswith(f"- mm_niah: data defect, {item} (build): ") and "blink" in lines[1]
+    assert not (tmp_path / "raw").exists()  # no shard, no lock, no rows
     views = status.sweep_jobs([f"paths.results={tmp_path}/raw", *overrides])
-    lines = "\n".join(status.report(views))
-    assert "failed 2/2" in lines and "(2 of the 3 items requested could be selected)" in lines and item in lines
+    assert [v.state.status for v in views] == ["missing"]
 
-    render = ["~experiment", *overrides, f"paths.results={tmp_path}/raw", "--out", str(tmp_path / "t")]
-    with pytest.raises(SystemExit, match=r"1 of 1 job\(s\) incomplete[\s\S]*failed 2/2"):
-        table3.main(render)
-    table3.main([*render, "--allow-partial"])
-    md = (tmp_path / "t.md").read_text()
-    assert "(adhoc, partial)" in md and "_PARTIAL (1 incomplete job(s))" in md and "0.50 / 2" in md
-
-    image.write_bytes(good)  # the repair changes the selection: a new job, never a mix with the old rows
+    monkeypatch.undo()
+    image.write_bytes(good)
     path = runner.run(job_config(tmp_path, *overrides))
-    assert len(pd.read_parquet(path)) == 3 and len(shards(tmp_path / "raw", "adhoc")) == 2
+    assert len(pd.read_parquet(path)) == 3 and len(shards(tmp_path / "raw", "adhoc")) == 1
+    render = ["~experiment", *overrides, f"paths.results={tmp_path}/raw", "--out", str(tmp_path / "t")]
     table3.main(render)
     assert "0.50 / 3" in (tmp_path / "t.md").read_text()
-    lines = "\n".join(status.report(status.sweep_jobs([f"paths.results={tmp_path}/raw", *overrides])))
-    assert "done 3/3" in lines and "superseded" in lines
     capsys.readouterr()
 
 
