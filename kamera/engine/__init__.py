@@ -1,0 +1,6 @@
+"""The engine floor: kamera's chunk served inside a live inference engine (vLLM's KV connector).
+
+``kamera.engine.store`` (pages and patches on disk) needs only torch and safetensors;
+``kamera.engine.vllm`` (the connector and :class:`~kamera.engine.vllm.EngineSession`) needs the optional
+``engine`` install (README, docs/engine.md) and is imported only by code that runs the engine.
+"""

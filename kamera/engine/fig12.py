@@ -1,0 +1,230 @@
+"""Fig. 12 inside a live engine: the same items spliced through vLLM's KV connector and through kamera's own splice.
+
+    python -m kamera.engine.fig12 --out results/engine/fig12_tiny            # make fig12 ENGINE=vllm
+    python -m kamera.engine.fig12 --check --model DIR                         # preflight a checkpoint
+
+Per item (random token ids [prefix · A · B · query] with a four-way choice at the answer, on the tiny Qwen2
+of :mod:`kamera.engine.checkpoint`), for each dtype:
+
+- **vLLM** (``source = vllm``): the full prompt is prefilled by vLLM and captured (the re-prefill: its
+  next-token log-probs, KV(B|A) and the exact prefix · A KV), [prefix · B] is prefilled and captured (the
+  canonical KV(B|∅)), the patch is formed from the two captures with kamera's operator and stored; each
+  arm is then one request that claims [prefix · A · B] through the connector (prefix · A exact, B as the
+  arm builds it) and runs only the query; the arm's written KV is captured back from the cache.
+- **own splice** (``source = own``): the same items through :class:`kamera.reuse.ReuseContext` on the same
+  checkpoint in transformers (the harness's Fig. 12 path).
+
+Arms: ``reprefill``, ``unrotated`` (canonical KV at B's place, not re-rotated), ``blind`` (R(δ) only),
+``patch_r8`` / ``patch_r64`` / ``patch_r256`` (rank clamped to min(n_B, width) = full). Rows carry the
+columns Fig. 12's panels read (``kl``, ``recovered``, ``pred``, ``correct``, ``n_choices``) plus the ULP
+distance of the arm's B KV to the prefill's (``ulp_*``: every layer; ``_l0``: layer 0, which isolates
+relocation); ``timing.csv`` holds vLLM's time to first token with and without the splice and the
+connector's compose / write seconds (a second source for Fig. 11(b)).
+Writes <out>/rows.csv and <out>/timing.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from kamera.core import ChunkKV, Patch, deficit, family_rank_view, relocate
+from kamera.engine.checkpoint import tiny_qwen2
+from kamera.engine.family import preflight
+from kamera.engine.store import save_patch
+from kamera.items.spans import Span
+from kamera.metrics import kl
+from kamera.models.base import Encoded, EncodedSpan
+from kamera.models.text import TextAdapter
+from kamera.reuse.context import ReuseContext
+
+ARMS = ("reprefill", "unrotated", "blind", "patch_r8", "patch_r64", "patch_r256")
+CHOICES = (10, 11, 12, 13)  # the answer tokens a multiple-choice item reads its prediction from
+SIZES = {"prefix": 4, "A": 96, "B": 160, "query": 8}
+MODEL = "tiny_qwen2"
+BENCH = "random_mc"
+
+
+def items(n: int, seed: int = 0) -> list[dict]:
+    """``n`` items of random token ids (ids above the answer tokens) and a random gold choice."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        spans = {role: torch.randint(16, 500, (k,), generator=g).tolist() for role, k in SIZES.items()}
+        out.append({"item_id": f"r{i:03d}", **spans, "gold": int(torch.randint(0, len(CHOICES), (1,), generator=g))})
+    return out
+
+
+def rank_of(arm: str) -> int:
+    return int(arm.removeprefix("patch_r"))
+
+
+def bf16_ulps(a: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """|a − ref| in units of one bf16 ULP at ``ref`` (float64, elementwise): the paper's "within one bf16 ULP".
+
+    The unit is the bf16 spacing of the reference value, 2^(⌊log2 |ref|⌋ − 7) (bf16 keeps 8 significant
+    bits), floored at the smallest normal bf16 so exact zeros do not divide by zero. The same unit for
+    float32 and bf16 runs, so the two dtypes read on one axis; 0 means equal.
+    """
+    r = ref.double().abs().clamp_min(torch.finfo(torch.bfloat16).tiny)
+    unit = torch.exp2(torch.floor(torch.log2(r)) - 7)
+    return (a.double() - ref.double()).abs() / unit
+
+
+def ulp_stats(got: ChunkKV, ref: ChunkKV) -> dict[str, float]:
+    """Fractions of B's K and V elements equal to / within one bf16 ULP of ``ref``, and the largest distance
+    (:func:`bf16_ulps`); over every layer and over layer 0 alone (which isolates relocation)."""
+    def stats(layers: range) -> tuple[float, float, float]:
+        d = torch.cat([bf16_ulps(got.layers[l][c], ref.layers[l][c]).flatten() for l in layers for c in range(2)])
+        return float((d == 0).double().mean()), float((d <= 1).double().mean()), float(d.max())
+
+    eq, le1, mx = stats(range(got.n_layers))
+    eq0, le10, mx0 = stats(range(1))
+    return {"ulp_eq": eq, "ulp_le1": le1, "ulp_max": mx, "ulp_eq_l0": eq0, "ulp_le1_l0": le10, "ulp_max_l0": mx0}
+
+
+def row(source: str, dtype: str, item: dict, arm: str, logits: torch.Tensor, ref: torch.Tensor, seconds: float,
+        ulp: dict | None) -> dict:
+    """One Fig. 12 row: KL to re-prefill, argmax kept, the multiple-choice answer, ULP distances."""
+    pred = int(torch.argmax(logits[list(CHOICES)]))
+    return {"source": source, "model": MODEL, "dtype": dtype, "bench": BENCH, "subset": "", "seed": 0,
+            "item_id": item["item_id"], "arm": arm, "kl": 0.0 if arm == "reprefill" else kl(ref, logits),
+            "recovered": bool(torch.argmax(logits) == torch.argmax(ref)), "pred": pred, "gold": item["gold"],
+            "correct": pred == item["gold"], "n_choices": len(CHOICES), "seconds": seconds, **(ulp or {})}
+
+
+# ----- the engine ---------------------------------------------------------------------------------------
+def engine_item(session, item: dict, dtype: str) -> tuple[list[dict], dict]:
+    """One item through vLLM: the rows of every arm and one timing record."""
+    i, p, a, b = item["item_id"], item["prefix"], item["A"], item["B"]
+    full = p + a + b + item["query"]
+    pa, pb = len(p) + len(a), len(p) + len(a) + len(b)
+    ref = session.run(full, {"capture": f"{i}.full"})
+    session.run(p + b, {"capture": f"{i}.canon"})
+    full_page, _ = session.page(f"{i}.full")
+    canon, _ = session.page(f"{i}.canon")
+    conditioned = full_page.slice(pa, pb)
+    delta = pa - len(p)
+    patch = Patch.form(deficit(conditioned, relocate(canon.slice(len(p), len(p) + len(b)), delta)),
+                       dtype=conditioned.dtype)
+    save_patch(session.store, f"{i}.patch", patch, session.model)
+    rows = [row("vllm", dtype, item, "reprefill", ref.logprobs.float(), ref.logprobs.float(), ref.seconds,
+                ulp_stats(conditioned, conditioned))]
+    for arm in ARMS[1:]:
+        seg = {"key": f"{i}.canon", "span": [len(p), len(p) + len(b)], "start": pa}
+        if arm == "unrotated":
+            seg["rotate"] = False
+        elif arm.startswith("patch_r"):
+            seg |= {"patch": f"{i}.patch", "rank": rank_of(arm)}
+        out = session.run(full, {"capture": f"{i}.{arm}", "tag": f"{i}.{arm}",
+                                 "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg]})
+        written, _ = session.page(f"{i}.{arm}")
+        rows.append(row("vllm", dtype, item, arm, out.logprobs.float(), ref.logprobs.float(), out.seconds,
+                        ulp_stats(written.slice(pa, pb), conditioned)))
+    # timing without captures: vLLM's prefill of the prompt vs the query after a rank-64 splice
+    prefill = session.run(full)
+    seg = {"key": f"{i}.canon", "span": [len(p), len(p) + len(b)], "start": pa, "patch": f"{i}.patch", "rank": 64}
+    spliced = session.run(full, {"tag": f"{i}.timing", "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg]})
+    rec = next(r for r in reversed(session.timings()) if r["tag"] == f"{i}.timing")
+    timing = {"source": "vllm", "model": MODEL, "dtype": dtype, "item_id": i, "prompt_tokens": len(full),
+              "claimed_tokens": rec["tokens"], "spliced_tokens": len(b), "ttft_prefill_s": prefill.seconds,
+              "ttft_splice_s": spliced.seconds, "compose_s": rec["compose_s"], "write_s": rec["write_s"]}
+    return rows, timing
+
+
+def run_engine(model: Path, store: Path, dtype: str, batch: list[dict]) -> tuple[list[dict], list[dict]]:
+    from kamera.engine.vllm import EngineSession
+
+    session = EngineSession(model, store / dtype, dtype=dtype, max_model_len=1024)
+    try:
+        session.run(batch[0]["prefix"] + batch[0]["A"])  # warm-up (the first step compiles kernels)
+        rows, timings = [], []
+        for item in batch:
+            r, t = engine_item(session, item, dtype)
+            rows += r
+            timings.append(t)
+        return rows, timings
+    finally:
+        session.close()
+
+
+# ----- kamera's own splice on the same checkpoint -----------------------------------------------------
+def encoded(adapter: TextAdapter, item: dict) -> Encoded:
+    """The item's spans as the adapter encodes them, from token ids (the checkpoint has no tokenizer)."""
+    spans = []
+    for role in ("prefix", "A", "B", "query"):
+        ids = torch.tensor(item[role], dtype=torch.long)
+        n = len(ids)
+        spans.append(EncodedSpan(Span(role, (), role), ids, adapter.embed(ids), torch.arange(n)[None], n,
+                                 torch.zeros(n, dtype=torch.bool)))
+    return Encoded(spans)
+
+
+def run_own(model: Path, dtype: str, batch: list[dict]) -> list[dict]:
+    from transformers import Qwen2ForCausalLM
+
+    lm = Qwen2ForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype), attn_implementation="sdpa")
+    adapter = TextAdapter(lm, None, name=MODEL)
+    rows = []
+    for item in batch:
+        ctx = ReuseContext(adapter, encoded(adapter, item))
+        t0 = time.perf_counter()
+        ref = ctx.reprefill_logits
+        rows.append(row("own", dtype, item, "reprefill", ref, ref, time.perf_counter() - t0,
+                        ulp_stats(ctx.conditioned, ctx.conditioned)))
+        for arm in ARMS[1:]:
+            t0 = time.perf_counter()
+            if arm == "unrotated":
+                b_kv = ChunkKV(ctx.canonical.specs, ctx.canonical.layers, ctx.native_positions(ctx.b))
+            elif arm == "blind":
+                b_kv = ctx.relocated
+            else:
+                b_kv = family_rank_view(ctx.patch, rank_of(arm), "GQA").apply(ctx.relocated)
+            logits = ctx.query(b_kv, tag=arm).logits
+            rows.append(row("own", dtype, item, arm, logits, ref, time.perf_counter() - t0,
+                            ulp_stats(b_kv, ctx.conditioned)))
+    return rows
+
+
+def measure(out: Path, model: Path, n_items: int, dtypes: list[str], seed: int = 0) -> tuple[Path, Path]:
+    """Both sources for every dtype; writes and returns <out>/rows.csv and <out>/timing.csv."""
+    batch = items(n_items, seed)
+    rows, timings = [], []
+    for dtype in dtypes:
+        rows += run_own(model, dtype, batch)
+        r, t = run_engine(model, out / "store", dtype, batch)
+        rows += r
+        timings += t
+        gc.collect()
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(out / "rows.csv", index=False)
+    pd.DataFrame(timings).to_csv(out / "timing.csv", index=False)
+    return out / "rows.csv", out / "timing.csv"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("results/engine/fig12_tiny"))
+    ap.add_argument("--model", type=Path, default=None, help="a checkpoint directory (default: the tiny Qwen2)")
+    ap.add_argument("--items", type=int, default=16)
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--check", action="store_true", help="preflight the model for the engine path and stop")
+    args = ap.parse_args(argv)
+    model = args.model or tiny_qwen2(args.out / "checkpoints")
+    from transformers import AutoConfig
+
+    preflight(AutoConfig.from_pretrained(model))
+    if args.check:
+        print(f"{model}: the engine connector serves it")
+        return
+    paths = measure(args.out, model, args.items, args.dtypes.split(","))
+    print("wrote", *paths)
+
+
+if __name__ == "__main__":
+    main()

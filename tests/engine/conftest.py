@@ -1,0 +1,42 @@
+"""Engine fixtures: the tiny Qwen2 checkpoint and one live vLLM engine at a time (skipped without vLLM)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+SIZES = {"prefix": 5, "A": 40, "B": 50, "query": 7}  # the claim (95 tokens) is not a multiple of the block size
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory):
+    from kamera.engine.checkpoint import tiny_qwen2
+
+    return tiny_qwen2(tmp_path_factory.mktemp("engine-ckpt"))
+
+
+@pytest.fixture(scope="session")
+def engine(checkpoint, tmp_path_factory):
+    """engine(dtype) → a live EngineSession on the tiny Qwen2 (one at a time: switching dtype closes the other)."""
+    pytest.importorskip("vllm", reason="the engine extra (vLLM) is not installed: scripts/install_engine.sh")
+    from kamera.engine.vllm import EngineSession
+
+    live: dict = {}
+
+    def get(dtype: str):
+        if dtype not in live:
+            for other in list(live):
+                live.pop(other).close()
+            live[dtype] = EngineSession(checkpoint, tmp_path_factory.mktemp(f"store-{dtype}"), dtype=dtype,
+                                        max_model_len=512)
+        return live[dtype]
+
+    yield get
+    for s in live.values():
+        s.close()
+
+
+@pytest.fixture(scope="session")
+def item() -> dict[str, list[int]]:
+    g = torch.Generator().manual_seed(1)
+    return {role: torch.randint(16, 500, (n,), generator=g).tolist() for role, n in SIZES.items()}
