@@ -20,15 +20,23 @@ define sweep
 endef
 render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(if $(PARTIAL),--allow-partial)
 
-.PHONY: help test test-shaped test-integration test-all test-slow lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse
+# The engine tier (docs/engine.md): vLLM with the kamera KV connector, in a venv of its own (ENGINE_VENV) so the
+# main env keeps its transformers and no CUDA torch companions. `make fig12 ENGINE=vllm` measures Fig. 12's engine
+# rows first (ENGINE_OUT) and the render adds the engine panels (it reads KAMERA_ENGINE_ROWS).
+ENGINE ?=
+ENGINE_VENV ?= $(HOME)/.cache/kamera/venv-engine
+ENGINE_TORCH ?= torch==2.13.0
+ENGINE_OUT ?= results/raw/engine/fig12$(suffix)
+
+.PHONY: help test test-shaped test-integration test-all test-slow test-engine engine-venv engine-fig12 lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
 
 # Test tiers (pytest marks, pyproject.toml): `test` is the fast gate; `test-all` (what CI runs) adds the shaped and
 # integration tiers; `test-slow` retrains the toys. KAMERA_SHAPED=<dir> keeps shaped checkpoints between runs.
-test: lint ## the fast gate: ruff + every test but the shaped, integration and slow tiers (about 3 min on 2 cores)
-	$(PYTHON) -m pytest -m "not slow and not shaped and not integration"
+test: lint ## the fast gate: ruff + every test but the shaped, integration, slow and engine tiers (about 3 min on 2 cores)
+	$(PYTHON) -m pytest -m "not slow and not shaped and not integration and not engine"
 
 test-shaped: ## real-width shaped checkpoints of every paper model + the end-to-end rehearsal (~10-12 min; GBs of disk)
 	$(PYTHON) -m pytest -m shaped
@@ -41,6 +49,19 @@ test-all: lint ## what CI runs: ruff + every tier but slow (about 13 min on 2 co
 
 test-slow: ## retrain the toy binding and window models from their committed configs and check the gates (~7 + 17 + 12 min)
 	$(PYTHON) -m pytest -m slow
+
+engine-venv: ## the engine tier's own venv at ENGINE_VENV: torch, kamera, vLLM via scripts/install_engine.sh (~4 min, 3.4 GB)
+	python3 -m venv $(ENGINE_VENV)
+	. $(ENGINE_VENV)/bin/activate && pip install $(ENGINE_TORCH) -e ".[dev]" && bash scripts/install_engine.sh $(ENGINE_KIND)
+
+test-engine: ## the engine tier in ENGINE_VENV: vLLM with the kamera KV connector (make engine-venv first; ~1 min)
+	$(ENGINE_VENV)/bin/python -m pytest -m engine tests/engine
+
+engine-fig12: ## Fig. 12's engine rows (vLLM and kamera's own splice on one checkpoint) into ENGINE_OUT; make fig12 ENGINE=vllm runs it
+	$(ENGINE_VENV)/bin/python -m kamera.engine.fig12 --out $(ENGINE_OUT) $(ENGINE_ARGS)
+
+fig12: $(if $(filter vllm,$(ENGINE)),engine-fig12)
+fig12: export KAMERA_ENGINE_ROWS = $(if $(filter vllm,$(ENGINE)),$(ENGINE_OUT))
 
 lint: ## ruff over the package, experiments, scripts and tests
 	$(PYTHON) -m ruff check kamera experiments scripts tests
