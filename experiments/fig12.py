@@ -16,21 +16,40 @@ the multiple-choice rows (:func:`kamera.diagnostics.fidelity.mc_agreement`).
 The paper measures these inside SGLang's FlashAttention-3 kernel (a live engine); here they are the
 harness's own splice. Where a model has rows in several dtypes its label carries the dtype.
 Writes <paths.figures>/<experiment>.{pdf,png,md}.
+
+With ``KAMERA_ENGINE_ROWS=<folder>`` (``make fig12 ENGINE=vllm`` sets it; docs/engine.md) the render adds
+the live-engine panels from that folder's ``rows.csv`` / ``timing.csv`` (written by ``python -m
+kamera.engine.fig12``): the same items spliced through vLLM's KV connector and through kamera's own splice
+on one checkpoint, (a) KL per arm, (b) the fraction of B's K / V within one bf16 ULP of the prefill's,
+(c) answers and agreement with re-prefill, and the time to first token with and without the splice and the
+connector's time per claimed token; drawn to <experiments>_engine.{pdf,png} and appended to the markdown.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import STYLE, cli, document, figure_outputs, markdown_rows, paper_or, partial_tag
+from experiments.common import (
+    STYLE,
+    cli,
+    document,
+    figure_outputs,
+    markdown_rows,
+    paper_or,
+    partial_tag,
+    save_figure,
+    suffixed,
+)
 from experiments.panels import blank, cell, of_probe, one_label
 from kamera.diagnostics.fidelity import FIG12A_ARMS, FIG12C_ARMS, REFERENCE, kl_by_arm, mc_agreement
 
 FLOOR_LAYER = 0
+ENGINE_ROWS = "KAMERA_ENGINE_ROWS"  # a folder of kamera.engine.fig12's rows.csv and timing.csv
 
 
 def labelled(rows: pd.DataFrame) -> pd.DataFrame:
@@ -191,21 +210,118 @@ def to_markdown(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.D
     return [*lines, "", paper["note"]]
 
 
+# ----- the live-engine panels ----------------------------------------------------------------------------
+def engine_labelled(rows: pd.DataFrame) -> pd.DataFrame:
+    """Engine rows with ``model`` as the panels label them: ``model · dtype · source``."""
+    return rows.assign(model=[f"{m} · {d} · {s}" for m, d, s in zip(rows["model"], rows["dtype"], rows["source"],
+                                                                       strict=True)])
+
+
+def ulp_panel(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (model label, arm): mean over items of the fraction of B's K / V within one bf16 ULP of the prefill's,
+    every layer and layer 0, and the largest distance seen."""
+    g = rows.groupby(["model", "arm"], sort=False)
+    out = pd.DataFrame({"n": g.size(), "le1": g["ulp_le1"].mean(), "le1_l0": g["ulp_le1_l0"].mean(),
+                        "max": g["ulp_max"].max()}).reset_index()
+    return in_order(out, tuple(dict.fromkeys([REFERENCE, *FIG12A_ARMS, *FIG12C_ARMS])))
+
+
+def timing_panel(timing: pd.DataFrame) -> pd.DataFrame:
+    """Per dtype: mean time to first token of vLLM's prefill and of the spliced request, and the connector's
+    compose and write time per claimed token (µs)."""
+    g = timing.groupby("dtype", sort=True)
+    per_token = timing.assign(compose_us=1e6 * timing["compose_s"] / timing["claimed_tokens"],
+                              write_us=1e6 * timing["write_s"] / timing["claimed_tokens"]).groupby("dtype", sort=True)
+    return pd.DataFrame({"n": g.size(), "prompt": g["prompt_tokens"].first(), "claimed": g["claimed_tokens"].first(),
+                         "ttft_prefill_ms": 1e3 * g["ttft_prefill_s"].mean(), "ttft_splice_ms": 1e3 * g["ttft_splice_s"].mean(),
+                         "compose_us": per_token["compose_us"].mean(), "write_us": per_token["write_us"].mean()}).reset_index()
+
+
+def engine_panels(folder: Path) -> dict[str, pd.DataFrame]:
+    """The engine panels from ``folder``'s rows.csv and timing.csv."""
+    rows = engine_labelled(pd.read_csv(folder / "rows.csv", keep_default_na=False))
+    return {"kl": kl_panel(rows), "ulp": ulp_panel(rows), "agree": agreement_panel(rows),
+            "timing": timing_panel(pd.read_csv(folder / "timing.csv"))}
+
+
+def engine_markdown(panels: dict[str, pd.DataFrame], folder: Path) -> list[str]:
+    kl, ulp, agree, timing = panels["kl"], panels["ulp"], panels["agree"], panels["timing"]
+    lines = ["", f"**Fig. 12 inside vLLM** — the chunk spliced through the KV connector (``vllm``) beside kamera's own "
+             f"splice on the same checkpoint and items (``own``); rows from {folder}", "",
+             "*(a) next-token KL to re-prefill*", ""]
+    lines += markdown_rows(["model · dtype · source", "arm", "n", "KL mean", "KL median", "argmax flips"],
+                           [[r.model, r.arm, str(int(r.n)), cell(r.kl_mean, ".2e"), cell(r.kl_median, ".2e"),
+                             cell(r.argmax_flip, ".2f")] for r in kl.itertuples(index=False)])
+    lines += ["", "*(b) B's K / V within one bf16 ULP of the prefill's (mean fraction over items)*", ""]
+    lines += markdown_rows(["model · dtype · source", "arm", "n", "≤ 1 ULP, all layers", "≤ 1 ULP, layer 0", "max ULP"],
+                           [[r.model, r.arm, str(int(r.n)), cell(r.le1, ".4f"), cell(r.le1_l0, ".4f"), cell(r.max, ".3g")]
+                            for r in ulp.itertuples(index=False)])
+    lines += ["", "*(c) multiple-choice accuracy and per-item agreement with re-prefill*", ""]
+    lines += markdown_rows(["model · dtype · source", "arm", "n", "accuracy", "agreement %", "chance"],
+                           [[r.model, r.arm, str(r.n), cell(r.accuracy, ".3f"), cell(100 * r.agreement, ".1f"),
+                             cell(r.chance, ".2f")] for r in agree.itertuples(index=False)])
+    lines += ["", "*time to first token in vLLM (Fig. 11(b), second source) and the connector's cost*", ""]
+    lines += markdown_rows(["dtype", "items", "prompt", "claimed", "TTFT prefill ms", "TTFT splice ms",
+                            "compose µs / token", "write µs / token"],
+                           [[r.dtype, str(int(r.n)), str(int(r.prompt)), str(int(r.claimed)), cell(r.ttft_prefill_ms, ".2f"),
+                             cell(r.ttft_splice_ms, ".2f"), cell(r.compose_us, ".2f"), cell(r.write_us, ".2f")]
+                            for r in timing.itertuples(index=False)])
+    return lines
+
+
+def engine_plot(panels: dict[str, pd.DataFrame], title: str) -> plt.Figure:
+    kl, ulp, agree = panels["kl"], panels["ulp"], panels["agree"]
+    with plt.style.context(str(STYLE)):
+        fig, (a, b, c) = plt.subplots(1, 3, figsize=(7.0, 3.2))
+        for ax, frame, column, arms in ((a, kl, "kl_mean", FIG12A_ARMS), (b, ulp, "le1", (REFERENCE, *FIG12A_ARMS, "patch_r256")),
+                                        (c, agree, "agreement", FIG12C_ARMS)):
+            labels = sorted(frame["model"].unique())
+            arms = [x for x in arms if x in set(frame["arm"])]
+            width = 0.8 / max(len(labels), 1)
+            for i, label in enumerate(labels):
+                v = frame[frame["model"] == label].set_index("arm")[column]
+                ax.bar(np.arange(len(arms)) + i * width, [max(v.get(x, np.nan), 1e-12) for x in arms], width,
+                       label=label, hatch="//" if label.endswith("own") else None)
+            ax.set_xticks(np.arange(len(arms)) + 0.4 - width / 2, arms, rotation=30, ha="right", fontsize=4.5)
+        a.set_yscale("log")
+        a.set_ylabel("KL to re-prefill (mean)")
+        a.set_title("(a) KL inside vLLM")
+        b.set_ylim(0, 1.05)
+        b.set_ylabel("B's K / V within 1 bf16 ULP")
+        b.set_title("(b) written KV vs prefill")
+        c.set_ylim(0, 1.05)
+        c.set_ylabel("agreement with re-prefill")
+        c.set_title("(c) answers vs re-prefill")
+        a.legend(fontsize=4.5, loc="upper center", bbox_to_anchor=(1.8, -0.35), ncol=4)
+        fig.suptitle(title)
+        fig.subplots_adjust(left=0.08, right=0.98, top=0.84, bottom=0.4, wspace=0.45)
+    return fig
+
+
 def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+           paper: dict | None = None, engine: Path | None = None) -> tuple[str, list[Path]]:
     rows = labelled(rows)
     kl, agree = kl_panel(rows), agreement_panel(rows)
     reloc, floor = relocation_panel(one_label(of_probe(probes, "relocation"), "relocation"))
     if kl.empty and agree.empty and reloc.empty:
         raise SystemExit(f"{group} has no rows of {', '.join(FIG12A_ARMS + FIG12C_ARMS)} and no relocation records")
     title = f"Fig. 12 ({group}{partial_tag(footer)})"
-    md = document(to_markdown(kl, reloc, floor, agree, title, paper_or(paper, "fig12")), footer)
-    return figure_outputs(plot(kl, reloc, floor, agree, title), md, stem, footer, place="figure")
+    lines = to_markdown(kl, reloc, floor, agree, title, paper_or(paper, "fig12"))
+    extra: list[Path] = []
+    if engine is not None:
+        panels = engine_panels(engine)
+        lines += engine_markdown(panels, engine)
+        extra = save_figure(engine_plot(panels, f"Fig. 12 inside vLLM ({group})"), suffixed(stem, "_engine"), footer,
+                            place="figure")
+    md, paths = figure_outputs(plot(kl, reloc, floor, agree, title), document(lines, footer), stem, footer,
+                               place="figure")
+    return md, [*paths, *extra]
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "fig12", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
-        argv)
+    engine = Path(os.environ[ENGINE_ROWS]) if os.environ.get(ENGINE_ROWS) else None
+    cli(__doc__, "fig12", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper,
+                                             engine), argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,39 @@
+"""Fig. 12's engine panels read kamera.engine.fig12's rows: KL, ULP fractions, agreement and timing per source."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments.fig12 import engine_markdown, engine_panels
+
+ARMS = {"reprefill": 0.0, "unrotated": 3e-2, "blind": 2e-2, "patch_r8": 1e-4, "patch_r64": 1e-6, "patch_r256": 1e-9}
+
+
+def rows(source: str, scale: float) -> list[dict]:
+    out = []
+    for i in range(4):
+        for arm, kl in ARMS.items():
+            pred = i % 4 if arm in ("reprefill", "patch_r256") or i else (i + 1) % 4  # item 0 flips below full rank
+            out.append({"source": source, "model": "tiny", "dtype": "float32", "bench": "b", "subset": "", "seed": 0,
+                        "item_id": f"i{i}", "arm": arm, "kl": kl * scale, "recovered": True, "pred": pred, "gold": 0,
+                        "correct": pred == 0, "n_choices": 4, "seconds": 0.1, "ulp_le1": 1.0 - kl, "ulp_le1_l0": 1.0,
+                        "ulp_max": 3.0})
+    return out
+
+
+def test_engine_panels_split_the_sources_and_read_every_quantity(tmp_path):
+    pd.DataFrame(rows("vllm", 1.0) + rows("own", 2.0)).to_csv(tmp_path / "rows.csv", index=False)
+    pd.DataFrame([{"source": "vllm", "model": "tiny", "dtype": "float32", "item_id": "i0", "prompt_tokens": 100,
+                   "claimed_tokens": 90, "spliced_tokens": 50, "ttft_prefill_s": 0.02, "ttft_splice_s": 0.01,
+                   "compose_s": 9e-4, "write_s": 9e-5}]).to_csv(tmp_path / "timing.csv", index=False)
+    panels = engine_panels(tmp_path)
+    kl = panels["kl"].set_index(["model", "arm"])["kl_mean"]
+    assert kl[("tiny · float32 · vllm", "blind")] == 2e-2 and kl[("tiny · float32 · own", "blind")] == 4e-2
+    agree = panels["agree"].set_index(["model", "arm"])["agreement"]
+    assert agree[("tiny · float32 · vllm", "patch_r8")] == 0.75 and agree[("tiny · float32 · vllm", "patch_r256")] == 1.0
+    ulp = panels["ulp"].set_index(["model", "arm"])["le1"]
+    assert ulp[("tiny · float32 · own", "unrotated")] == 1.0 - 3e-2
+    t = panels["timing"].iloc[0]
+    assert round(t["write_us"], 6) == 1.0 and round(t["compose_us"], 6) == 10.0
+    md = "\n".join(engine_markdown(panels, tmp_path))
+    assert "| tiny · float32 · vllm | patch_r64 | 4 | 1.00e-06 |" in md and "write µs / token" in md
