@@ -58,6 +58,12 @@ class Arm(Plugin):
         """Why this arm cannot serve ``adapter``'s family, or None if it can."""
         return None
 
+    def problems(self, device: str = "cpu", n_layers: int | None = None) -> list[str]:
+        """What is wrong with this arm for a job, known before any weights load (preflight), one line each:
+        ``device`` is the job's device type ("cpu" or "cuda"), ``n_layers`` the model's decoder layers (None where
+        its config cannot be read without loading it)."""
+        return []
+
 
 ARM_REGISTRY: Registry[Arm] = Registry("arm", UnknownArmError)
 ARMS = ARM_REGISTRY.entries

@@ -62,6 +62,11 @@ class PatchArm(Arm):
         if self.granularity not in ("layer", "head"):
             raise ValueError(f"patch granularity must be 'layer' or 'head', got {self.granularity!r}")
 
+    def problems(self, device: str = "cpu", n_layers: int | None = None) -> list[str]:
+        """Explicit ``layers`` beyond the model's depth (known from its config before load)."""
+        bad = [] if n_layers is None or isinstance(self.layers, str) else [l for l in self.layers if l >= n_layers]
+        return [f"patch layers {bad} are beyond the model's {n_layers} layers (0..{n_layers - 1})"] if bad else []
+
     def run(self, ctx: ReuseContext) -> ArmOutput:
         patch = truncated(ctx.patch_for(self.granularity), self.rank, self.rotary_rank, ctx.adapter.attention)
         if self.layers == "deep_half":

@@ -42,11 +42,16 @@ class ShallowReprefillArm(Arm):
         if self.rerun_fraction is not None:
             check_fraction(self.name, "rerun_fraction", self.rerun_fraction)
 
+    def problems(self, device: str = "cpu", n_layers: int | None = None) -> list[str]:
+        """A ``reuse_layers`` above the model's layer count is an error (in preflight where the count is known
+        before load), not clamped."""
+        if n_layers is not None and self.rerun_fraction is None and self.reuse_layers > n_layers:
+            return [f"reuse_layers={self.reuse_layers} exceeds the model's {n_layers} layers"]
+        return []
+
     def refuses(self, adapter: Adapter) -> str | None:
-        """A ``reuse_layers`` above the model's layer count is refused for that model, not clamped."""
-        if self.rerun_fraction is None and self.reuse_layers > adapter.n_layers:
-            return f"reuse_layers={self.reuse_layers} exceeds the model's {adapter.n_layers} layers"
-        return None
+        """:meth:`problems` once the model is loaded (a model whose layer count preflight could not read)."""
+        return next(iter(self.problems(n_layers=adapter.n_layers)), None)
 
     def reused(self, n_layers: int) -> int:
         """ℓ for a model of n_layers (the runner has already set aside models this arm refuses)."""

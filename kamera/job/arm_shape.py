@@ -61,9 +61,15 @@ class ArmItems:
             p.append(f"window_probes={plain!r}: only a window benchmark's job runs window probes "
                      f"(bench={', '.join(WINDOW_BENCHES)})")
         if cfg.bench.name in MODEL_ITEM_SOURCES:
+            from kamera.toy.task import KINDS
+
             ok = cfg.model.name.startswith("toy_")
+            kinds = [k.strip() for k in str(cfg.bench.subset).split(",")] if cfg.bench.subset else []
+            bad = [k for k in kinds if k not in KINDS]
             return p + ([] if ok else [f"bench=binding needs a toy model (toy_binding, toy_binding_text), "
-                                       f"not {cfg.model.name}"])
+                                       f"not {cfg.model.name}"]) + \
+                ([f"bench.subset={cfg.bench.subset!r}: the toy task has no query kind {bad}; its kinds are "
+                  f"{list(KINDS)}"] if bad else [])
         try:
             spec = get_benchmark(cfg.bench.name)
             spec.resolve_subsets(cfg.bench.subset)
@@ -75,6 +81,19 @@ class ArmItems:
         takes = [n for n, prm in inspect.signature(spec.rows).parameters.items() if prm.kind is prm.KEYWORD_ONLY]
         bad = sorted(set(cfg.bench.kwargs) - set(takes))
         return p + ([f"bench.kwargs {bad} are not options of {spec.name}; it takes {takes}"] if bad else [])
+
+    def plugin_problems(self, cfg: DictConfig, built: dict[str, list[Spec]]) -> list[str]:
+        """Each arm's and probe's own problems for this job before load (:meth:`kamera.arms.base.Arm.problems`): the
+        device it runs on, the model's depth where its config tells it without weights."""
+        from kamera.job.checks import resolve_device
+
+        try:
+            device = "cpu" if resolve_device(cfg.device) == "cpu" else "cuda"
+        except (ValueError, TypeError, AttributeError):  # a bad or unavailable device: said by validate
+            device = "cuda" if str(cfg.device).startswith("cuda") else "cpu"
+        depth = model_depth(cfg)
+        return [f"{kind}s: {s.label}: {line}" for kind, specs in built.items() for s in specs
+                for line in s.plugin.problems(device=device, n_layers=depth)]
 
     def specs(self, cfg: DictConfig) -> tuple[list[Spec], list[Spec]]:
         """(arms, probes) built from the job's lists."""
@@ -112,6 +131,27 @@ class ArmItems:
     def evaluate_item(self, adapter: Adapter, item: EvalItem, arms: list[Spec], probes: list[Spec],
                       cfg: DictConfig, keys: dict) -> tuple[list[dict], list[dict], list[dict]]:
         return evaluate_item(adapter, item, arms, probes, cfg, keys)
+
+
+def model_depth(cfg: DictConfig) -> int | None:
+    """The model's decoder layer count without loading weights: a tiny twin's config, or a paper checkpoint's
+    config.json (``num_hidden_layers`` of its ``text_config``, else at its top level); None where neither says
+    (a toy model, an unreadable or unusual config: the arm's refusal after load then stands)."""
+    import json
+
+    from kamera.models import checkpoint_path, entry
+
+    try:
+        e = entry(cfg.model.name)
+        if e.kind == "tiny":
+            return int(e.tiny_config().get_text_config(decoder=True).num_hidden_layers)
+        if e.kind != "paper":
+            return None
+        config = json.loads((checkpoint_path(e.name, cfg.model.path, cfg.paths.models) / "config.json").read_text())
+        layers = (config.get("text_config") or config).get("num_hidden_layers")
+    except Exception:  # preflight reports an unknown model or unreadable checkpoint on its own
+        return None
+    return layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else None
 
 
 def _prediction(adapter: Adapter, item: EvalItem, out, choice_ids, max_new_tokens: int) -> tuple[str, float]:

@@ -114,6 +114,7 @@ def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
             built[kind] = build_specs(kind, cfg[f"{kind}s"])
         except ValueError as err:
             problems.append(str(err))
+    problems += shape.plugin_problems(cfg, built)
     if set(shape.kinds) == {"arm", "probe"} and built.keys() == {"arm", "probe"} and not any(built.values()):
         problems.append("arms=[] and probes=[]: a job needs at least one arm or probe (conf/arm, conf/probe)")
     selection_keys = ("n_items=", "seed=", "bench.")  # what reading the benchmark depends on

@@ -94,6 +94,16 @@ class WindowItems:
             p.append(str(err))
         return p
 
+    def plugin_problems(self, cfg: DictConfig, built: dict[str, list[Spec]]) -> list[str]:
+        """Each window probe's own problems for this job before load (:meth:`kamera.window.probes.base.WindowProbe.
+        problems`): the benchmark's window of k chunks, when its options are valid."""
+        try:
+            window = self.bench.window(self.options(cfg))
+        except (ValueError, TypeError, KeyError):
+            return []  # bad options: said by problems()
+        return [f"window_probes: {s.label}: {line}" for specs in built.values() for s in specs
+                for line in s.plugin.problems(window=window)]
+
     def specs(self, cfg: DictConfig) -> tuple[list[Spec], list[Spec]]:
         """(window probes, []): a window job's rows are keyed by the window probe as arm rows are by the arm."""
         return build_specs("window_probe", cfg.window_probes), []

@@ -33,6 +33,11 @@ class Probe(Plugin):
         """The measurements on one item, one flat record (str / int / float values) per cell."""
         raise NotImplementedError
 
+    def problems(self, device: str = "cpu", n_layers: int | None = None) -> list[str]:
+        """What is wrong with this probe for a job, known before any weights load, one line each (the arguments of
+        :meth:`kamera.arms.base.Arm.problems`)."""
+        return []
+
 
 PROBE_REGISTRY: Registry[Probe] = Registry("probe", UnknownProbeError)
 PROBES = PROBE_REGISTRY.entries

@@ -74,6 +74,12 @@ class InjectionDepthProbe(Probe):
         elif not self.layers or not all(isinstance(l, int) and not isinstance(l, bool) and l >= 0 for l in self.layers):
             raise ValueError(f"injection_depth layers must be non-negative ints, got {self.layers!r}")
 
+    def problems(self, device: str = "cpu", n_layers: int | None = None) -> list[str]:
+        """Layer indices beyond the model's depth, known from its config before load."""
+        bad = [] if n_layers is None or isinstance(self.layers, str) else [l for l in self.layers if l >= n_layers]
+        return [f"injection_depth layers {bad} are beyond the model's {n_layers} layers (0..{n_layers - 1})"] if bad \
+            else []
+
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
         """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). One replay of
         B's rows over the full prefill's context, then Σ_ℓ (L − ℓ) / L passes of B over [prefix · B] for ℓ = 0 and

@@ -62,10 +62,15 @@ class TtftProbe(Probe):
             out += [item.full(2 + calls), item.solo(1 + calls), prefill, item.query_over(calls * len(self.ranks))]
         return out
 
+    def problems(self, device: str = "cpu", n_layers: int | None = None) -> list[str]:
+        """The probe times on the device its knob names: a job on another device is refused in preflight."""
+        if device == self.device:
+            return []
+        return [f"the ttft probe is set to time on {self.device} but the job runs on {device}: set "
+                f"device={self.device} for the job, or the probe's device knob to {device}"]
+
     def run(self, ctx: ReuseContext) -> list[dict]:
-        if ctx.adapter.device.type != self.device:
-            raise ValueError(f"the ttft probe is set to time on {self.device} but the job runs on "
-                             f"{ctx.adapter.device.type}: set device={self.device} for the job, or the probe's "
-                             f"device knob to {ctx.adapter.device.type}")
+        if why := self.problems(ctx.adapter.device.type):
+            raise ValueError(why[0])
         records = ttft(ctx.adapter, self.sizes, self.ranks, self.repeats, self.frame_px)
         return [{k: v for k, v in r.items() if k != "dtype"} for r in records]

@@ -73,6 +73,11 @@ class WindowBench:
         """Option values and model constraints, one line each (no data, no weights)."""
         return []
 
+    def window(self, opts: dict) -> int | None:
+        """The window of k chunks its items have (``window`` among the options; None where not a valid count)."""
+        k = opts.get("window")
+        return k if is_int(k, 1) else None
+
     def select(self, subsets: list[str], split: str, seed: int, n: int | None, opts: dict, read: Read) -> Selection:
         """The job's entries, chosen deterministically (``n`` None: the benchmark's default count); ``read(name,
         kwargs)`` is the job's selection of data benchmark ``name`` for a window benchmark cut from one."""
@@ -116,6 +121,10 @@ class ToyWindowBench(WindowBench):
         if n is not None and not (is_int(n, 1) and n <= _toy_spec().max_states):
             p.append(f"bench.kwargs.n_states={n!r}: must be null or an integer in 1..{_toy_spec().max_states}")
         return p
+
+    def window(self, opts: dict) -> int | None:
+        """The toy window model's own k (its task spec)."""
+        return _toy_spec().window
 
     def select(self, subsets: list[str], split: str, seed: int, n: int | None, opts: dict, read: Read) -> Selection:
         from kamera.toy.window_task import item_id

@@ -177,3 +177,43 @@ def test_an_invalid_yaml_in_conf_arm_is_one_line_naming_the_file(tmp_path, monke
     assert str(bad) in str(err.value) and "not valid YAML (line 2" in str(err.value) and "\n" not in str(err.value)
     cfg = job_config(tmp_path, "model=tiny_kimi", "bench=synthetic", "arms=[blind,patch_broken]", "n_items=1")
     assert [p for p in job.preflight(cfg) if str(bad) in p]
+
+
+# ----- item 9: inputs checkable before load fail in preflight -------------------------------------------------
+CHECKABLE = {
+    "ttft_cuda on cpu": (("model=tiny_kimi", "bench=synthetic", "arms=[blind]", "probes=[ttft_cuda]", "device=cpu"),
+                         "probes: ttft_cuda: the ttft probe is set to time on cuda but the job runs on cpu"),
+    "reuse_layers beyond depth": (("model=tiny_kimi", "bench=synthetic", "arms=[{shallow_reprefill:{reuse_layers:99}}]"),
+                                  "arms: shallow_reprefill[reuse_layers=99]: reuse_layers=99 exceeds the model's 4 layers"),
+    "patch layers beyond depth": (("model=tiny_kimi", "bench=synthetic", "arms=[{patch_r8:{layers:[1,7]}}]"),
+                                  "arms: patch_r8[layers=[1,7]]: patch layers [7] are beyond the model's 4 layers (0..3)"),
+    "injection_depth layers beyond depth": (
+        ("model=tiny_llava", "bench=synthetic", "arms=[]", "probes=[{injection_depth:{layers:[9]}}]"),
+        "probes: injection_depth[layers=[9]]: injection_depth layers [9] are beyond the model's"),
+    "tau not a multiple of 1/k": (
+        ("model=tiny_kimi", "bench=window_synthetic", "arms=[]", "window_probes=[{recall:{taus:[0.3,0.4]}}]"),
+        "window_probes: recall[taus=[0.3,0.4]]: recall: taus [0.3] are not multiples of 1/k for the window of k = 5"),
+    "toy subset": (("model=toy_binding", "bench=binding", "bench.subset='two_hop,nope'", "arms=[blind]"),
+                   "bench.subset='two_hop,nope': the toy task has no query kind ['nope']"),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECKABLE))
+def test_inputs_checkable_before_load_fail_in_preflight(case, tmp_path, monkeypatch):
+    overrides, line = CHECKABLE[case]
+    cfg = job_config(tmp_path, *overrides, "n_items=1")
+    problems = job.preflight(cfg)
+    assert [p for p in problems if p.startswith(line)] and all("\n" not in p for p in problems), problems
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    with pytest.raises(JobError, match="cannot start this job"):
+        runner.run(cfg)
+    assert not (tmp_path / "raw").exists()
+
+
+def test_the_same_plugins_within_the_model_pass_preflight(tmp_path):
+    ok = job_config(tmp_path, "model=tiny_kimi", "bench=synthetic", "arms=[{shallow_reprefill:{reuse_layers:4}},"
+                    "{patch_r8:{layers:[0,3]}}]", "probes=[ttft_tiny]", "device=cpu", "n_items=1")
+    assert job.preflight(ok) == []
+    window = job_config(tmp_path, "model=tiny_kimi", "bench=window_synthetic", "arms=[]",
+                        "window_probes=[{recall:{taus:[0.2,0.4]}}]", "n_items=1")
+    assert job.preflight(window) == []

@@ -50,6 +50,11 @@ class WindowProbe(Plugin):
         """Why this probe cannot serve ``adapter``'s family, or None if it can."""
         return None
 
+    def problems(self, window: int | None = None) -> list[str]:
+        """What is wrong with this probe for a job, known before any weights load, one line each: ``window`` is the
+        benchmark's window of k chunks (None where the options do not fix it)."""
+        return []
+
     def at_rank(self, patch: Patch, wctx: WindowContext) -> Patch:
         """``patch`` at this probe's ``rank`` m and the family's rotary rank (⌈m/4⌉ on MLA's k_pe, m on GQA / MHA):
         :func:`kamera.core.family_rank_view`, the rule the patch arms use, so a window row's bytes and η are

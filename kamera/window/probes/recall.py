@@ -56,6 +56,12 @@ class RecallProbe(WindowProbe):
         if not self.taus or any(not 0 <= t <= 1 for t in self.taus):
             raise ValueError(f"{self.name}: taus must be turnover fractions in [0, 1], got {self.taus}")
 
+    def problems(self, window: int | None = None) -> list[str]:
+        """Every τ must be a multiple of 1/k for the benchmark's window of k chunks (:func:`turnover_count`)."""
+        bad = [] if window is None else [t for t in self.taus if not _turns(t, window)]
+        return [f"{self.name}: taus {bad} are not multiples of 1/k for the window of k = {window} chunks "
+                f"(bench.kwargs.window)"] if bad else []
+
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
         """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). The
         eviction-time layout and each distinct turnover's layout (k + 1 chunks each), blind reuse per turnover layout
@@ -83,3 +89,11 @@ class RecallProbe(WindowProbe):
             rows.append(self.row(view, "fresh_patch", view.query_patch(fresh, "fresh_patch").logits,
                                  patch=fresh, paid=[view.full_key], stored=[view.canonical_key], **tag))
         return rows
+
+
+def _turns(tau: float, k: int) -> bool:
+    try:
+        turnover_count(tau, k)
+    except ValueError:
+        return False
+    return True
