@@ -62,9 +62,11 @@ def save_png(img: Image.Image, path: Path) -> None:
 
 
 def write_mp4(
-    path: Path, n_frames: int, fps: int = 8, size: tuple[int, int] = (64, 48), gop: int = 4
+    path: Path, n_frames: int, fps: int = 8, size: tuple[int, int] = (64, 48), gop: int = 4,
+    tone_hz: float | None = None, audio_rate: int = 16000,
 ) -> None:
-    """An H.264 mp4 (PyAV) whose frame ``i`` shows index ``i``, with a keyframe every ``gop`` frames."""
+    """An H.264 mp4 (PyAV) whose frame ``i`` shows index ``i``, with a keyframe every ``gop`` frames; with
+    ``tone_hz``, also an AAC audio track of that tone (amplitude 0.5, mono at ``audio_rate``) as long as the video."""
     import av
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,10 +75,21 @@ def write_mp4(
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
         stream.options = {"crf": "12", "g": str(gop)}
+        sound = None if tone_hz is None else out.add_stream("aac", rate=audio_rate, layout="mono")
         for i in range(n_frames):
             frame = av.VideoFrame.from_image(index_image(i, size))
             out.mux(stream.encode(frame))
         out.mux(stream.encode())
+        if sound is not None:
+            t = np.arange(round(n_frames / fps * audio_rate)) / audio_rate
+            wave = (0.5 * np.sin(2 * np.pi * tone_hz * t)).astype(np.float32)
+            for start in range(0, wave.size, 1024):  # the AAC encoder's frame size
+                block = np.zeros((1, 1024), np.float32)
+                block[0, : wave.size - start] = wave[start : start + 1024]
+                frame = av.AudioFrame.from_ndarray(block, format="fltp", layout="mono")
+                frame.sample_rate, frame.pts = audio_rate, start
+                out.mux(sound.encode(frame))
+            out.mux(sound.encode(None))
 
 
 def write_pdf(path: Path, n_pages: int, size_pt: tuple[int, int] = (160, 120)) -> None:
