@@ -6,8 +6,13 @@ reported together, before any weights load.
 
 from __future__ import annotations
 
+import json
+import struct
+from pathlib import Path
+
 from omegaconf import DictConfig, OmegaConf
 
+import kamera
 from kamera.items.selection import Selection
 from kamera.job.shape import shape_of
 from kamera.job.spec import DTYPES, JobError, build_specs
@@ -78,9 +83,85 @@ def validate(cfg: DictConfig) -> list[str]:
     return p
 
 def _model_problems(cfg: DictConfig) -> list[str]:
+    """The registry's checks of the model name and checkpoint, then the checkpoint's files (:func:`checkpoint_problems`:
+    a paper checkpoint's directory, a toy model's shipped weights)."""
+    from kamera.models import checkpoint_path, entry
     from kamera.models.registry import model_problems
 
-    return model_problems(cfg.model.name, cfg.model.path, cfg.paths.models)
+    problems = model_problems(cfg.model.name, cfg.model.path, cfg.paths.models)
+    if problems:
+        return problems
+    e = entry(cfg.model.name)
+    if e.kind == "paper":
+        return checkpoint_problems(checkpoint_path(e.name, cfg.model.path, cfg.paths.models))
+    if e.kind == "toy" and e.weights:
+        return checkpoint_problems(Path(kamera.__file__).resolve().parent / e.weights, tokenizer=False)
+    return []
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model", "vocab.json")  # any one of them
+
+
+def checkpoint_problems(ckpt: Path, tokenizer: bool = True) -> list[str]:
+    """What is wrong with a checkpoint directory's files, found by reading its small files and the safetensors
+    headers, never the weights: config.json must parse as a JSON object; every ``*.safetensors.index.json`` must
+    parse and every shard it names must exist and hold the tensors the index assigns it; every ``.safetensors``
+    file's header must parse and its tensors must fit in the file (a truncated download); and (``tokenizer``) one
+    of :data:`TOKENIZER_FILES` must be there. A GGUF checkpoint (a ``.gguf`` file, or a directory holding one) carries
+    its config and tokenizer inside and is read by its loader; only a directory's safetensors files are checked."""
+    if not ckpt.is_dir():
+        return []
+    gguf, p = any(ckpt.glob("*.gguf")), []
+    try:
+        config = json.loads((ckpt / "config.json").read_text())
+        if not isinstance(config, dict):
+            p.append(f"{ckpt / 'config.json'} is not a JSON object")
+    except (OSError, ValueError) as err:
+        if not gguf:
+            p.append(f"{ckpt / 'config.json'} does not parse: {type(err).__name__}: {err}")
+    headers = {}
+    for f in sorted(ckpt.glob("*.safetensors")):
+        header, why = safetensors_tensors(f)
+        if why:
+            p.append(f"{f}: {why}; re-download or rebuild the checkpoint")
+        headers[f.name] = header
+    for index in sorted(ckpt.glob("*.safetensors.index.json")):
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            owners = {str(t): str(f) for t, f in weight_map.items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            p.append(f"{index} does not parse as a weight index ({type(err).__name__}: {err})")
+            continue
+        missing = sorted({f for f in owners.values() if f not in headers})
+        if missing:
+            p.append(f"{index} names shard(s) {missing} that are not in {ckpt}")
+        lost = sorted(t for t, f in owners.items() if headers.get(f) is not None and t not in headers[f])
+        if lost:
+            p.append(f"{index} assigns {len(lost)} tensor(s) to shards that do not hold them (e.g. {lost[0]!r})")
+    if tokenizer and not gguf and not any((ckpt / t).is_file() for t in TOKENIZER_FILES):
+        p.append(f"{ckpt} has no tokenizer file (one of {', '.join(TOKENIZER_FILES)})")
+    return p
+
+
+def safetensors_tensors(path: Path) -> tuple[set[str] | None, str | None]:
+    """(the tensor names, None) of a .safetensors file whose header parses and whose tensors end inside the file,
+    else (None, why not): the 8-byte header length, the JSON header and each tensor's ``data_offsets``."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            if size < 8:
+                return None, f"truncated ({size} bytes)"
+            n = struct.unpack("<Q", fh.read(8))[0]
+            if n > size - 8:
+                return None, f"its header length ({n} bytes) exceeds the file ({size} bytes): truncated or not safetensors"
+            header = json.loads(fh.read(n))
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+        end = max((int(v["data_offsets"][1]) for v in tensors.values()), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+        return None, f"its header does not parse ({type(err).__name__}: {err})"
+    if 8 + n + end > size:
+        return None, f"truncated: its tensors end at byte {8 + n + end}, the file has {size}"
+    return set(tensors), None
 
 
 def _image_problems(cfg: DictConfig, items: list) -> list[str]:

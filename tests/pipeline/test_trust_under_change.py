@@ -217,3 +217,91 @@ def test_the_same_plugins_within_the_model_pass_preflight(tmp_path):
     window = job_config(tmp_path, "model=tiny_kimi", "bench=window_synthetic", "arms=[]",
                         "window_probes=[{recall:{taus:[0.2,0.4]}}]", "n_items=1")
     assert job.preflight(window) == []
+
+
+# ----- item 8: a checkpoint's files are checked before its weights load ------------------------------------------
+def _sharded_checkpoint(path):
+    """A 1-layer Qwen2 saved in several safetensors shards with an index, a tokenizer file and a chat template."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    Qwen2ForCausalLM(config).save_pretrained(path, max_shard_size="4KB")
+    (path / "tokenizer.json").write_text("{}")
+    (path / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    return path
+
+
+def _truncate(ckpt):
+    shard = sorted(ckpt.glob("*.safetensors"))[-1]
+    shard.write_bytes(shard.read_bytes()[:-64])
+    return f"{shard}: truncated: its tensors end at byte"
+
+
+def _drop_shard(ckpt):
+    shard = sorted(ckpt.glob("*.safetensors"))[0]
+    shard.unlink()
+    return f"names shard(s) ['{shard.name}'] that are not in {ckpt}"
+
+
+def _bad_config(ckpt):
+    (ckpt / "config.json").write_text('{"model_type": "qwen2",')
+    return f"{ckpt / 'config.json'} does not parse: JSONDecodeError"
+
+
+def _bad_header(ckpt):
+    shard = sorted(ckpt.glob("*.safetensors"))[0]
+    blob = bytearray(shard.read_bytes())
+    blob[8:10] = b"[{"  # the JSON header no longer parses
+    shard.write_bytes(bytes(blob))
+    return f"{shard}: its header does not parse"
+
+
+def _no_tokenizer(ckpt):
+    (ckpt / "tokenizer.json").unlink()
+    return f"{ckpt} has no tokenizer file (one of tokenizer.json"
+
+
+def _moved_tensor(ckpt):
+    import json
+
+    index = ckpt / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    name = next(iter(data["weight_map"]))
+    others = sorted(set(data["weight_map"].values()) - {data["weight_map"][name]})
+    data["weight_map"][name] = others[0]
+    index.write_text(json.dumps(data))
+    return f"{index} assigns 1 tensor(s) to shards that do not hold them (e.g. {name!r})"
+
+
+@pytest.mark.parametrize("damage", [_truncate, _drop_shard, _bad_config, _bad_header, _no_tokenizer, _moved_tensor],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_a_damaged_checkpoint_is_one_line_before_its_weights_load(damage, tmp_path, monkeypatch):
+    from kamera.job.checks import checkpoint_problems
+
+    ckpt = _sharded_checkpoint(tmp_path / "ckpt")
+    assert len(list(ckpt.glob("*.safetensors"))) >= 3 and checkpoint_problems(ckpt) == []
+    line = damage(ckpt)
+    problems = checkpoint_problems(ckpt)
+    assert len(problems) == 1 and line in problems[0] and "\n" not in problems[0], problems
+    cfg = job_config(tmp_path, "model=hf", f"model.path={ckpt}", "bench=synthetic",
+                     "arms=[blind]", "n_items=1")
+    found = job.preflight(cfg)  # a config.json that does not parse is the registry's own first line
+    assert [p for p in found if line in p or (damage is _bad_config and "config.json is not valid JSON" in p)], found
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    with pytest.raises(JobError, match="cannot start this job"):
+        runner.run(cfg)
+
+
+def test_the_shipped_toy_weights_pass_and_a_truncated_copy_does_not(tmp_path):
+    from kamera.job.checks import checkpoint_problems
+
+    shipped = job_spec.CONF_DIR.parent / "kamera" / "toy" / "weights" / "image"
+    assert checkpoint_problems(shipped, tokenizer=False) == []
+    copy = shutil.copytree(shipped, tmp_path / "image")
+    weights = copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    (problem,) = checkpoint_problems(copy, tokenizer=False)
+    assert problem.startswith(f"{weights}: truncated")
