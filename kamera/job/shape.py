@@ -8,6 +8,7 @@ methods; no other module asks which shape a job is. Both shapes offer:
     identity_tag          what the shape adds to the config identity
     cost_keys             the ``cost.tokens.<bench>`` keys it reads, the tokens per item (or chunk) first
     problems(cfg)         its checks, one line each, without data or weights
+    plugin_problems(cfg, built)  its plugins' own checks for the job (device, model depth, window k)
     specs(cfg)            its plugins: (arms, probes) or (window probes, [])
     selects_from_model    whether selecting needs the loaded model (the toy task)
     select(cfg, n, adapter)      the items, deterministically
