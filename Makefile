@@ -15,10 +15,13 @@ launch := launcher=$(if $(filter slurm,$(LAUNCHER)),slurm_h100,$(LAUNCHER))
 # missing work. render(experiment): draw the experiment from exactly its jobs' rows (ARGS = the same
 # overrides the sweep ran with; PARTIAL=1 renders incomplete jobs too, marked partial).
 define sweep
-	$(PYTHON) -m kamera.sweep --check experiment=$(1) $(ARGS)
+	$(PYTHON) -m kamera.sweep --check experiment=$(1) $(launch) $(ARGS)
 	$(PYTHON) -m kamera.run -m experiment=$(1) $(launch) $(ARGS)
 endef
-render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(if $(PARTIAL),--allow-partial)
+# PARTIAL=1 (or true / yes) adds --allow-partial; unset, empty, 0, false or no renders complete jobs only; anything else
+# is an error naming the value (PARTIAL=0 rendered partial results when any non-empty value counted).
+partial = $(if $(filter 1 true yes,$(PARTIAL)),--allow-partial,$(if $(filter-out 0 false no,$(PARTIAL)),$(error PARTIAL=$(PARTIAL): must be 1 (render incomplete jobs too) or 0)))
+render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(partial)
 
 # The engine tier (docs/engine.md): vLLM with the kamera KV connector, in a venv of its own (ENGINE_VENV) so the
 # main env keeps its transformers and no CUDA torch companions. `make fig12 ENGINE=vllm` measures Fig. 12's engine
