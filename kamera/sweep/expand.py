@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -80,6 +81,18 @@ def composed(overrides: Sequence[str] | None = None) -> list[tuple[list[str], Di
     return [(job, compose_config(job)) for job in expand(overrides)]
 
 
+def launcher_problems(overrides: Sequence[str] | None = None) -> list[str]:
+    """Why the sweep's launcher cannot submit from this machine, one line (empty when it can): a Slurm launcher
+    (``launcher=slurm_h100``, ``make … LAUNCHER=slurm``) needs ``sbatch`` on PATH, which a machine off a cluster
+    lacks (submitit would fail there with a traceback once every job is composed)."""
+    target = str(OmegaConf.select(compose_config(overrides, hydra_config=True), "hydra.launcher._target_") or "")
+    if target.endswith("SlurmLauncher") and shutil.which("sbatch") is None:
+        return ["launcher: a Slurm launcher needs sbatch, which is not on PATH here (not a Slurm submit host); "
+                "run it from the cluster's login node, or use LAUNCHER=local / launcher=local (in-process) or "
+                "submitit_local"]
+    return []
+
+
 def paper_experiments() -> list[str]:
     """Experiment configs that run paper models: every conf/experiment file not ending in ``_tiny``."""
     return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml") if not p.stem.endswith("_tiny"))
@@ -106,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         for job in jobs:
             print(manifest_line(job))
         return 0
-    problems: dict[str, list[str]] = {}
+    problems: dict[str, list[str]] = {p: ["every job"] for p in launcher_problems(args.overrides)}
     for job, cfg in composed(args.overrides):
         for p in preflight(cfg):
             problems.setdefault(p, []).append(" ".join(job))
