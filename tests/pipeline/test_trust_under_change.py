@@ -305,3 +305,42 @@ def test_the_shipped_toy_weights_pass_and_a_truncated_copy_does_not(tmp_path):
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     (problem,) = checkpoint_problems(copy, tokenizer=False)
     assert problem.startswith(f"{weights}: truncated")
+
+
+@pytest.mark.integration
+def test_partial_0_renders_complete_jobs_only_and_a_bad_value_is_named():
+    import os
+    import subprocess
+
+    from pipeline_support import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+
+    def dry(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["make", "--no-print-directory", "-n", "render", "EXP=table3_tiny", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    for value in ("0", "false", "no", ""):
+        out = dry(f"PARTIAL={value}")
+        assert out.returncode == 0 and "--allow-partial" not in out.stdout, (value, out.stdout)
+    assert dry("PARTIAL=1").stdout.rstrip().endswith("--allow-partial")
+    bad = dry("PARTIAL=maybe")
+    assert bad.returncode != 0 and "PARTIAL=maybe: must be 1 (render incomplete jobs too) or 0" in bad.stderr
+    assert "launcher=slurm_h100" in subprocess.run(  # the sweep's preflight sees the launcher it will use
+        ["make", "--no-print-directory", "-n", "table3", "LAUNCHER=slurm"], cwd=ROOT, capture_output=True, text=True,
+        timeout=60, env=env).stdout.splitlines()[0]
+
+
+def test_a_slurm_launcher_off_a_cluster_fails_the_sweeps_preflight(tmp_path, monkeypatch, capsys):
+    import importlib
+
+    expand = importlib.import_module("kamera.sweep.expand")  # the module (kamera.sweep.expand is also its function)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    assert expand.main(["--check", "experiment=table3_tiny", "launcher=slurm_h100"]) == 1
+    err = capsys.readouterr().err
+    assert "- launcher: a Slurm launcher needs sbatch, which is not on PATH here" in err
+    assert expand.launcher_problems(["experiment=table3_tiny", "launcher=submitit_local"]) == []
+    sbatch = tmp_path / "sbatch"
+    sbatch.write_text("#!/bin/sh\n")
+    sbatch.chmod(0o755)
+    assert expand.launcher_problems(["experiment=table3_tiny", "launcher=slurm_h100"]) == []
