@@ -2,6 +2,7 @@
 
 from kamera.metrics.divergence import (
     ETA_FLOOR,
+    SAFE_MARGIN,
     NonFiniteError,
     accuracy,
     choice_argmax,
@@ -11,6 +12,8 @@ from kamera.metrics.divergence import (
     kl,
     predicted_letter,
     recovered,
+    reuse_gate,
+    transfer_safe,
 )
 from kamera.metrics.rank import (
     E90_COLUMNS,
@@ -33,6 +36,7 @@ __all__ = [
     "E90_COLUMNS",
     "ETA_FLOOR",
     "PLATEAU_SHARE",
+    "SAFE_MARGIN",
     "VERSION",
     "NonFiniteError",
     "above_rounding",
@@ -52,5 +56,7 @@ __all__ = [
     "plateau_rank",
     "predicted_letter",
     "recovered",
+    "reuse_gate",
     "rounding_floor",
+    "transfer_safe",
 ]

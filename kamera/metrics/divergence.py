@@ -105,3 +105,29 @@ def predicted_letter(logits: torch.Tensor, choice_ids: Sequence[int], letters: s
 def accuracy(correct: Sequence[bool | float]) -> float:
     """Mean of per-item correctness (NaN for no items)."""
     return math.nan if not correct else float(sum(correct)) / len(correct)
+
+
+SAFE_MARGIN = 0.1  # a stored patch is safe to reuse when its η is within this of the recomputed (exact) patch's
+
+
+def transfer_safe(eta_transfer: float, eta_exact: float, margin: float = SAFE_MARGIN) -> bool:
+    """Whether reusing a stored patch behind a changed antecedent loses nothing that matters: its η is within
+    ``margin`` of the η of the patch recomputed on the new antecedent (App. D: "indistinguishable from
+    recomputing the patch")."""
+    return eta_transfer >= eta_exact - margin
+
+
+def reuse_gate(divergence: Sequence[float], safe: Sequence[bool], coverage: float) -> dict:
+    """App. D's reuse-vs-rebuild gate "reuse the stored patch iff divergence ≤ t", t set to reuse ``coverage`` of
+    the cases (the ⌈coverage·n⌉ least divergent, ties at t reused too): the threshold, the share reused and the
+    false-reuse rate, the share of the reused cases that were not :func:`transfer_safe` (NaN when none is
+    reused). App. D: "as a binary reuse-vs-rebuild gate the cheap divergence signal is too weak (false-reuse
+    24–47% at any useful coverage)"."""
+    if len(divergence) != len(safe) or not divergence:
+        raise ValueError(f"the gate needs one safe flag per divergence, got {len(divergence)} and {len(safe)}")
+    if not 0 < coverage <= 1:
+        raise ValueError(f"coverage must be in (0, 1], got {coverage}")
+    t = sorted(divergence)[math.ceil(coverage * len(divergence)) - 1]
+    reused = [s for d, s in zip(divergence, safe, strict=True) if d <= t]
+    return {"threshold": t, "reused": len(reused) / len(divergence),
+            "false_reuse": sum(not s for s in reused) / len(reused) if reused else math.nan}

@@ -65,3 +65,40 @@ def test_reorder_golden_and_the_papers_values(tmp_path):
 def test_reorder_refuses_rows_without_reorder_probes(tmp_path):
     with pytest.raises(SystemExit, match="no reorder window rows"):
         reorder.render(reorder_rows().assign(probe="survivor"), "g", tmp_path / "r")
+
+
+# ----- App. D's divergence gate ---------------------------------------------------------------------------
+def divergent_rows() -> pd.DataFrame:
+    """One GQA paper model, four (item, perturbation) cases: divergence 0.01, 0.02 safe (transfer ≈ exact), 0.1 and
+    0.2 unsafe (transfer far below exact), and one case without a measurable deficit (left out)."""
+    rows = []
+    for item, (div, transfer) in enumerate(((0.01, 0.9), (0.02, 0.88), (0.1, 0.5), (0.2, -1.0), (0.3, math.nan))):
+        tag = {"setting": "replace_one", "perturbation": "replace_one", "divergence": div}
+        rows.append(window_row("qwen2_5_vl_7b", "GQA", item, "divergent", "transfer", transfer, **tag))
+        rows.append(window_row("qwen2_5_vl_7b", "GQA", item, "divergent", "exact", 0.95, **tag))
+    return pd.DataFrame(rows)
+
+
+def test_the_divergence_gate_counts_false_reuse_and_serves_the_measured_eta():
+    from experiments import appd
+
+    t = appd.gate(divergent_rows())
+    at = {c: t.loc[("qwen2_5_vl_7b (GQA)", c)] for c in ("25%", "50%", "75%")}
+    assert at["50%"]["cases"] == "4 (2 unsafe)" and at["50%"]["threshold t"] == "0.020"
+    assert at["50%"]["false-reuse"].startswith("0.00 (paper 24–47%)")  # the two least divergent are the safe ones
+    assert at["75%"]["false-reuse"].startswith("0.33") and at["75%"]["reused"] == "0.75"
+    assert at["50%"]["divergence median safe / unsafe"].startswith("0.015 / 0.150")
+    # served at 50%: reuse 0.9, 0.88; refresh the other two at 0.95 → 0.92; always reuse (0.9 + 0.88 + 0.5 − 1) / 4 = 0.32
+    assert at["50%"]["η served by the gate / always reuse / always recompute"] == "0.92 / 0.32 / 0.95"
+
+
+def test_reuse_gate_bad_inputs():
+    from kamera.metrics import reuse_gate, transfer_safe
+
+    assert transfer_safe(0.86, 0.95) and not transfer_safe(0.84, 0.95)
+    assert reuse_gate([0.3, 0.1, 0.2], [False, True, True], 1 / 3) == {"threshold": 0.1, "reused": 1 / 3,
+                                                                       "false_reuse": 0.0}
+    with pytest.raises(ValueError, match="one safe flag per divergence"):
+        reuse_gate([0.1], [True, False], 0.5)
+    with pytest.raises(ValueError, match="coverage"):
+        reuse_gate([0.1], [True], 0.0)
