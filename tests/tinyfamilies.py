@@ -11,7 +11,10 @@ from PIL import Image
 from kamera.items.spans import Span
 from kamera.models import model_names
 
-TINY = model_names("tiny")
+# tiny_gemma3n is tested on its own (tests/models/test_gemma3n.py): its sliding-window layers are outside the
+# partial-forward engine, and its per-layer rotary frequencies and unscaled attention logits (q·k with scaling 1)
+# put its float rounding and its rank sweep outside the shared tolerances below
+TINY = [n for n in model_names("tiny") if n != "tiny_gemma3n"]
 
 
 def noise_image(seed: int, size: int = 112) -> Image.Image:
@@ -21,7 +24,7 @@ def noise_image(seed: int, size: int = 112) -> Image.Image:
 
 
 def is_text_only(adapter) -> bool:
-    return adapter.family in ("deepseek_v2", "deepseek_v3")
+    return adapter.family in ("deepseek_v2", "deepseek_v3", "gemma3n")
 
 
 def standard_spans(adapter, n_a: int = 2, seed: int = 0, b_text: str = "the ball is by the door") -> list[Span]:

@@ -132,6 +132,18 @@ def deepseek_vl_config():
     )
 
 
+def gemma3n_config():
+    """Gemma-3n's text decoder in small: per-layer inputs, AltUp and LAuReL as in E4B; sliding-window layers (window
+    16, shorter than a test item's B) alternating with global ones; the last two layers KV-shared (each reads the
+    last earlier layer of its type); the first layer's activations sparse; final logits soft-capped at 30. AltUp's
+    output scale is off: transformers initialises it to 0, which in a random model would silence the per-layer inputs."""
+    return tf.Gemma3nTextConfig(
+        **dict(TEXT, num_hidden_layers=6), head_dim=64, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=32,
+        laurel_rank=16, sliding_window=16, altup_correct_scale=False, layer_types=["sliding_attention", "full_attention"] * 3,
+        num_kv_shared_layers=2, activation_sparsity_pattern=[0.95] + [0.0] * 5, final_logit_softcapping=30.0,
+    )
+
+
 def _qwen_pixels(patch: int):
     side = patch * 2 * 4  # 4 × 4 merged tokens at most
     return lambda: tf.Qwen2VLImageProcessorPil(

@@ -1,0 +1,138 @@
+"""Gemma-3n (``google/gemma-3n-E4B-it``): its text decoder on transformers' native ``Gemma3nForCausalLM``.
+
+What the adapter relies on, read from transformers 5.24 ``models/gemma3n/modeling_gemma3n.py``
+(``Gemma3nTextModel``, ``Gemma3nTextAttention``) and ``cache_utils.py`` (``DynamicSlidingWindowLayer``):
+
+- **Per-layer inputs.** Every decoder layer ℓ mixes a per-layer input [n, ℓ, 256] into its output.
+  ``Gemma3nTextModel.project_per_layer_inputs`` forms it from a projection of the input embeddings and, added
+  to it, ``get_per_layer_inputs(input_ids)``: rows of ``embed_tokens_per_layer``, a function of the token id
+  alone. A forward from ``inputs_embeds`` drops that token-identity part unless it is passed, so every forward
+  here passes the rows of exactly the spans it places, formed from each span's own ids (``_forward_extras``;
+  decoded tokens: ``_token_extras``), as deepstack rows are carried per span: a span prefilled alone, behind
+  the prefix or in context gets the same rows.
+- **Sliding-window layers.** 4 of every 5 layers attend the last ``sliding_window`` (512) cache slots only
+  (the window counts slots, not positions: transformers' ``sliding_window_overlay``), and transformers' own
+  cache for them keeps the last 511 rows. The adapter's caches keep every row instead
+  (``activate_past_recording``: the layer still hands attention only its last window − 1 rows plus the new
+  ones, so what a forward computes is unchanged). So a B longer than the window is read, relocated and patched
+  whole at every layer, and a spliced cache is exact. **What the operator does with the rows a sliding layer no
+  longer reads:** nothing different. They stay in the chunk, relocated and patched like every row, and they
+  count in a page's bytes; a query forward's sliding layers never read B's rows that lie window − 1 or more
+  slots behind the query (tests/models/test_gemma3n.py corrupts them and the logits do not move), while the
+  global layers, and the sliding layers of B's own later rows when they were computed, did read them.
+- **KV-shared layers.** The last ``num_kv_shared_layers`` layers (15 of 35) have no K/V projections and no
+  cache (``DummyLayer``): each reads, within the same forward, the K/V its source layer (the last earlier layer
+  of its type: layer 18 for sliding, 19 for global) has just stored, cache included
+  (``shared_kv_states``). A chunk's KV therefore holds the first L − num_kv_shared layers only
+  (:attr:`n_layers`), and a shared layer's patch *is* its source layer's: a patched, relocated source row is
+  what the shared layers attend.
+- **Rotary frequencies per layer type.** Sliding layers rotate with θ = 10⁴, global ones with θ = 10⁶ (same
+  rotate-half layout and head dim): the K channel's spec carries each layer's (``ChannelSpec.per_layer``), so
+  R(δ) turns every layer by its own frequencies.
+- **4D masks (the oracle).** A 4D mask given to the model is used as it is by every layer type, which would
+  drop the window. Sliding layers get it restricted to the last ``window`` columns each row may attend
+  (``_attention_mask``): for a causal mask that is the model's own window, and for the oracle's B ↛ A mask it is
+  B's window as if A were absent, so the oracle equals blind reuse at native positions for any B length.
+- **Embeddings and logits.** ``embed_tokens`` scales by √hidden (``Gemma3nTextScaledWordEmbedding``), so the
+  base ``embed`` is the model's; final-logit soft-capping (30) is applied by :meth:`Adapter.logits`.
+- **Not served: images and audio.** The vision tower is timm's MobileNetV5 (``TimmWrapperModel``), which needs
+  timm, and timm needs torchvision, which the harness does not install (``docs/models.md``); so
+  ``Gemma3nForConditionalGeneration`` cannot be built here and the text decoder is loaded alone (transformers
+  maps the checkpoint's ``model.language_model.*`` tensors onto it). Token ids from
+  ``vocab_size_per_layer_input`` up (262144: the vision and audio soft tokens, embedded by those towers'
+  embedders) are refused, and preflight refuses image benchmarks, saying why (:attr:`text_only_reason`).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from kamera.core import ChannelSpec, RotarySpec
+from kamera.models.base import Adapter, Placed, additive_mask, kv_channels
+
+TEXT_ONLY_REASON = ("its vision tower (MobileNetV5) is built by timm, which needs torchvision, which kamera does not "
+                    "install; the text decoder is served alone")
+
+
+class Gemma3nAdapter(Adapter):
+    family = "gemma3n"
+    attention = "GQA"
+    text_only_reason = TEXT_ONLY_REASON
+
+    def _language_model(self) -> torch.nn.Module:
+        return self.model.model
+
+    @property
+    def n_layers(self) -> int:
+        """Layers that own a cache, the first L − ``num_kv_shared_layers``: a chunk's KV layers (the shared layers
+        read their source layer's rows)."""
+        c = self.text_config
+        return int(c.num_hidden_layers) - int(c.num_kv_shared_layers or 0)
+
+    @property
+    def window(self) -> int:
+        return int(self.text_config.sliding_window)
+
+    def layer_rotary(self, layer_type: str) -> RotarySpec:
+        """The rotary spec of one layer type (``sliding_attention`` or ``full_attention``), from the model's own
+        inverse frequencies."""
+        inv_freq = getattr(self.lm.rotary_emb, f"{layer_type}_inv_freq").detach().float().cpu()
+        return RotarySpec(self.rotary_layout(), inv_freq, 2 * inv_freq.numel())
+
+    def rotary(self) -> RotarySpec:
+        """The first layer's rotary spec (each layer's own: the K channel's ``per_layer``)."""
+        return self.layer_rotary(self.text_config.layer_types[0])
+
+    def _channel_specs(self) -> tuple[ChannelSpec, ...]:
+        specs = {t: self.layer_rotary(t) for t in set(self.text_config.layer_types)}
+        per_layer = tuple(specs[t] for t in self.text_config.layer_types[: self.n_layers])
+        k, v = kv_channels(self.text_config, per_layer[0])
+        return ChannelSpec(k.name, k.heads, k.dim, k.rotary, per_layer), v
+
+    # ----- text --------------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        ids = super().tokenize(text)
+        top = int(self.text_config.vocab_size_per_layer_input)
+        if any(i >= top for i in ids):
+            raise ValueError(f"{self.name}: text {text[:40]!r} holds token ids >= {top}, Gemma-3n's vision and audio "
+                             f"soft tokens, which only its towers' embedders embed ({TEXT_ONLY_REASON})")
+        return ids
+
+    # ----- per-layer inputs --------------------------------------------------------------------
+    def _token_extras(self, ids: torch.Tensor) -> dict:
+        """The token-identity half of the per-layer inputs, [1, q, L, 256], from ids [1, q]."""
+        return {"per_layer_inputs": self.lm.get_per_layer_inputs(ids.to(self.device)).to(self.dtype)}
+
+    def _forward_extras(self, placed: Placed) -> dict:
+        return self._token_extras(torch.cat([s.input_ids for s, _ in placed])[None])
+
+    # ----- caches and masks --------------------------------------------------------------------
+    def new_cache(self, data: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> DynamicCache:
+        """A cache whose sliding-window layers keep every row (attention still reads only their window), filled
+        with ``data`` for the first :attr:`n_layers` layers; the KV-shared layers' entries stay empty."""
+        cache = DynamicCache(config=self.text_config)
+        for layer in cache.layers:
+            if getattr(layer, "is_sliding", False):
+                layer.activate_past_recording()
+        for layer, (k, v) in zip(cache.layers, data or (), strict=False):
+            layer.update(k, v)
+        return cache
+
+    def _attention_mask(self, mask: torch.Tensor | None, cache: DynamicCache, n_new: int):
+        """A 4D additive mask [1, 1, q, past + q] → per layer type: global layers take it as it is; sliding layers
+        the last ``window`` columns each row may attend, cut to the columns their cache hands attention."""
+        if mask is None:
+            return None
+        past = cache.get_seq_length()
+        total = past + n_new
+        if mask.shape[-2:] != (n_new, total):
+            raise ValueError(f"4D mask of shape {tuple(mask.shape)} for {n_new} new tokens on a {past}-token cache")
+        allow = mask[0, 0] > torch.finfo(mask.dtype).min / 2
+        from_right = allow.flip(-1).cumsum(-1).flip(-1)  # allowed columns at or after each column, per row
+        sliding = allow & (from_right <= self.window)
+        visible = total if past < self.window else self.window - 1 + n_new  # DynamicSlidingWindowLayer.get_mask_sizes
+        if bool(sliding[:, : total - visible].any()):
+            raise ValueError(f"{self.name}: the 4D mask lets rows attend columns a sliding layer's cache no longer hands "
+                             f"attention (more than {self.window - 1} cached rows back)")
+        return {"full_attention": mask, "sliding_attention": additive_mask(sliding[:, total - visible:], mask.dtype)}

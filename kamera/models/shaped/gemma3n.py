@@ -1,0 +1,126 @@
+"""Shaped Gemma-3n-E4B-it (``google/gemma-3n-E4B-it``): its text decoder (35 layers × 2048, 8 heads and 2 KV heads
+of 256, per-layer inputs of 256, AltUp × 4, LAuReL rank 64, sliding window 512 on 4 of every 5 layers, the last 15
+layers KV-shared, final logits soft-capped at 30), vocabulary 262,400 (per-layer inputs: 262,144).
+
+The published config.json cannot be fetched here; ``configs/gemma3n_e4b.json`` is reconstructed from public
+sources (``SOURCES``): its numbers are transformers' ``Gemma3nTextConfig`` / ``Gemma3nAudioConfig`` /
+``Gemma3nConfig`` defaults, which their docstrings call the E4B configuration, and its field names (``rope_theta`` /
+``rope_local_base_freq``, ``query_pre_attn_scalar``, ``altup_lr_multiplier``, the vision config's ``label_names``) are
+those public readers of the published file parse.
+
+What is written: the decoder's tensors under the checkpoint's names (``model.language_model.*``, which
+transformers maps onto ``Gemma3nForCausalLM``; the LM head is tied to the embeddings), the generation config, the
+chat template and a stand-in tokenizer. Omitted: the vision tower (timm's MobileNetV5: no transformers class to
+build it from without timm), the audio tower and the two multimodal embedders, none of which the harness loads.
+
+Shaped layer counts keep the decoder's structure in small (``_remap``): L layers alternate sliding and global
+(sliding first), the last ``2·round(⌊L/2⌋ · 15/35)`` are KV-shared (none at 2 layers, 2 of 4), the first
+``round(L · 10/35)`` have sparse activations (0.95), as the first 10 of 35 do.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import transformers as tf
+
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, tensor_layout, writer_for
+
+SOURCES = {
+    "config.json": (
+        "huggingface.co/google/gemma-3n-E4B-it/blob/main/config.json, reconstructed: the numbers are the defaults of "
+        "huggingface/transformers src/transformers/models/gemma3n/configuration_gemma3n.py (Gemma3nTextConfig, "
+        "Gemma3nAudioConfig, Gemma3nConfig: 'gemma3n_text-E4B style', checkpoint google/gemma-3n-E4B), restated for "
+        "E4B (35 layers, 15 KV-shared, intermediate 16384, vocab 262400 / 262144) in docs/source/en/model_doc/gemma3n.md; "
+        "the published field names as ollama/ollama convert/convert_gemma3n.go reads them (text_config, vision_config, "
+        "altup_lr_multiplier, rope_local_base_freq, query_pre_attn_scalar)"
+    ),
+    "generation_config.json": "huggingface.co/google/gemma-3n-E4B-it/blob/main/generation_config.json "
+                              "(bos 2, pad 0, eos [1, 106]: <eos> and <end_of_turn>)",
+    "chat_template": "huggingface.co/google/gemma-3n-E4B-it/blob/main/chat_template.jinja (<bos>, <start_of_turn>user / "
+                     "model turns, text trimmed, <image_soft_token> / <audio_soft_token> per part, a system turn "
+                     "prefixed to the first user turn)",
+    "tokenizer": "stand-in: Gemma's 262,144-entry SentencePiece vocabulary is not shipped; the specials at their ids "
+                 "(<pad> 0, <eos> 1, <bos> 2, <unk> 3, <mask> 4, <start_of_turn> 105, <end_of_turn> 106, "
+                 "<start_of_image> 255999, <start_of_audio> 256000, <end_of_image> 262144, <image_soft_token> 262145, "
+                 "<end_of_audio> 262272, <audio_soft_token> 262273: Gemma3nConfig's token ids)",
+}
+
+GEMMA3N_E4B = published_json("gemma3n_e4b")  # configs/gemma3n_e4b.json
+
+TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+    "{% set first_user_prefix = (messages[0]['content'] if messages[0]['content'] is string "
+    "else messages[0]['content'][0]['text']) + '\n\n' %}{% set loop_messages = messages[1:] %}"
+    "{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}{% endif %}"
+    "{% for message in loop_messages %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
+    "{% if message['content'] is string %}{{ message['content'] | trim }}{% else %}"
+    "{% for item in message['content'] %}{% if item['type'] == 'image' %}{{ '<image_soft_token>' }}"
+    "{% elif item['type'] == 'audio' %}{{ '<audio_soft_token>' }}"
+    "{% elif item['type'] == 'text' %}{{ item['text'] | trim }}{% endif %}{% endfor %}{% endif %}"
+    "{{ '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+SPECIALS = {
+    "<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<mask>": 4, "<start_of_turn>": 105, "<end_of_turn>": 106,
+    "<start_of_image>": 255999, "<start_of_audio>": 256000, "<end_of_image>": 262144, "<image_soft_token>": 262145,
+    "<end_of_audio>": 262272, "<audio_soft_token>": 262273,
+}
+
+PREFIX = "model.language_model."  # the decoder's tensors in the published checkpoint
+
+
+def _remap(cfg: dict, layers: int, vision_layers: int) -> None:
+    """The per-layer lists and the KV-sharing span for ``layers`` decoder layers (module docstring)."""
+    text = cfg["text_config"]
+    full = GEMMA3N_E4B["text_config"]
+    shared = 2 * round((layers // 2) * full["num_kv_shared_layers"] / full["num_hidden_layers"])
+    sparse = round(layers * sum(1 for s in full["activation_sparsity_pattern"] if s > 0) / full["num_hidden_layers"])
+    text["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+    text["num_kv_shared_layers"] = min(shared, max(0, layers - 2))
+    text["intermediate_size"] = [full["intermediate_size"][0]] * layers
+    text["activation_sparsity_pattern"] = [full["activation_sparsity_pattern"][0]] * sparse + [0.0] * (layers - sparse)
+
+
+def _layout(cfg: dict, vision_layers: int) -> list[tuple[str, tuple[int, ...]]]:
+    """The decoder's tensors under their published names: ``Gemma3nForCausalLM`` built on meta from the text
+    config, its ``model.*`` names under ``model.language_model.`` (the tied LM head is not stored)."""
+    text = tf.Gemma3nTextConfig(**copy.deepcopy(cfg["text_config"]))
+    with torch.device("meta"):
+        model = tf.Gemma3nForCausalLM._from_config(text)
+    out = []
+    for name, (shape, _) in tensor_layout(model).items():
+        if not name.startswith("model."):
+            raise ValueError(f"unexpected decoder tensor {name}")
+        out.append((PREFIX + name.removeprefix("model."), shape))
+    return out
+
+
+GEMMA3N_E4B_SPEC = ShapedSpec(
+    model="gemma3n_e4b",
+    model_class="",
+    config=GEMMA3N_E4B,
+    sources=SOURCES,
+    text_layers=("text_config.num_hidden_layers",),
+    vision_layers=(),
+    remap=_remap,
+    layout=_layout,
+    files={"generation_config.json": {"bos_token_id": 2, "pad_token_id": 0, "eos_token_id": [1, 106]}},
+    chat_template=TEMPLATE,
+    tokenizer=TokenizerSpec(
+        None, 262400, SPECIALS,
+        {"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
+         "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False, "model_max_length": 32768,
+         "padding_side": "left", "image_token": "<image_soft_token>", "audio_token": "<audio_soft_token>",
+         "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "boa_token": "<start_of_audio>",
+         "eoa_token": "<end_of_audio>"},
+    ),
+    omitted="the vision tower (timm's MobileNetV5, which transformers builds only through timm), the audio tower, "
+            "the vision / audio embedders and the KV-shared layers' unused K/V projections (transformers ignores them "
+            "on load): the harness loads the text decoder alone (Gemma3nForCausalLM)",
+    min_vision_layers=0,
+)
+
+gemma3n_e4b = writer_for(GEMMA3N_E4B_SPEC)

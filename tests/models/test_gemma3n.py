@@ -1,0 +1,266 @@
+"""Gemma-3n's text decoder (kamera.models.gemma3n): per-layer inputs carried per span, sliding-window layers with a B
+longer than the window, KV-shared layers reading their source layer's relocated and patched KV, soft-capped logits.
+
+The tiny twin (window 16, 6 layers: sliding / global alternating, the last 2 KV-shared) runs in ``make test``; the
+shaped E4B checkpoint (the published 262k vocabulary and 2048 × 16384 layers) at 4 layers, so it has KV-shared
+layers, with a B longer than the real 512-slot window, is in the ``shaped`` tier.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from PIL import Image
+
+from kamera.core import ChunkKV, relocate, rotate
+from kamera.items.spans import Span
+from kamera.metrics import eta, kl
+from kamera.models import load_model, place
+from kamera.models.gemma3n import TEXT_ONLY_REASON
+from kamera.models.registry import image_problems
+from kamera.models.shaped import ensure
+from kamera.reuse.context import ReuseContext
+
+B_TEXT = "The board: the red cup is left, the blue cup is right, the green cup sits between them."
+
+
+def spans(b_text: str = B_TEXT) -> list[Span]:
+    return [
+        Span("prefix", ("Answer with one letter.",)),
+        Span("A", ("The key is under the red cup.",)),
+        Span("A", ("The coin is under the blue cup.",)),
+        Span("B", (b_text,)),
+        Span("query", ("Which cup hides the key? A, B, C or D.",)),
+    ]
+
+
+def rel_err(a: ChunkKV, b: ChunkKV, channel: int) -> float:
+    return max(float((x[channel].double() - y[channel].double()).norm() / y[channel].double().norm())
+               for x, y in zip(a.layers, b.layers, strict=True))
+
+
+def alone(adapter, span: Span, start: int) -> ChunkKV:
+    enc = adapter.encode_span(span)
+    out = adapter.forward([(enc, start)])
+    return adapter.read(out.cache, 0, enc.n_tokens, enc.local_pos + start)
+
+
+def sliding_layers(adapter) -> list[int]:
+    return [l for l, t in enumerate(adapter.text_config.layer_types[: adapter.n_layers]) if t == "sliding_attention"]
+
+
+def captured_shared_kv(adapter, ctx: ReuseContext, b_kv: ChunkKV, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K / V a KV-shared ``layer`` attends in the query forward on [prefix · A · b_kv] ([1, heads, S, dim])."""
+    seen = {}
+    attn = adapter.lm.layers[layer].self_attn
+
+    def hook(module, args, kwargs):
+        seen["kv"] = tuple(t.clone() for t in kwargs["shared_kv_states"][attn.layer_type])
+
+    handle = attn.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        ctx.query(b_kv)
+    finally:
+        handle.remove()
+    return seen["kv"]
+
+
+# ----- tiny twin -------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def twin(tiny):
+    return tiny("tiny_gemma3n")
+
+
+@pytest.fixture(scope="module")
+def ctx(twin):
+    c = ReuseContext(twin, spans())
+    assert c.n_b > twin.window  # B outruns the sliding window
+    return c
+
+
+def test_layout_kv_shared_layers_own_no_cache(twin, ctx):
+    """A chunk holds the 4 layers that own a cache (6 − 2 KV-shared); the shared layers' cache entries stay empty;
+    the K channel rotates each layer with its type's θ (sliding 10⁴, global 10⁶)."""
+    assert twin.n_layers == 4 and ctx.conditioned.n_layers == 4
+    assert [type(layer).__name__ for layer in ctx.full.cache.layers[4:]] == ["DummyLayer", "DummyLayer"]
+    k = twin.specs[0]
+    assert [float(s.inv_freq[1]) for s in k.per_layer[:2]] == pytest.approx([10_000 ** (-2 / 64), 1e6 ** (-2 / 64)])
+    assert k.rotary is k.per_layer[0]
+
+
+def test_per_layer_inputs_and_soft_cap_are_the_models_own(twin, ctx):
+    """Span-wise embeds + per-layer inputs from each span's ids + explicit positions = the model's own forward from
+    ids (which caps its logits at 30); without the token-identity rows the logits move."""
+    ids = torch.cat([s.input_ids for s in ctx.enc.spans])[None]
+    with torch.no_grad():
+        ref = twin.model(input_ids=ids).logits[0, -1].float()
+        bare = twin.lm(inputs_embeds=torch.cat([s.embeds for s in ctx.enc.spans])[None]).last_hidden_state[0, -1]
+    torch.testing.assert_close(ctx.reprefill_logits, ref, rtol=0, atol=1e-5)
+    assert float(ref.abs().max()) < 30.0
+    assert float((twin.logits(bare) - ref).abs().max()) > 1e-3
+
+
+def test_relocation_is_exact_per_layer_type(twin, ctx):
+    """B alone moved by R(δ) = B alone at +δ on every layer (sliding and global turn with their own θ); layer 0
+    matches a float64-angle rotation; rotating the global layer with the sliding θ would not."""
+    b = ctx.enc.spans[ctx.b].span
+    base = alone(twin, b, 0)
+    for delta in (1, 97):
+        moved = relocate(base, delta)
+        assert rel_err(moved, alone(twin, b, delta), 0) <= 1e-5
+        assert all(m[1] is x[1] for m, x in zip(moved.layers, base.layers, strict=True))
+    spec = twin.specs[0].rotary_at(0)
+    keys0 = base.layers[0][0].double()
+    exact = torch.stack([rotate(rotate(keys0[t], -t, spec), 500 + t, spec) for t in range(base.n_tokens)])
+    assert float((relocate(base, 500).layers[0][0].double() - exact).norm() / exact.norm()) <= 1e-6
+    target = alone(twin, b, 97).layers[1][0].double()
+    wrong = rotate(base.layers[1][0], 97, spec).double()  # layer 1 is global
+    assert float((wrong - target).norm() / target.norm()) > 1e-2
+
+
+def test_full_rank_is_re_prefill_and_rank_zero_is_blind(ctx):
+    ref, kl_blind = ctx.reprefill_logits, kl(ctx.reprefill_logits, ctx.blind.logits)
+    assert kl_blind > 1e-4
+    full = ctx.patch.apply(ctx.relocated)
+    assert all(rel_err(full, ctx.conditioned, c) <= 1e-5 for c in range(2))
+    assert eta(kl(ref, ctx.query(full).logits), kl_blind) >= 0.999
+    assert torch.equal(ctx.query(ctx.patch.truncate(0).apply(ctx.relocated)).logits, ctx.blind.logits)
+
+
+def test_oracle_equals_blind_at_native_positions_though_b_outruns_the_window(twin, ctx):
+    """B ↛ A with each sliding row's window counted over the columns it may attend = B as if A were absent; the
+    4D mask handed to every layer as it is (no window on the sliding layers) is not."""
+    native = ReuseContext(twin, ctx.enc, canonical_context="native")
+    assert native.delta == 0
+    assert all(rel_err(native.oracle_b, native.canonical, c) <= 1e-5 for c in range(2))
+    torch.testing.assert_close(native.oracle.hidden, native.blind.hidden, rtol=1e-4, atol=1e-4)
+    mask = torch.zeros(1, 1, *native.oracle_mask().shape).masked_fill(~native.oracle_mask(), torch.finfo(torch.float32).min)
+    placed = place(native.enc.spans)
+    with torch.no_grad():
+        windowless = twin.lm(inputs_embeds=torch.cat([s.embeds for s, _ in placed])[None],
+                             position_ids=torch.cat([s.local_pos + p for s, p in placed], dim=-1),
+                             attention_mask=mask, cache=twin.new_cache(), **twin._forward_extras(placed))
+    assert float((windowless.last_hidden_state[0, -1] - native.blind.hidden).abs().max()) > 1e-3
+
+
+def test_sliding_layers_keep_b_whole_and_the_query_never_reads_what_fell_out_of_the_window(twin, ctx):
+    """Every row of B is kept, relocated and patched at every layer; at a sliding layer, B's rows window − 1 or more
+    slots behind the query are not read by it (corrupting them leaves the logits bit-identical), the rows inside
+    the window and every row at a global layer are."""
+    assert all(t.shape[0] == ctx.n_b for chans in ctx.relocated.layers for t in chans)
+    b0 = ctx.ranges[ctx.b][0]
+    cached = ctx.ranges[ctx.b][1]  # slots before the query
+    out_of_window = torch.arange(ctx.n_b) < cached - (twin.window - 1) - b0
+    assert 0 < int(out_of_window.sum()) < ctx.n_b
+
+    def corrupted(layers: list[int], rows: torch.Tensor) -> torch.Tensor:
+        new = [tuple(t.clone() for t in chans) for chans in ctx.conditioned.layers]
+        for l in layers:
+            for t in new[l]:
+                t[rows] += 3.0
+        return ctx.query(ctx.conditioned.with_layers(new)).logits
+
+    spliced = ctx.query(ctx.conditioned).logits
+    torch.testing.assert_close(spliced, ctx.reprefill_logits, rtol=0, atol=1e-5)
+    sliding = sliding_layers(twin)
+    assert torch.equal(corrupted(sliding, out_of_window), spliced)
+    assert float((corrupted(sliding, ~out_of_window) - spliced).abs().max()) > 1e-3
+    globals_ = [l for l in range(twin.n_layers) if l not in sliding]
+    assert float((corrupted(globals_, out_of_window) - spliced).abs().max()) > 1e-3
+
+
+def test_kv_shared_layers_attend_their_source_layers_patched_kv(twin, ctx):
+    """Layer 5 (global, KV-shared) attends exactly layer 3's spliced K / V: a rank-4 patch on B at layer 3 is what
+    it reads; layer 4 (sliding) attends layer 2's last window − 1 rows plus the query's."""
+    patched = ctx.patch.truncate(4).apply(ctx.relocated)
+    b0, b1 = ctx.ranges[ctx.b]
+    k, v = captured_shared_kv(twin, ctx, patched, 5)
+    assert torch.equal(k[0, :, b0:b1].transpose(0, 1), patched.layers[3][0])
+    assert torch.equal(v[0, :, b0:b1].transpose(0, 1), patched.layers[3][1])
+    k, _ = captured_shared_kv(twin, ctx, patched, 4)
+    n_q = ctx.enc.spans[ctx.q].n_tokens
+    assert k.shape[2] == twin.window - 1 + n_q
+    assert torch.equal(k[0, :, : twin.window - 1].transpose(0, 1), patched.layers[2][0][-(twin.window - 1):])
+
+
+def test_greedy_decode_carries_per_layer_inputs(twin, ctx):
+    """Greedy decoding on a spliced cache = on the full prefill = transformers' own generate from the ids."""
+    ids = torch.cat([s.input_ids for s in ctx.enc.spans])[None]
+    tokens = twin.greedy(ctx.query(ctx.conditioned), max_new_tokens=4)
+    assert tokens == twin.greedy(ctx.full, max_new_tokens=4)
+    with torch.no_grad():
+        own = twin.model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=None)[0, ids.shape[1]:]
+    assert tokens == own.tolist()
+
+
+def test_bad_inputs_are_refused(twin, ctx):
+    with pytest.raises(NotImplementedError, match="does not take images"):
+        twin.encode_span(Span("B", (Image.new("RGB", (32, 32)),)))
+    top = twin.text_config.vocab_size_per_layer_input
+    twin.text_config.vocab_size_per_layer_input = 100
+    try:
+        with pytest.raises(ValueError, match="soft tokens"):
+            twin.tokenize("zzz")  # byte ids above 100
+    finally:
+        twin.text_config.vocab_size_per_layer_input = top
+    q = ctx.enc.spans[ctx.q]
+    total = ctx.ranges[ctx.q][1]
+    early = torch.full((1, 1, q.n_tokens, total), torch.finfo(torch.float32).min)
+    early[..., :10] = 0.0  # rows that may attend only the first 10 slots: long evicted from a sliding cache
+    with pytest.raises(ValueError, match="sliding layer"):
+        twin.forward([(q, ctx.start(ctx.q))], cache=ctx.splice(ctx.conditioned), mask=early)
+    with pytest.raises(ValueError, match="4D mask of shape"):
+        twin.forward([(q, ctx.start(ctx.q))], cache=ctx.splice(ctx.conditioned), mask=early[..., 1:])
+
+
+def test_image_benchmark_preflight_says_why():
+    problems = image_problems("gemma3n_e4b", None, "synthetic", [lambda: [Span("B", (Image.new("RGB", (8, 8)),))]])
+    assert len(problems) == 1 and "text-only" in problems[0] and TEXT_ONLY_REASON in problems[0] and "timm" in problems[0]
+
+
+# ----- the shaped E4B checkpoint, 4 layers (2 KV-shared), B longer than the 512-slot window --------------------
+@pytest.fixture(scope="module")
+def shaped(shaped_cache):
+    adapter = load_model("gemma3n_e4b", models_root=ensure("gemma3n_e4b", shaped_cache, layers=4), dtype="float32")
+    yield adapter
+    del adapter
+    gc.collect()
+
+
+@pytest.fixture(scope="module")
+def long_ctx(shaped):
+    c = ReuseContext(shaped, spans(" ".join([B_TEXT] * 7)))
+    assert c.n_b > shaped.window and shaped.n_layers == 2
+    return c
+
+
+@pytest.mark.shaped
+def test_shaped_identities_with_a_b_longer_than_the_window(shaped, long_ctx):
+    ctx = long_ctx
+    b = ctx.enc.spans[ctx.b]
+    base = alone(shaped, b.span, 0)
+    assert rel_err(relocate(base, 97), alone(shaped, b.span, 97), 0) <= 1e-5
+    ref, kl_blind = ctx.reprefill_logits, kl(ctx.reprefill_logits, ctx.blind.logits)
+    full = ctx.patch.apply(ctx.relocated)
+    assert kl_blind > 1e-6 and eta(kl(ref, ctx.query(full).logits), kl_blind) >= 0.999
+    assert torch.equal(ctx.query(ctx.patch.truncate(0).apply(ctx.relocated)).logits, ctx.blind.logits)
+    native = ReuseContext(shaped, ctx.enc, canonical_context="native")
+    native.__dict__["full"] = ctx.full
+    torch.testing.assert_close(native.oracle.hidden, native.blind.hidden, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.shaped
+def test_shaped_kv_shared_and_evicted_rows(shaped, long_ctx):
+    ctx = long_ctx
+    patched = ctx.patch.truncate(16).apply(ctx.relocated)
+    b0, b1 = ctx.ranges[ctx.b]
+    k, v = captured_shared_kv(shaped, ctx, patched, 3)  # layer 3: global, KV-shared, source layer 1
+    assert torch.equal(k[0, :, b0:b1].transpose(0, 1), patched.layers[1][0])
+    assert torch.equal(v[0, :, b0:b1].transpose(0, 1), patched.layers[1][1])
+    out_of_window = torch.arange(ctx.n_b) < b1 - (shaped.window - 1) - b0
+    new = [tuple(t.clone() for t in chans) for chans in ctx.conditioned.layers]
+    for t in new[0]:  # layer 0: sliding
+        t[out_of_window] += 3.0
+    assert torch.equal(ctx.query(ctx.conditioned.with_layers(new)).logits, ctx.query(ctx.conditioned).logits)
