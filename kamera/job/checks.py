@@ -7,6 +7,7 @@ reported together, before any weights load.
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def _model_problems(cfg: DictConfig) -> list[str]:
     from kamera.models import checkpoint_path, entry
     from kamera.models.registry import model_problems
 
-    problems = model_problems(cfg.model.name, cfg.model.path, cfg.paths.models)
+    problems = model_problems(cfg.model.name, cfg.model.path, cfg.paths.models, chat=cfg.model.get("chat", "template"))
     if problems:
         return problems
     e = entry(cfg.model.name)
@@ -173,6 +174,38 @@ def _image_problems(cfg: DictConfig, items: list) -> list[str]:
     return image_problems(cfg.model.name, cfg.model.path, cfg.bench.name, spans)
 
 
+def _existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists (what a ``mkdir -p`` of it would start from)."""
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def results_problems(cfg: DictConfig) -> list[str]:
+    """A results root (``paths.results``, KAMERA_RESULTS) that cannot hold a group folder: it, or the nearest part of
+    its path that exists, is a file. (A read-only root is checked when a job has something to write,
+    :func:`unwritable`: a complete job on read-only storage has nothing to run.)"""
+    from kamera.job.identity import results_root
+
+    there = _existing(results_root(cfg) / cfg.group)
+    if not there.is_dir():
+        return [f"paths.results={cfg.paths.results}: {there} is a file, not a folder; point paths.results "
+                "(KAMERA_RESULTS) at a folder"]
+    return []
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why a job cannot write its shard under ``folder`` (the nearest existing part of the path is read-only or not
+    ours), or None."""
+    there = _existing(folder)
+    if os.access(there, os.W_OK | os.X_OK):
+        return None
+    where = f"{folder} is" if there == Path(os.path.abspath(folder)) else f"{folder} cannot be made: {there} is"
+    return f"the results folder {where} read-only or not writable by this user; point paths.results (KAMERA_RESULTS) " \
+           "at a writable folder"
+
+
 def defect_problems(cfg: DictConfig, selection: Selection) -> list[str]:
     """The data defects a selection met (rows that do not parse, media that do not decode), one line each: a job
     with any cannot complete, so it stops at selection, before weights load."""
@@ -186,6 +219,7 @@ def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
     items are decoded (data defects there are problems: the job would skip or fail on them)."""
     shape = shape_of(cfg)
     problems = validate(cfg)
+    problems += results_problems(cfg) if isinstance(cfg.group, str) and cfg.group else []
     problems += _model_problems(cfg)
     bench = shape.problems(cfg)
     problems += bench

@@ -48,8 +48,9 @@ from kamera.job import (
     shape_of,
     threads_for,
 )
-from kamera.job.checks import defect_problems
+from kamera.job.checks import defect_problems, unwritable
 from kamera.job.rows import job_keys
+from kamera.job.samples import samples_path, write_samples
 from kamera.job.spec import Spec
 from kamera.job.store import RUN, STAMP, JobState, Shard, current, digest, now, provenance
 from kamera.models import Adapter, load_model
@@ -66,6 +67,7 @@ def _load(cfg: DictConfig, device: str) -> Adapter:
     return load_model(
         cfg.model.name, dtype=DTYPES[cfg.model.dtype], device=device, path=cfg.model.path,
         models_root=cfg.paths.models, attn_implementation=cfg.model.attn_implementation, seed=cfg.seed,
+        chat=cfg.model.get("chat", "template"),  # model=hf's option (conf/model/hf.yaml)
     )
 
 
@@ -102,11 +104,15 @@ def run(cfg: DictConfig) -> Path:
             with shard.locked(required=False) as mine:
                 if mine:
                     shard.update_meta(lambda m: m.update(last_run=now()))
+                    if not samples_path(shard).exists():  # rows stored before per-sample logs were written
+                        write_samples(shard)
         except OSError as err:
             log.warning("job %s: could not record this run in %s (%s: %s); its rows are unchanged", key, shard.dir,
                         type(err).__name__, err.strerror or err)
         log.info("job %s is complete (%s): nothing to run", key, shard.path)
         return shard.path
+    if why := unwritable(shard.dir):  # before any weights load (but the toy task's, which selects the items)
+        raise JobError(f"cannot start this job: {why}")
     with shard.locked():
         _run_locked(cfg, shard, ident, selection, arms, probes, adapter, device)
     state = shard.state(want, cfg.retry_failed)
@@ -228,3 +234,4 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
                  f"{run_info['seconds_per_item']:.2f}" if item_seconds else "–", run_info["peak_memory_bytes"] / 2**30)
         fields = {k: run_info[k] for k in ("end", "attention", "items_run", "peak_memory_bytes", "seconds_per_item")}
         shard.update_meta(lambda m: m["runs"][-1].update(fields))
+        log.info("job %s: per-sample log %s", shard.key, write_samples(shard))

@@ -344,3 +344,32 @@ def test_a_slurm_launcher_off_a_cluster_fails_the_sweeps_preflight(tmp_path, mon
     sbatch.write_text("#!/bin/sh\n")
     sbatch.chmod(0o755)
     assert expand.launcher_problems(["experiment=table3_tiny", "launcher=slurm_h100"]) == []
+
+
+def test_a_results_root_that_is_a_file_is_one_line_before_weights_load(tmp_path, monkeypatch):
+    root = tmp_path / "results"
+    root.write_text("not a folder")
+    cfg = job_config(tmp_path, *TINY, f"paths.results={root}")
+    assert job.preflight(cfg) == [f"paths.results={root}: {root} is a file, not a folder; point paths.results "
+                                  "(KAMERA_RESULTS) at a folder"]
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    with pytest.raises(JobError, match="is a file, not a folder"):
+        runner.run(cfg)
+
+
+def test_a_read_only_results_root_stops_a_job_with_work_before_weights_load(tmp_path, done_job, monkeypatch):
+    """(The real read-only mount was checked by hand: ``mount --bind -o ro``; root passes a mode-0555 folder.)"""
+    import os
+
+    from kamera.job import checks
+
+    real = os.access
+    ro = tmp_path / "raw"
+    monkeypatch.setattr(checks.os, "access", lambda p, mode: False if str(p).startswith(str(ro)) else real(p, mode))
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    more = job_config(tmp_path, "model=tiny_kimi", "bench=synthetic", "arms=[blind,patch_r8]", "n_items=1")
+    with pytest.raises(JobError) as err:
+        runner.run(more)
+    assert str(err.value) == (f"cannot start this job: the results folder {ro / 'adhoc'} is read-only or not writable "
+                              "by this user; point paths.results (KAMERA_RESULTS) at a writable folder")
+    assert job.preflight(more) == []  # not a preflight problem: a complete job there has nothing to run
