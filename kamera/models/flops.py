@@ -96,10 +96,14 @@ class ModelFlops:
     q_width: int  # half the attention-score FLOPs per token and context token, per layer: heads × (qk + v) / 2
     head: float  # 2 × hidden × vocabulary (one per forward)
     vision_per_token: float  # vision tower FLOPs per image token the language model sees
+    sliding_layers: int = 0  # layers attending at most ``window`` tokens (Gemma-3n's sliding-window layers)
+    window: int = 0
 
     def forward(self, tokens: float, context: float) -> float:
-        """FLOPs of a forward over ``tokens`` new tokens attending ``context`` tokens on average."""
-        return tokens * (self.decoder + 4 * self.layers * self.q_width * context) + self.head
+        """FLOPs of a forward over ``tokens`` new tokens attending ``context`` tokens on average (a sliding-window
+        layer at most ``window`` of them)."""
+        spans = (self.layers - self.sliding_layers) * context + self.sliding_layers * min(context, self.window)
+        return tokens * (self.decoder + 4 * self.q_width * spans) + self.head
 
     def forwards(self, forwards: list[Forward], image_tokens: float = 0.0) -> float:
         """FLOPs of a list of forwards plus ``image_tokens`` through the vision tower."""
@@ -112,7 +116,9 @@ def _get(config: object, key: str, default: object = None) -> object:
 def model_flops(name: str, config: dict) -> ModelFlops:
     """Per-token FLOPs from a published config, read through transformers' config classes (so values the
     file leaves at their defaults count too). MLA (``kv_lora_rank``) and DeepSeek-style MoE
-    (``n_routed_experts``, shared experts, ``first_k_dense_replace`` dense layers) are counted as such."""
+    (``n_routed_experts``, shared experts, ``first_k_dense_replace`` dense layers) are counted as such; so are
+    Gemma-3n's per-layer MLP widths, KV-shared layers (no K/V projections), sliding-window layers, per-layer inputs,
+    AltUp and LAuReL projections (its vision tower is not served: no image FLOPs)."""
     import transformers as tf
 
     parsed = tf.AutoConfig.for_model(**copy.deepcopy(config))  # config classes edit nested dicts in place
@@ -129,17 +135,28 @@ def model_flops(name: str, config: dict) -> ModelFlops:
         kv = _get(t, "num_key_value_heads", heads)
         attn = 2 * h * heads * head_dim + 2 * h * kv * head_dim
         q_width = heads * head_dim
+    kv_proj = 0 if _get(t, "kv_lora_rank") else 2 * h * _get(t, "num_key_value_heads", heads) * (_get(t, "head_dim") or h // heads)
+    attn_total = layers * attn - _get(t, "num_kv_shared_layers", 0) * kv_proj  # KV-shared layers project no K/V
+    inter = t.intermediate_size
+    inter = list(inter) if isinstance(inter, (list, tuple)) else [inter] * layers
     experts = _get(t, "num_experts") or _get(t, "n_routed_experts")
     if experts:
         moe = t.num_experts_per_tok * 3 * h * t.moe_intermediate_size + h * experts
         moe += 3 * h * (_get(t, "shared_expert_intermediate_size", 0) or _get(t, "n_shared_experts", 0) * t.moe_intermediate_size)
         dense = _get(t, "first_k_dense_replace", 0)
-        mlp_total = dense * 3 * h * t.intermediate_size + (layers - dense) * moe
+        mlp_total = dense * 3 * h * inter[0] + (layers - dense) * moe
     else:
-        mlp_total = layers * 3 * h * t.intermediate_size
+        mlp_total = 3 * h * sum(inter)
+    per_layer = _get(t, "hidden_size_per_layer_input", 0)
+    if per_layer:  # Gemma-3n: the per-layer input projection, each layer's gate and projection, AltUp in and out, LAuReL
+        streams = _get(t, "altup_num_inputs", 1)
+        mlp_total += h * layers * per_layer + layers * 2 * h * per_layer + 2 * (streams - 1) * h * h
+        mlp_total += layers * (2 * h * _get(t, "laurel_rank", 0) + h * streams)
+    types = list(_get(t, "layer_types", []) or [])
+    sliding = sum(1 for k in types if k == "sliding_attention") if _get(t, "sliding_window") else 0
     v_cfg = getattr(parsed, "vision_config", None)
     vision = 0.0
-    if v_cfg is not None:
+    if v_cfg is not None and v_cfg.model_type != "gemma3n_vision":  # Gemma-3n's tower (timm) is not served
         vh = v_cfg.hidden_size
         vint = _get(v_cfg, "intermediate_size", 4 * vh)
         vlayers = _get(v_cfg, "depth") or v_cfg.num_hidden_layers
@@ -148,7 +165,8 @@ def model_flops(name: str, config: dict) -> ModelFlops:
         per_token = (kernel[0] * kernel[1] if kernel else None) or (_get(v_cfg, "spatial_merge_size") or _get(
             parsed, "scale_factor") or round(1 / _get(parsed, "downsample_ratio", 1.0))) ** 2
         vision = 2.0 * vlayers * (4 * vh * vh + 2 * vh * vint) * per_token
-    return ModelFlops(name, 2.0 * (layers * attn + mlp_total), layers, q_width, 2.0 * h * t.vocab_size, vision)
+    return ModelFlops(name, 2.0 * (attn_total + mlp_total), layers, q_width, 2.0 * h * t.vocab_size, vision, sliding,
+                      int(_get(t, "sliding_window", 0) or 0) if sliding else 0)
 
 def published_config(name: str) -> dict:
     """A paper model's full published config, as transformers reads it: its shaped-checkpoint spec's config, or
