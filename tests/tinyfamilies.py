@@ -14,7 +14,9 @@ from kamera.models import model_names
 # tiny_gemma3n is tested on its own (tests/models/test_gemma3n.py): its sliding-window layers are outside the
 # partial-forward engine, and its per-layer rotary frequencies and unscaled attention logits (q·k with scaling 1)
 # put its float rounding and its rank sweep outside the shared tolerances below
-TINY = [n for n in model_names("tiny") if n != "tiny_gemma3n"]
+# tiny_gdn_hybrid too (tests/models/test_gdn.py): its Gated DeltaNet layers hold a recurrent state, so the 4D-mask
+# oracle and token-subset recompute are not defined for it
+TINY = [n for n in model_names("tiny") if n not in ("tiny_gemma3n", "tiny_gdn_hybrid")]
 
 
 def noise_image(seed: int, size: int = 112) -> Image.Image:
