@@ -339,7 +339,7 @@ def test_fig10_golden_with_a_missing_setting(tmp_path):
 
 def test_fig10_explains_a_missing_model_from_the_registry():
     assert why_missing("no_such_model") == "no_such_model is not registered"
-    assert why_missing("qwen2_5_omni_7b") == "qwen2_5_omni_7b has no adapter yet"
+    assert why_missing("qwen2_5_omni_7b") == "no rows (its job has not run)"  # served since issue 22
     assert why_missing("qwen2_5_vl_7b") == "no rows (its job has not run)"
     assert why_missing("kimi_vl_a3b") == "no rows (its job has not run)"  # an adapter through its loader
 
