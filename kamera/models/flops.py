@@ -6,7 +6,9 @@ Model FLOPs come from the full published config (the shaped writer's spec, or th
 config.json): per token, 2 × the decoder's active weights (attention projections, MLA's low-rank ones
 included; dense MLP or the routed top-k experts, shared experts and router) plus the attention scores over
 the context (QKᵀ and AV, 2 FLOPs per multiply-add each); for each image token the vision tower's 2 × weights
-per patch (``merge²`` patches per token). The LM head runs once per forward. The H100-hour estimate built on
+per patch (``merge²`` patches per token). The LM head runs once per forward. A Gated DeltaNet layer (Qwen3.5's
+``linear_attention``) has no context term: its projections (q, k, v, the output gate z, β and the gate's a, the output)
+and its recurrence, about 4 multiply-adds per token on each value head's d_k × d_v state, whatever the context. The H100-hour estimate built on
 these is :mod:`kamera.sweep.cost`.
 """
 
@@ -98,11 +100,13 @@ class ModelFlops:
     vision_per_token: float  # vision tower FLOPs per image token the language model sees
     sliding_layers: int = 0  # layers attending at most ``window`` tokens (Gemma-3n's sliding-window layers)
     window: int = 0
+    linear_layers: int = 0  # recurrent (Gated DeltaNet) layers: no attention over the context
 
     def forward(self, tokens: float, context: float) -> float:
         """FLOPs of a forward over ``tokens`` new tokens attending ``context`` tokens on average (a sliding-window
         layer at most ``window`` of them)."""
-        spans = (self.layers - self.sliding_layers) * context + self.sliding_layers * min(context, self.window)
+        full = self.layers - self.sliding_layers - self.linear_layers
+        spans = full * context + self.sliding_layers * min(context, self.window)
         return tokens * (self.decoder + 4 * self.q_width * spans) + self.head
 
     def forwards(self, forwards: list[Forward], image_tokens: float = 0.0) -> float:
@@ -118,7 +122,9 @@ def model_flops(name: str, config: dict) -> ModelFlops:
     file leaves at their defaults count too). MLA (``kv_lora_rank``) and DeepSeek-style MoE
     (``n_routed_experts``, shared experts, ``first_k_dense_replace`` dense layers) are counted as such; so are
     Gemma-3n's per-layer MLP widths, KV-shared layers (no K/V projections), sliding-window layers, per-layer inputs,
-    AltUp and LAuReL projections (its vision tower is not served: no image FLOPs)."""
+    AltUp and LAuReL projections (its vision tower is not served: no image FLOPs); and Qwen3.5's Gated DeltaNet layers
+    (``layer_types`` "linear_attention": their projections and recurrence, no context term) and gated queries
+    (``attn_output_gate``: q_proj twice as wide)."""
     import transformers as tf
 
     parsed = tf.AutoConfig.for_model(**copy.deepcopy(config))  # config classes edit nested dicts in place
@@ -133,10 +139,19 @@ def model_flops(name: str, config: dict) -> ModelFlops:
     else:
         head_dim = _get(t, "head_dim") or h // heads
         kv = _get(t, "num_key_value_heads", heads)
-        attn = 2 * h * heads * head_dim + 2 * h * kv * head_dim
+        gate = 1 if _get(t, "attn_output_gate", False) else 0
+        attn = (2 + gate) * h * heads * head_dim + 2 * h * kv * head_dim
         q_width = heads * head_dim
     kv_proj = 0 if _get(t, "kv_lora_rank") else 2 * h * _get(t, "num_key_value_heads", heads) * (_get(t, "head_dim") or h // heads)
-    attn_total = layers * attn - _get(t, "num_kv_shared_layers", 0) * kv_proj  # KV-shared layers project no K/V
+    types = list(_get(t, "layer_types", []) or [])
+    linear = sum(1 for k in types if k == "linear_attention")
+    attn_total = (layers - linear) * attn - _get(t, "num_kv_shared_layers", 0) * kv_proj  # KV-shared: no K/V
+    if linear:  # Gated DeltaNet: in_proj_qkv, z, b, a and out_proj; the causal conv; the state recurrence
+        hk, hv = t.linear_num_key_heads, t.linear_num_value_heads
+        dk, dv = t.linear_key_head_dim, t.linear_value_head_dim
+        conv_dim = 2 * hk * dk + hv * dv
+        gdn = h * (conv_dim + hv * dv + 2 * hv) + hv * dv * h + conv_dim * t.linear_conv_kernel_dim + 4 * hv * dk * dv
+        attn_total += linear * gdn
     inter = t.intermediate_size
     inter = list(inter) if isinstance(inter, (list, tuple)) else [inter] * layers
     experts = _get(t, "num_experts") or _get(t, "n_routed_experts")
@@ -152,7 +167,6 @@ def model_flops(name: str, config: dict) -> ModelFlops:
         streams = _get(t, "altup_num_inputs", 1)
         mlp_total += h * layers * per_layer + layers * 2 * h * per_layer + 2 * (streams - 1) * h * h
         mlp_total += layers * (2 * h * _get(t, "laurel_rank", 0) + h * streams)
-    types = list(_get(t, "layer_types", []) or [])
     sliding = sum(1 for k in types if k == "sliding_attention") if _get(t, "sliding_window") else 0
     v_cfg = getattr(parsed, "vision_config", None)
     vision = 0.0
@@ -166,7 +180,7 @@ def model_flops(name: str, config: dict) -> ModelFlops:
             parsed, "scale_factor") or round(1 / _get(parsed, "downsample_ratio", 1.0))) ** 2
         vision = 2.0 * vlayers * (4 * vh * vh + 2 * vh * vint) * per_token
     return ModelFlops(name, 2.0 * (attn_total + mlp_total), layers, q_width, 2.0 * h * t.vocab_size, vision, sliding,
-                      int(_get(t, "sliding_window", 0) or 0) if sliding else 0)
+                      int(_get(t, "sliding_window", 0) or 0) if sliding else 0, linear)
 
 def published_config(name: str) -> dict:
     """A paper model's full published config, as transformers reads it: its shaped-checkpoint spec's config, or
