@@ -373,3 +373,35 @@ def test_a_read_only_results_root_stops_a_job_with_work_before_weights_load(tmp_
     assert str(err.value) == (f"cannot start this job: the results folder {ro / 'adhoc'} is read-only or not writable "
                               "by this user; point paths.results (KAMERA_RESULTS) at a writable folder")
     assert job.preflight(more) == []  # not a preflight problem: a complete job there has nothing to run
+
+
+# ----- item 12: the shaped writer's --out ------------------------------------------------------------------------
+def test_the_shaped_writers_bad_out_is_one_line_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """(A full disk mid-write was checked by hand on a 2 MB tmpfs: one line, exit 1, no staging folder left.)"""
+    import os
+
+    from kamera.models.shaped import __main__ as writer_cli
+
+    file = tmp_path / "file"
+    file.write_text("x")
+    ckpt = tmp_path / "Some-Model"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "model.safetensors").write_bytes(b"")
+    cases = {
+        file: f"--out {file}: {file} is a file, not a folder",
+        file / "sub": f"--out {file / 'sub'}: {file} is a file, not a folder",
+        ckpt: f"--out {ckpt}: {ckpt} is a checkpoint (config.json and safetensors weights)",
+        ckpt / "deeper" / "root": f"--out {ckpt / 'deeper' / 'root'}: {ckpt} is a checkpoint",
+    }
+    for out, line in cases.items():
+        assert writer_cli.out_problem(out).startswith(line), out
+    assert writer_cli.main(["llava_1_5_7b", "--out", str(ckpt)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {cases[ckpt]}") and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in ckpt.iterdir()) == ["config.json", "model.safetensors"]  # nothing written
+    assert writer_cli.out_problem(tmp_path / "models") is None
+    real = os.access
+    monkeypatch.setattr(writer_cli.os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode))
+    assert writer_cli.out_problem(tmp_path / "models") == (f"--out {tmp_path / 'models'}: {tmp_path} is read-only or "
+                                                           "not writable by this user")

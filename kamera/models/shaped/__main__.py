@@ -9,8 +9,27 @@ import sys
 import time
 from pathlib import Path
 
+from safetensors import SafetensorError
+
 from kamera.models.registry import UnknownModelError, entry
 from kamera.models.shaped import shaped_models, shaped_writer
+
+
+def out_problem(out: Path) -> str | None:
+    """Why ``--out`` cannot be a models root to write into, or None: the nearest part of its path that exists is a
+    file, is a checkpoint itself (or inside one: config.json beside safetensors weights), or is not writable."""
+    there = Path(os.path.abspath(out))
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        return f"--out {out}: {there} is a file, not a folder"
+    for d in (there, *there.parents):
+        if (d / "config.json").is_file() and any(d.glob("*.safetensors")):
+            return (f"--out {out}: {d} is a checkpoint (config.json and safetensors weights); --out is the models "
+                    "root the checkpoints go into, as <out>/<Hub repo name>/")
+    if not os.access(there, os.W_OK | os.X_OK):
+        return f"--out {out}: {there} is read-only or not writable by this user"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.layers < 1 or args.vision_layers < 1:
         print("error: --layers and --vision-layers must be >= 1", file=sys.stderr)
         return 2
+    if why := out_problem(args.out):
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     if args.tokenizers is not None:
         if not args.tokenizers.is_dir():
             print(f"error: --tokenizers {args.tokenizers} is not a directory", file=sys.stderr)
@@ -53,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:  # a layer count this model cannot have (Phi-3.5-V reads CLIP's second-to-last layer)
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except (OSError, SafetensorError) as e:  # a full disk mid-write: the writer removed its staging folder
+            print(f"error: cannot write {out}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+            return 1
         info = json.loads((out / "shaped.json").read_text())
         print(f"{name}: {out} ({info['parameters'] / 1e9:.2f} B parameters, tokenizer {info['tokenizer']}, "
               f"{time.perf_counter() - t:.0f} s)")
