@@ -17,6 +17,14 @@ implementations' semantics; the line says which reference was used. Exit status 
 
     python scripts/gpu_check.py --remote-equivalence kimi_vl_a3b --device cuda   # $KAMERA_MODELS/Kimi-VL-A3B-Instruct
     python scripts/gpu_check.py --remote-equivalence phi3_5_vision --path DIR --device cpu --dtypes float32
+
+``--engine`` instead checks the live-engine path (docs/engine.md; run it in the engine venv, on a GPU node after
+``scripts/install_engine.sh gpu``): one random-token item through vLLM with the kamera KV connector per dtype,
+printing the next-token KL to vLLM's re-prefill per arm, the fraction of B's K / V within one bf16 ULP of
+vLLM's prefill at rank 256, the time to first token with and without the splice and the connector's write
+time per token. Exit status 1 unless rank 256 (full rank on the tiny Qwen2) is 100× below blind.
+
+    python scripts/gpu_check.py --engine [--path DIR]       # default: the tiny Qwen2 of kamera.engine.checkpoint
 """
 
 from __future__ import annotations
@@ -178,6 +186,36 @@ def remote_equivalence(name: str, path: str | Path | None = None, device: str = 
                        kl(theirs.float(), ours.float()), int(ours.argmax()) == int(theirs.argmax()))
 
 
+def engine_check(dtypes: list[str], path: str | None = None) -> bool:
+    """The engine path on this machine's accelerator (or CPU): one line per dtype; False on a mismatch."""
+    import tempfile
+
+    from kamera.engine.checkpoint import tiny_qwen2
+    from kamera.engine.fig12 import engine_item, items
+    from kamera.engine.vllm import EngineSession
+
+    ok = True
+    item = items(1)[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        model = Path(path) if path else tiny_qwen2(tmp)
+        for dtype in dtypes:
+            session = EngineSession(model, Path(tmp) / "store" / dtype, dtype=dtype, max_model_len=1024)
+            try:
+                session.run(item["prefix"] + item["A"])  # warm-up
+                rows, t = engine_item(session, item, dtype)
+            finally:
+                session.close()
+            kl_of = {r["arm"]: r["kl"] for r in rows}
+            good = kl_of["patch_r256"] < kl_of["blind"] / 100
+            ok &= good
+            arms = " ".join(f"{a} {kl_of[a]:.2e}" for a in ("unrotated", "blind", "patch_r8", "patch_r64", "patch_r256"))
+            le1 = next(r["ulp_le1"] for r in rows if r["arm"] == "patch_r256")
+            print(f"engine {dtype:9s} KL {arms} | r256 within 1 bf16 ULP {le1:.4f} | TTFT prefill "
+                  f"{1e3 * t['ttft_prefill_s']:.2f} ms, splice {1e3 * t['ttft_splice_s']:.2f} ms, write "
+                  f"{1e6 * t['write_s'] / t['claimed_tokens']:.3f} µs/token | {'ok' if good else 'MISMATCH'}", flush=True)
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -187,7 +225,10 @@ def main() -> None:
     ap.add_argument("--path", help="checkpoint directory (default $KAMERA_MODELS/<repo name>)")
     ap.add_argument("--image-size", nargs=2, type=int, default=(448, 336), metavar=("W", "H"))
     ap.add_argument("--num-crops", type=int, help="Phi-3.5-V HD crops (default: the checkpoint's preprocessor)")
+    ap.add_argument("--engine", action="store_true", help="check vLLM with the kamera KV connector (the engine venv)")
     args = ap.parse_args()
+    if args.engine:
+        sys.exit(0 if engine_check(args.dtypes, args.path) else 1)
     print(f"torch {torch.__version__}, device {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else ""))
     if args.remote_equivalence:
