@@ -77,15 +77,16 @@ def bf16_ulps(a: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 
 def ulp_stats(got: ChunkKV, ref: ChunkKV) -> dict[str, float]:
-    """Fractions of B's K and V elements equal to / within one bf16 ULP of ``ref``, and the largest distance
-    (:func:`bf16_ulps`); over every layer and over layer 0 alone (which isolates relocation)."""
+    """Fractions of B's K and V elements equal to / within one / within four bf16 ULPs of ``ref``
+    (:func:`bf16_ulps`); over every layer and over layer 0 alone (which isolates relocation). Fractions, not a
+    maximum: an element whose reference is an exact zero has no ULP scale of its own."""
     def stats(layers: range) -> tuple[float, float, float]:
         d = torch.cat([bf16_ulps(got.layers[l][c], ref.layers[l][c]).flatten() for l in layers for c in range(2)])
-        return float((d == 0).double().mean()), float((d <= 1).double().mean()), float(d.max())
+        return float((d == 0).double().mean()), float((d <= 1).double().mean()), float((d <= 4).double().mean())
 
-    eq, le1, mx = stats(range(got.n_layers))
-    eq0, le10, mx0 = stats(range(1))
-    return {"ulp_eq": eq, "ulp_le1": le1, "ulp_max": mx, "ulp_eq_l0": eq0, "ulp_le1_l0": le10, "ulp_max_l0": mx0}
+    eq, le1, le4 = stats(range(got.n_layers))
+    eq0, le10, le40 = stats(range(1))
+    return {"ulp_eq": eq, "ulp_le1": le1, "ulp_le4": le4, "ulp_eq_l0": eq0, "ulp_le1_l0": le10, "ulp_le4_l0": le40}
 
 
 def row(source: str, dtype: str, item: dict, arm: str, logits: torch.Tensor, ref: torch.Tensor, seconds: float,

@@ -8,7 +8,8 @@ The connector follows vLLM's out-of-tree connector API, ``KVConnectorBase_V1`` i
   tokens as externally cached (``n`` = the request's segments, below), :meth:`update_state_after_alloc`
   notes the request, :meth:`build_connector_meta` hands its block ids to the worker. vLLM then computes
   only the tokens after the claim (``RequestOutput.num_cached_tokens`` reports ``n``).
-- **worker side** — :meth:`start_load_kv` composes the claimed KV from the store with kamera's operator
+- **worker side** (vLLM 0.32 hands every backend's per-layer cache as a block-major ``[blocks, heads,
+  block_size, ·]`` view) — :meth:`start_load_kv` composes the claimed KV from the store with kamera's operator
   (:func:`kamera.core.relocate` for R(δ), :meth:`kamera.core.Patch.apply` for R(δ)·KV(B|∅) + (UΣ)_m V_mᵀ)
   and writes it through the attention backend's own scatter, ``layer.impl.do_kv_cache_update`` (the CPU
   backend's block interior is ``[kv_heads, block_size, 2·head_dim]`` with an instruction-set-dependent
@@ -277,8 +278,11 @@ class KameraConnector(KVConnectorBase_V1):
         out = []
         for name, layer in forward_context.no_compile_layers.items():
             cache = getattr(layer, "kv_cache", None)
-            if isinstance(cache, torch.Tensor) and cache.numel() and hasattr(getattr(layer, "impl", None), "do_kv_cache_update"):
-                out.append((int(_LAYER.search(name).group(1)), name, layer))
+            if not (isinstance(cache, torch.Tensor) and cache.numel()):
+                continue
+            if not hasattr(getattr(layer, "impl", None), "do_kv_cache_update"):
+                raise EngineError(f"{name}: attention backend {type(layer.impl).__name__} has no do_kv_cache_update")
+            out.append((int(_LAYER.search(name).group(1)), name, layer))
         return sorted(out)
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:

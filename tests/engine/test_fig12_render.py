@@ -17,7 +17,7 @@ def rows(source: str, scale: float) -> list[dict]:
             out.append({"source": source, "model": "tiny", "dtype": "float32", "bench": "b", "subset": "", "seed": 0,
                         "item_id": f"i{i}", "arm": arm, "kl": kl * scale, "recovered": True, "pred": pred, "gold": 0,
                         "correct": pred == 0, "n_choices": 4, "seconds": 0.1, "ulp_le1": 1.0 - kl, "ulp_le1_l0": 1.0,
-                        "ulp_max": 3.0})
+                        "ulp_le4": 1.0})
     return out
 
 
