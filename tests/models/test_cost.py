@@ -130,9 +130,9 @@ def test_every_window_and_item_probe_declares_its_forwards():
 
 
 def test_an_experiment_names_the_models_it_cannot_estimate():
-    rows, total = experiment_hours(["experiment=fig9", "model=gdn_hybrid,llava_1_5_7b"])
+    rows, total = experiment_hours(["experiment=fig9", "model=phi3_5_vision,llava_1_5_7b"])
     by_model = {r.model: r for r in rows}
-    assert math.isnan(by_model["gdn_hybrid"].hours) and "gdn_hybrid" in by_model["gdn_hybrid"].note
+    assert math.isnan(by_model["phi3_5_vision"].hours) and "phi3_5_vision" in by_model["phi3_5_vision"].note
     assert by_model["llava_1_5_7b"].hours > 0 and total == pytest.approx(by_model["llava_1_5_7b"].hours)
 
 
