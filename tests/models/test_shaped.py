@@ -21,6 +21,7 @@ import pytest
 import torch
 from shaped_support import (
     BF16_ONLY,
+    OWN,
     REMOTE,
     content,
     item_spans,
@@ -44,8 +45,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_writer_is_covered_here_or_where_remote_says():
     """A model with a writer runs these tests unless ``REMOTE`` sends it to tests/models_remote, whose identity
-    and checkpoint tests then name it."""
-    assert set(FP32) | set(BF16_ONLY) | set(REMOTE) == set(shaped_models())
+    and checkpoint tests then name it, or ``OWN`` to its own test file."""
+    assert set(FP32) | set(BF16_ONLY) | set(REMOTE) | set(OWN) == set(shaped_models())
+    assert all((ROOT / v.split(" ")[0]).is_file() for v in OWN.values())
     for f in ("test_identities.py", "test_checkpoints.py"):
         text = (ROOT / "tests" / "models_remote" / f).read_text()
         assert all(f'"{n}"' in text and f in REMOTE[n] for n in REMOTE), f
