@@ -39,6 +39,19 @@ def preflight(hf_config: Any) -> None:
                           "default 1-D RoPE only")
 
 
+def preflight_model(name: str) -> None:
+    """Refuse a registry model (``conf/model/<name>.yaml``) the connector cannot serve, from its entry alone
+    (no checkpoint needed): MLA, and every family but the plain text decoders of :data:`SERVED`."""
+    from kamera.models import entry
+
+    e = entry(name)
+    if e.attention == "MLA":
+        raise EngineError(f"{name} ({e.family}) is MLA: the engine connector writes GQA / MHA pages only")
+    if e.family not in SERVED:
+        raise EngineError(f"{name} ({e.family}) is not served by the engine connector; it serves the text decoders "
+                          f"{', '.join(SERVED)} (a multimodal family needs its M-RoPE positions and cached image tokens)")
+
+
 def channels(hf_config: Any) -> tuple[ChannelSpec, ...]:
     """The ``k`` / ``v`` channels of the served model, with its rotary inverse frequencies (float64 → float32)."""
     preflight(hf_config)

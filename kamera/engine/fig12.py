@@ -2,6 +2,7 @@
 
     python -m kamera.engine.fig12 --out results/engine/fig12_tiny            # make fig12 ENGINE=vllm
     python -m kamera.engine.fig12 --check --model DIR                         # preflight a checkpoint
+    python -m kamera.engine.fig12 --check --models kimi_vl_a3b qwen2_5_vl_7b  # preflight registry models (paper scale)
 
 Per item (random token ids [prefix · A · B · query] with a four-way choice at the answer, on the tiny Qwen2
 of :mod:`kamera.engine.checkpoint`), for each dtype:
@@ -35,7 +36,7 @@ import torch
 
 from kamera.core import ChunkKV, Patch, deficit, family_rank_view, relocate
 from kamera.engine.checkpoint import tiny_qwen2
-from kamera.engine.family import preflight
+from kamera.engine.family import EngineError, preflight, preflight_model
 from kamera.engine.store import save_patch
 from kamera.items.spans import Span
 from kamera.metrics import kl
@@ -215,7 +216,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--items", type=int, default=16)
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--check", action="store_true", help="preflight the model for the engine path and stop")
+    ap.add_argument("--models", nargs="+", default=[], help="with --check: registry models to preflight (conf/model)")
     args = ap.parse_args(argv)
+    if args.models:
+        refused = []
+        for name in args.models:
+            try:
+                preflight_model(name)
+            except EngineError as err:
+                refused.append(str(err))
+        if refused:
+            raise SystemExit("engine preflight:\n- " + "\n- ".join(refused))
+        print(f"the engine connector serves {', '.join(args.models)}")
+        return
     model = args.model or tiny_qwen2(args.out / "checkpoints")
     from transformers import AutoConfig
 

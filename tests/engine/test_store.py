@@ -63,3 +63,12 @@ def test_bf16_ulps_count_in_the_references_bf16_spacing():
     ref = torch.tensor([1.0, 1.0, -3.0, 0.0])
     got = torch.tensor([1.0, 1.0 + 2**-7, -3.0 - 2 * 2**-6, 0.0])
     assert bf16_ulps(got, ref).tolist() == [0.0, 1.0, 2.0, 0.0]
+
+
+def test_the_papers_fig12_backbones_are_refused_by_name_before_any_checkpoint_loads():
+    from kamera.engine.family import preflight_model
+
+    with pytest.raises(EngineError, match=r"kimi_vl_a3b .* is MLA"):
+        preflight_model("kimi_vl_a3b")
+    with pytest.raises(EngineError, match=r"qwen2_5_vl_7b .* M-RoPE"):
+        preflight_model("qwen2_5_vl_7b")
