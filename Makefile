@@ -60,6 +60,10 @@ engine-venv: ## the engine tier's own venv at ENGINE_VENV: torch, kamera, vLLM v
 test-engine: ## the engine tier in ENGINE_VENV: vLLM with the kamera KV connector (make engine-venv first; ~1 min)
 	$(ENGINE_VENV)/bin/python -m pytest -m engine tests/engine
 
+# SCALE=paper: the paper's Fig. 12 backbones (conf/experiment/fig12.yaml) go through the connector's preflight
+comma := ,
+engine_paper := --check --models $(subst $(comma), ,$(shell sed -n 's/^ *model: *//p' conf/experiment/fig12.yaml))
+ENGINE_ARGS ?= $(if $(filter paper,$(SCALE)),$(engine_paper))
 engine-fig12: ## Fig. 12's engine rows (vLLM and kamera's own splice on one checkpoint) into ENGINE_OUT; make fig12 ENGINE=vllm runs it
 	$(ENGINE_VENV)/bin/python -m kamera.engine.fig12 --out $(ENGINE_OUT) $(ENGINE_ARGS)
 
