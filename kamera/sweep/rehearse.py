@@ -11,7 +11,9 @@ then drives the harness only through its command line:
     python -m kamera.sweep --check experiment=<exp> model=<models with adapters> paths.models=… paths.data=…
     python -m kamera.run -m experiment=<exp> model=<…> n_items=1 paths.models=… paths.data=… paths.results=…
 
-Models without an adapter are not run; the summary names each with the reason. Exit status 0 when every
+Models without an adapter are not run; the summary names each with the reason. A text-only model on a benchmark
+whose fixture items hold images (Gemma-3n, served without its vision tower) is left out of that experiment, named
+with preflight's reason. Exit status 0 when every
 job of every rehearsed model finished; 1 otherwise; 2 before anything runs when ``<out>/results`` or
 ``<out>/outputs`` holds files a rehearsal did not create: a rehearsal marks the folders it creates
 (:data:`MARKER`) and deletes only those, never rows or tables of another origin.
@@ -28,8 +30,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from kamera.data import BENCHMARKS, make_fixture
-from kamera.models.registry import entry
+from kamera.data import BENCHMARKS, load_items, make_fixture
+from kamera.models.registry import entry, image_problems, reads_images
 from kamera.models.shaped import models_root
 from kamera.sweep.cost import experiment_hours
 from kamera.sweep.expand import compose_config, composed, paper_experiments
@@ -81,6 +83,17 @@ def data_benchmark(bench: str) -> str | None:
     if window is None:
         raise ValueError(f"unknown benchmark {bench!r}; valid: {sorted(BENCHMARKS) + sorted(WINDOW_BENCHES)}")
     return next((b for b, spec in BENCHMARKS.items() if window.dir_name and spec.dir_name == window.dir_name), None)
+
+
+def unreadable(job: SweepJob, data: Path) -> str | None:
+    """Why ``job``'s model cannot read its benchmark (preflight's line for a text-only model on items with images,
+    read off the first fixture item), or None; window benchmarks are not checked here."""
+    if reads_images(entry(job.model)) or job.bench not in BENCHMARKS:
+        return None
+    spec = BENCHMARKS[job.bench]
+    items = load_items(job.bench, root=data / spec.dir_name if spec.dir_name else None, n_items=1, seed=0)
+    problems = image_problems(job.model, None, job.bench, [item.spans for item in items])
+    return problems[0] if problems else None
 
 
 def _run(cmd: list[str], env: dict, log: Path) -> tuple[int, float, int]:
@@ -159,14 +172,18 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
              f"paths.outputs={out / 'outputs'}"]
     failed = []
     for exp in experiments:
-        names = sorted({j.model for j in jobs[exp] if j.model in ready})
+        text_only = {j.model: why for j in jobs[exp] if j.model in ready and (why := unreadable(j, data))}
+        for why in sorted(set(text_only.values())):
+            print(f"  {exp}: not run: {why}")
+        runnable = set(ready) - set(text_only)
+        names = sorted({j.model for j in jobs[exp] if j.model in runnable})
         skipped = sorted({j.model for j in jobs[exp] if j.model not in ready})
         if skipped:
             print(f"  {exp}: not run for {', '.join(skipped)} (see below)")
         if not names:
             print(f"  {exp}: no model of this sweep has an adapter yet; nothing to rehearse")
             continue
-        select = selection(jobs[exp], set(ready))
+        select = selection(jobs[exp], runnable)
         if any(o.startswith("probes=") for o in select):
             print(f"  {exp}: GPU-timed probes run on CPU here ({select[-1]})")
         code, secs, _ = _run([sys.executable, "-m", "kamera.sweep", "--check", f"experiment={exp}", *select, *paths],
