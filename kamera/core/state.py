@@ -154,7 +154,7 @@ class StatePage:
 def page(spec: DeltaRuleSpec, x: LayerInputs) -> StatePage:
     """The :class:`StatePage` of a chunk from its per-token inputs (one augmented scan of its tail)."""
     n, h = x.n_tokens, min(spec.kernel - 1, x.n_tokens)
-    k, v, beta, g = features(spec, torch.zeros_like(x.mixed[: spec.kernel - 1]), x)
+    k, v, beta, g = features(spec, x.mixed.new_zeros(spec.kernel - 1, spec.conv_dim), x)
     hv, dk, dv = spec.value_heads, spec.key_dim, spec.value_dim
     start = torch.zeros(hv, dk, dk + dv, dtype=torch.float32, device=x.mixed.device)
     start[:, :, :dk] = torch.eye(dk, device=x.mixed.device)
