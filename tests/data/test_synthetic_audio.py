@@ -106,3 +106,25 @@ def test_bad_audio_inputs_are_clear_errors(tmp_path: Path) -> None:
         Audio(np.zeros((2, 10), np.float32), AUDIO_RATE)
     with pytest.raises(ValueError, match="n_sounds"):
         load_items("synthetic_audio", n_items=1, n_sounds=5)
+
+
+def test_videomme_audio_option_makes_b_the_audio_track(tmp_path: Path) -> None:
+    """audio=true: A keeps the first half's frames, B is the video's own sound from the middle of the sampled
+    frames (the fixture's video v carries a 300 + 100·v Hz tone), and the job's media list names the video."""
+    from kamera.data import make_fixture
+    from kamera.data.base import media_files
+    from kamera.items.spans import Clip
+
+    root = make_fixture("videomme", tmp_path)
+    items = load_items("videomme", root=root, subset="short", n_items=3, n_frames=8, audio=True, audio_seconds=1.5)
+    for item in items:
+        a, b = item.spans()[-3], item.spans()[-2]
+        clip, audio = a.parts[0], b.parts[-1]
+        assert isinstance(clip, Clip) and len(clip) == 4 and isinstance(audio, Audio)
+        assert audio.start_s == item.meta["audio_b"]["start_s"] > clip.timestamps[-1]
+        assert audio.duration_s == pytest.approx(1.5, abs=0.01)
+        v = int(item.meta["videoID"][3:6])
+        assert peak_hz(audio.samples, AUDIO_RATE) == pytest.approx(300 + 100 * v, abs=3)
+    assert media_files(items) == [root / "data" / f"{i.meta['videoID']}.mp4" for i in items]
+    frames_only = load_items("videomme", root=root, subset="short", n_items=1, n_frames=8)[0]
+    assert isinstance(frames_only.spans()[-2].parts[0], Clip)
