@@ -85,6 +85,8 @@ class WindowItems:
         keep = cfg.get("window_keep_gb")
         if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0 <= keep < math.inf:
             p.append(f"window_keep_gb={keep!r}: must be a number >= 0 (GiB a window item's context keeps between probes)")
+        if bench.frames and (why := _text_only(cfg)):
+            p.append(why)
         if not isinstance(cfg.bench.kwargs, DictConfig):
             return p  # kamera.job.checks.validate reports it
         try:
@@ -132,6 +134,21 @@ class WindowItems:
     def evaluate_item(self, adapter: Adapter, entry: WindowEntry, arms: list[Spec], probes: list[Spec],
                       cfg: DictConfig, keys: dict) -> tuple[list[dict], list[dict], list[dict]]:
         return evaluate_item(self.bench, adapter, entry, arms, probes, cfg, keys)
+
+
+def _text_only(cfg: DictConfig) -> str | None:
+    """A text-only model on a window benchmark of video frames: one line naming both (None when the model reads
+    images, or is not resolvable here: the model's own checks say so)."""
+    from kamera.models.registry import own_entry, reads_images
+
+    try:
+        e = own_entry(cfg.model.name, cfg.model.path)
+    except Exception:  # an unknown model or a missing checkpoint: said by kamera.job.checks
+        return None
+    if reads_images(e):
+        return None
+    return (f"bench={cfg.bench.name} has video frames in every chunk, but model {cfg.model.name} ({e.family}) is "
+            "text-only: run it on a text benchmark, or pick a model that reads images")
 
 
 # Arm-row columns a window row fills with its own neutral value (a window probe measures no oracle, no e90).

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 from kamera.items.selection import Selection
 from kamera.items.spans import Clip, Span
@@ -43,8 +44,10 @@ Read = Callable[[str, dict], Selection]  # (data benchmark, loader kwargs) → t
 @dataclass(frozen=True)
 class WindowBench:
     """A window benchmark: its subsets and split, its options (``bench.kwargs``) with their defaults, the
-    directory it reads under ``paths.data`` (None: in memory)."""
+    directory it reads under ``paths.data`` (None: in memory). ``frames``: every chunk of its items is video frames
+    (a text-only model cannot read it, said in preflight)."""
 
+    frames: ClassVar[bool] = True
     name: str
     subsets: tuple[str, ...]
     default_subsets: tuple[str, ...]
@@ -113,6 +116,8 @@ def _toy_build(kind: str, i: int, seed: int, n_states: int, adapter: Adapter) ->
 @dataclass(frozen=True)
 class ToyWindowBench(WindowBench):
     """The toy window task. ``n_states``: K of the reorder / divergent / refresh streams (null: 3, 3, 4)."""
+
+    frames: ClassVar[bool] = False  # the toy window model's own streams
 
     def problems(self, model: str, opts: dict) -> list[str]:
         p = [] if model == "toy_window" else [f"bench={self.name} draws its items from the toy window model's task: "

@@ -405,3 +405,14 @@ def test_the_shaped_writers_bad_out_is_one_line_before_anything_is_written(tmp_p
     monkeypatch.setattr(writer_cli.os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode))
     assert writer_cli.out_problem(tmp_path / "models") == (f"--out {tmp_path / 'models'}: {tmp_path} is read-only or "
                                                            "not writable by this user")
+
+
+def test_a_text_only_model_on_a_window_benchmark_of_frames_fails_in_preflight(tmp_path, monkeypatch):
+    ckpt = _sharded_checkpoint(tmp_path / "ckpt")  # a qwen2 checkpoint: text-only
+    cfg = job_config(tmp_path, "model=hf", f"model.path={ckpt}", "bench=window_synthetic", "arms=[]",
+                     "window_probes=[recall]", "n_items=1")
+    assert job.preflight(cfg) == ["bench=window_synthetic has video frames in every chunk, but model hf (qwen2) is "
+                                  "text-only: run it on a text benchmark, or pick a model that reads images"]
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    with pytest.raises(JobError, match="is text-only"):
+        runner.run(cfg)
