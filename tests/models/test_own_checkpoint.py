@@ -19,6 +19,7 @@ import transformers as tf
 
 from kamera.data import make_fixture
 from kamera.job import checkpoint_fingerprint, preflight
+from kamera.job.identity import config_key
 from kamera.models import entry, load_model
 from kamera.models.loading import chat_with_content
 from kamera.models.registry import UnsupportedCheckpointError, model_problems, supported_model_types
@@ -378,3 +379,69 @@ def test_a_bad_gguf_is_one_preflight_line(tmp_path, musique):
     assert "not a GGUF checkpoint transformers can read" in line and "\n" not in line
     missing = tmp_path / "nowhere.gguf"
     assert any("config.json missing" in p and ".gguf file" in p for p in preflight(hf_job(tmp_path, missing, musique)))
+
+
+# ----- item 4 (end to end): model.chat=none runs a checkpoint without a template, as its own job ------------------
+def test_chat_none_runs_a_base_checkpoint_as_another_job(tmp_path, musique):
+    ckpt = text_checkpoint(tmp_path / "base", "llama")
+    (ckpt / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((ckpt / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (ckpt / "tokenizer_config.json").write_text(json.dumps(config))
+    assert any("has no chat template" in p for p in preflight(hf_job(tmp_path, ckpt, musique)))
+    rows = pd.read_parquet(runner.run(hf_job(tmp_path, ckpt, musique, "model.chat=none")))
+    check_identities(rows)
+    templated = text_checkpoint(tmp_path / "templated", "llama")
+    assert config_key(hf_job(tmp_path, templated, musique, "model.chat=none")) != config_key(
+        hf_job(tmp_path, templated, musique))
+
+
+# ----- item 6: per-sample logs beside every shard ------------------------------------------------------------
+def read_samples(shard: Path) -> pd.DataFrame:
+    lines = shard.with_suffix(".samples.jsonl").read_text().splitlines()
+    return pd.DataFrame([json.loads(x) for x in lines])
+
+
+def test_samples_jsonl_has_one_line_per_row_and_matches_them(tmp_path):
+    cfg = job(tmp_path, "model=tiny_qwen2_5_vl", "bench=synthetic", "arms=[reprefill,blind,patch_r8]", "n_items=3")
+    shard = runner.run(cfg)
+    rows, samples = pd.read_parquet(shard), read_samples(shard)
+    assert len(samples) == len(rows) == 9 and not samples.duplicated(["item_id", "arm"]).any()
+    both = rows.merge(samples, on=["item_id", "arm"], suffixes=("", "_s"))
+    assert len(both) == 9
+    for col in ("pred", "gold", "correct", "kl", "eta", "input_sha256", "prompt"):
+        assert list(both[col]) == list(both[f"{col}_s"]), col
+    assert samples.generated.isna().all() and set(samples.scoring) == {"logits"}
+    assert all(p.count("<image>") == 3 and "What colour" in p and p.startswith("<|user|>") for p in samples.prompt)
+    assert all(c == ["A", "B", "C", "D"] for c in samples.choices)
+    per_item = samples.groupby("item_id").input_sha256.nunique()
+    assert (per_item == 1).all() and samples.input_sha256.nunique() == 3  # one digest per item, distinct items
+    # a run killed before its log was written: the next (complete, nothing to run) writes it from the rows
+    shard.with_suffix(".samples.jsonl").unlink()
+    assert runner.run(cfg) == shard
+    assert read_samples(shard).equals(samples)
+
+
+# ----- item 7: scoring=generate (lmms-eval's way) beside the logit argmax ---------------------------------------
+def test_parse_choice_reads_the_first_choice_word():
+    from kamera.job.arm_shape import parse_choice
+
+    letters = ["A", "B", "C", "D"]
+    for text, want in [("B", "B"), ("(C) red", "C"), ("Answer: D.", "D"), ("the answer is", ""), ("", ""),
+                       ("**A**", "A"), ("E then B", "B")]:
+        assert parse_choice(text, letters) == want, text
+
+
+def test_scoring_generate_parses_a_generated_letter_as_its_own_job(tmp_path, musique):
+    ckpt = text_checkpoint(tmp_path / "my-llama", "llama")
+    mc = ("bench=binding_words", "n_items=3", "arms=[reprefill,blind,patch_full]", "max_new_tokens=4")
+    rows = pd.read_parquet(runner.run(job(tmp_path, "model=hf", f"model.path={ckpt}", "scoring=generate", *mc)))
+    check_identities(rows)
+    assert set(rows.scoring) == {"generate"} and rows.generated.map(lambda t: isinstance(t, str)).all()
+    from kamera.job.arm_shape import parse_choice
+
+    for r in rows.itertuples():
+        assert r.pred == parse_choice(r.generated, ["A", "B", "C", "D"]) and r.correct == float(r.pred == r.gold)
+    assert config_key(hf_job(tmp_path, ckpt, musique, "scoring=generate")) != config_key(hf_job(tmp_path, ckpt,
+                                                                                                  musique))
+    assert any("scoring='vote'" in p for p in preflight(hf_job(tmp_path, ckpt, musique, "scoring=vote")))
