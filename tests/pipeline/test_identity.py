@@ -88,11 +88,12 @@ def test_a_second_data_copy_runs_anew(tmp_path):
 
 
 def checkpoint(path: Path, hidden: int, weights: bytes = b"\0" * 8) -> Path:
-    """A checkpoint directory: config.json and one safetensors file (a real header, fake tensor bytes)."""
+    """A checkpoint directory: config.json, one safetensors file (a real header, fake tensor bytes), a tokenizer."""
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "hidden_size": hidden}))
     header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
     (path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + weights)
+    (path / "tokenizer.json").write_text("{}")  # preflight wants a tokenizer beside weights (issue 19 item 8)
     return path
 
 
