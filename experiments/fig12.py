@@ -22,11 +22,12 @@ the live-engine panels from that folder's ``rows.csv`` / ``timing.csv`` (written
 kamera.engine.fig12``): the same items spliced through vLLM's KV connector and through kamera's own splice
 on one checkpoint, (a) KL per arm, (b) the fraction of B's K / V within one bf16 ULP of the prefill's,
 (c) answers and agreement with re-prefill, and the time to first token with and without the splice and the
-connector's time per claimed token; drawn to <experiments>_engine.{pdf,png} and appended to the markdown.
+connector's time per claimed token; written to <experiment>_engine.{pdf,png,md} (and printed after the main table).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -42,7 +43,6 @@ from experiments.common import (
     markdown_rows,
     paper_or,
     partial_tag,
-    save_figure,
     suffixed,
 )
 from experiments.panels import blank, cell, of_probe, one_label
@@ -308,14 +308,23 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
     title = f"Fig. 12 ({group}{partial_tag(footer)})"
     lines = to_markdown(kl, reloc, floor, agree, title, paper_or(paper, "fig12"))
     extra: list[Path] = []
-    if engine is not None:
-        panels = engine_panels(engine)
-        lines += engine_markdown(panels, engine)
-        extra = save_figure(engine_plot(panels, f"Fig. 12 inside vLLM ({group})"), suffixed(stem, "_engine"), footer,
-                            place="figure")
     md, paths = figure_outputs(plot(kl, reloc, floor, agree, title), document(lines, footer), stem, footer,
                                place="figure")
+    if engine is not None:
+        panels, engine_footer = engine_panels(engine), engine_provenance(engine)
+        engine_md = document(engine_markdown(panels, engine), engine_footer)
+        _, extra = figure_outputs(engine_plot(panels, f"Fig. 12 inside vLLM ({group})"), engine_md,
+                                  suffixed(stem, "_engine"), engine_footer, place="figure")
+        md += "\n" + engine_md
     return md, [*paths, *extra]
+
+
+def engine_provenance(folder: Path) -> str:
+    """The engine rows' footer: where they are, the libraries that made them, the checkpoint and the items."""
+    meta = json.loads((folder / "meta.json").read_text())
+    versions = ", ".join(f"{d} {v}" for d, v in meta["versions"].items())
+    return (f"engine rows: {folder}, {versions}, checkpoint {meta['checkpoint']}, {meta['items']} items (seed "
+            f"{meta['seed']}), dtype {'/'.join(meta['dtypes'])}, device {meta['device']}")
 
 
 def main(argv: list[str] | None = None) -> None:

