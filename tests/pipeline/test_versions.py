@@ -56,6 +56,8 @@ def test_a_version_bump_recomputes_that_arms_rows_only(tmp_path, monkeypatch, ca
     assert set(probes["version"]) == {1} and set(probes["run_index"]) == {0}
 
     monkeypatch.setattr(ARMS["patch"], "version", 2)
+    (view,) = sweep_jobs([f"paths.results={tmp_path}/raw", *JOB])  # what make status shows before the rerun
+    assert view.state.summary() == "partial 0/2, stale rows of patch_r8 (older code version or force=true)"
     rows2, probes2, log = _run(tmp_path, caplog=caplog)
     assert "2 items selected, 2 with arms or probes to run" in log
     assert ("patch_r8: recomputing its stale records (stored at version 1 metrics_version 1, the code is at "
