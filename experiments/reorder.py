@@ -64,10 +64,12 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
     table = frame(rows, values)
     if table.empty:
         raise SystemExit(f"{group} has no reorder window rows")
+    patched = rows[(rows.get("probe") == "reorder") & (rows.get("variant") == "exact")]["rank"]
+    ranks = " / ".join(dict.fromkeys("full" if pd.isna(r) else str(int(r)) for r in patched)) or "–"
     notes = ["Per test ordering π of the K chunks in front of the cached chunk (every non-identity ordering of the "
              "orbit): transfer = the identity-order patch formed once and stored; exact = π's own patch (one "
              "conditioned forward at the reorder); orbit = one patch averaged over the orbit's other orderings (π held "
-             "out), stored. Rank 16. η = 1 − KL/KL_blind, mean [95% cluster-bootstrap CI] over the rows (an item's "
+             f"out), stored. Rank {ranks}. η = 1 − KL/KL_blind, mean [95% cluster-bootstrap CI] over the rows (an item's "
              "orderings and the questions on one video resampled together) with a measurable deficit; "
              "‖Δπ − Δid‖/‖Δid‖: the raw deficit's change under the reorder, over all layers and channels."]
     if any(m.split(" (", 1)[0] in values.get("models", {}) for m in table.index.get_level_values(0)):

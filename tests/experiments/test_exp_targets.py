@@ -28,7 +28,8 @@ def window_row(model: str, attention: str, item: int, probe: str, variant: str, 
     kl_blind = 0.5 + 0.1 * item
     return {"shape": "window", "model": model, "family": model, "attention": attention, "item_id": f"{model}-{item}",
             "cluster_key": f"video{item // 2}", "probe": probe, "arm": probe, "variant": variant, "eta": eta,
-            "kl": kl_blind * (1 - eta), "kl_blind": kl_blind, "flip": False, "recovered": eta > 0.5, **cols}
+            "kl": kl_blind * (1 - eta), "kl_blind": kl_blind, "flip": False, "recovered": eta > 0.5, "rank": 16.0,
+            **cols}
 
 
 def reorder_rows() -> pd.DataFrame:
@@ -102,3 +103,34 @@ def test_reuse_gate_bad_inputs():
         reuse_gate([0.1], [True, False], 0.5)
     with pytest.raises(ValueError, match="coverage"):
         reuse_gate([0.1], [True], 0.0)
+
+
+@pytest.mark.integration
+def test_reorder_tiny_runs_and_renders(tmp_path):
+    """``make reorder``'s path at one item on the toy window model and tiny_kimi: the toy's K = 4 and 6 probes are
+    refusals (its stream has 3 states), tiny_kimi runs K = 3, 4 (exhaustive) and 6 (24 sampled orderings), the
+    exact patch at full rank (the probes' rank overridden to null) is the re-prefill, and the table lists exactly
+    what ran."""
+    from pipeline.pipeline_support import job_config
+
+    from kamera.job import store
+    from kamera.run import runner
+    from kamera.sweep import expand
+
+    full_rank = "window_probes=[{reorder:{rank:null}},{reorder_k4:{rank:null}},{reorder_k6:{rank:null}}]"
+    sweep = ["experiment=reorder_tiny", "n_items=1", "testbed=toy_window,tiny_kimi_window", full_rank,
+             f"paths.results={tmp_path}/raw"]
+    for job in expand(sweep):
+        runner.run(job_config(tmp_path, *job))
+    reorder.main([*sweep, "--out", str(tmp_path / "reorder")])
+    rows = pd.concat([s.rows() for s in store.shards(tmp_path / "raw", "reorder_tiny")])
+    kimi = rows[rows["model"] == "tiny_kimi"]
+    assert sorted(kimi["n_chunks"].dropna().astype(int).unique()) == [3, 4, 6]
+    assert sorted(rows.loc[rows["model"] == "toy_window", "n_chunks"].dropna().astype(int).unique()) == [3]
+    exact = kimi[kimi["variant"] == "exact"]
+    assert len(exact) == 5 + 23 + 23 and (exact["effective_rank"] == exact["n_b"]).all() and (exact["kl"] < 1e-9).all()
+    assert (kimi.loc[kimi["variant"] == "orbit", "delta_rel"] > 0).all()
+    md = (tmp_path / "reorder.md").read_text()
+    assert "| toy_window (GQA) | 3 | 6 (exhaustive) |" in md and "| toy_window (GQA) | 4 |" not in md
+    assert "| tiny_kimi (MLA) | 6 | 24 (sampled) |" in md and "| tiny_kimi (MLA) | 4 | 24 (exhaustive) |" in md
+    assert "Rank full." in md
