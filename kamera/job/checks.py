@@ -13,7 +13,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-import kamera
 from kamera.items.selection import Selection
 from kamera.job.shape import shape_of
 from kamera.job.spec import DTYPES, JobError, build_specs
@@ -96,7 +95,7 @@ def _model_problems(cfg: DictConfig) -> list[str]:
     if e.kind == "paper":
         return checkpoint_problems(checkpoint_path(e.name, cfg.model.path, cfg.paths.models))
     if e.kind == "toy" and e.weights:
-        return checkpoint_problems(Path(kamera.__file__).resolve().parent / e.weights, tokenizer=False)
+        return checkpoint_problems(Path(__file__).resolve().parents[1] / e.weights, tokenizer=False)  # in kamera/
     return []
 
 
