@@ -93,10 +93,13 @@ def frontier(m: pd.DataFrame, rank: float) -> tuple[float, float, float]:
         idx = idx.astype(int)
         return crossing(np.nanmean(matrix[idx], axis=0), xs, float(target[idx].mean()))
 
-    labels = cluster_labels(pd.DataFrame({"item_id": [items[i] for i in keep],
-                                          "cluster_key": m.drop_duplicates("item_id").set_index("item_id")
-                                          .reindex([items[i] for i in keep])["cluster_key"].tolist()}))
-    return bootstrap_ci(np.arange(len(keep)), stat, clusters=labels)
+    return bootstrap_ci(np.arange(len(keep)), stat, clusters=item_clusters(m, [items[i] for i in keep]))
+
+
+def item_clusters(m: pd.DataFrame, items: list[str]) -> list[str]:
+    """The bootstrap cluster of each of ``items`` (:func:`experiments.common.cluster_labels` of its rows in ``m``)."""
+    keys = m.drop_duplicates("item_id").set_index("item_id").reindex(items)["cluster_key"].tolist()
+    return cluster_labels(pd.DataFrame({"item_id": items, "cluster_key": keys}))
 
 
 def fraction_cell(ci: tuple[float, float, float]) -> str:
@@ -136,16 +139,23 @@ def table(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
     return frame
 
 
+def sweep_band(m: pd.DataFrame) -> tuple[list[float], list[tuple[float, float, float]]]:
+    """One model's sweep: the re-run fractions and, at each, mean η with its 95% cluster-bootstrap CI."""
+    items, matrix, xs = sweep_matrix(m)
+    clusters = item_clusters(m, items)
+    return xs, [bootstrap_ci(matrix[:, j], clusters=clusters) for j in range(len(xs))]
+
+
 def plot(rows: pd.DataFrame, title: str) -> plt.Figure:
-    """η vs effective re-run fraction per model (mean, 95% band), the rank-m patch's mean η dashed."""
+    """η vs effective re-run fraction per model (mean, 95% cluster-bootstrap band), the rank-m patch's mean η
+    dashed."""
     with plt.style.context(str(STYLE)):
         fig, ax = plt.subplots()
         for i, (model, m) in enumerate(measured(rows).groupby("model", sort=True)):
-            _, matrix, xs = sweep_matrix(m)
+            xs, cis = sweep_band(m)
             if not xs:
                 continue
             colour = f"C{i}"
-            cis = [bootstrap_ci(matrix[:, j]) for j in range(len(xs))]
             ax.plot(xs, [c[0] for c in cis], marker="o", color=colour, label=model)
             ax.fill_between(xs, [c[1] for c in cis], [c[2] for c in cis], color=colour, alpha=0.15, linewidth=0)
             for rank in sorted(m.loc[m["arm_name"] == "patch", "rank"].dropna().unique()):

@@ -265,6 +265,19 @@ def test_cis_over_clustered_rows_are_wider_than_the_row_bootstrap(where):
         assert "n 20, 4 clusters" in cell(True) and "clusters" not in cell(False)
 
 
+def test_table8_sweep_band_resamples_clusters():
+    from experiments import table8
+
+    def rows(share: bool) -> pd.DataFrame:
+        return pd.DataFrame([{"model": "m", "item_id": item, "cluster_key": cluster if share else None,
+                              "arm_name": "shallow_reprefill", "eta": v,
+                              "params": json.dumps({"rerun_fraction_effective": 0.5})}
+                             for item, cluster, v in clustered({0: 0.2, 1: 0.9, 2: 0.4, 3: 0.7})])
+
+    (_, clustered_ci, _), (_, row_ci, _) = (table8.sweep_band(rows(s))[1] for s in (True, False))
+    assert clustered_ci[2] - clustered_ci[1] > 1.3 * (row_ci[2] - row_ci[1])
+
+
 def test_every_row_its_own_cluster_is_the_row_bootstrap_draw_for_draw():
     from experiments.common import ci_cell, cluster_labels
 
