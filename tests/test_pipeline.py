@@ -90,7 +90,7 @@ def test_bad_names_and_missing_paths_fail_before_any_forward(tmp_path, monkeypat
     cases = {
         "arms=[blind,patch_r999]": "conf/arm has: blind",
         "model.name=qwen9": "unknown model 'qwen9'; registered models: tiny_deepseek_v2, tiny_deepseek_vl",
-        "bench.name=nope": "valid names: ['egoschema'",
+        "bench.name=nope": "unknown benchmark 'nope'; valid names: ['binding_words', 'egoschema'",
         "bench=mm_niah_reasoning": "KAMERA_DATA is not set",
         "model=qwen2_5_vl_7b": "hf download Qwen/Qwen2.5-VL-7B-Instruct",
         "probes=[nope]": "conf/probe has: deficit_heads, deficit_norms",
