@@ -24,25 +24,38 @@ An :class:`~kamera.items.spans.Audio` part becomes what ``Qwen2_5OmniProcessor``
 An Audio must be at the feature extractor's rate (16 kHz: :func:`kamera.data.media.read_audio` resamples) and
 no longer than its window (300 s for the published checkpoint); anything else is a one-line ValueError, never a
 silent resample or truncation. Images and video are Qwen2.5-VL's path with Omni's rope index (video time scaled
-by ``position_id_per_seconds``, from ``second_per_grids``).
+by ``position_id_per_seconds``, from ``second_per_grids``); a checkpoint without ``video_preprocessor_config.json``
+gets the processor's own per-frame video budget (``Qwen2_5OmniProcessor.videos_kwargs``: 128·28² .. 768·28²
+pixels), not its image budget.
 """
 
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 
 import torch
 from transformers import WhisperFeatureExtractor
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
 from kamera.items.spans import Audio
 from kamera.models.base import VisionPiece
 from kamera.models.qwen_vl import QwenVLAdapter
+
+VIDEO_PIXELS = (128 * 28 * 28, 768 * 28 * 28)  # Qwen2_5OmniProcessor.videos_kwargs (min, max pixels per frame)
 
 
 class Qwen25OmniAdapter(QwenVLAdapter):
     """The Qwen2.5-Omni thinker (``Qwen2_5OmniThinkerForConditionalGeneration``): text, images, video, audio."""
 
     family = "qwen2_5_omni"
+
+    def _frame_size(self, n_frames: int, height: int, width: int) -> tuple[int, int]:
+        """Qwen2.5-VL's per-frame resize, within the processor's video budget when the checkpoint states none."""
+        if self.checkpoint is None or (Path(self.checkpoint) / "video_preprocessor_config.json").is_file():
+            return super()._frame_size(n_frames, height, width)
+        factor = self.image_processor.patch_size * self.image_processor.merge_size
+        return smart_resize(height, width, factor=factor, min_pixels=VIDEO_PIXELS[0], max_pixels=VIDEO_PIXELS[1])
 
     @cached_property
     def feature_extractor(self) -> WhisperFeatureExtractor:

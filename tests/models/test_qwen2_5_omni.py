@@ -166,3 +166,20 @@ def test_shaped_audio_span_is_the_thinkers_own_forward(shaped_omni):
 @pytest.mark.shaped
 def test_shaped_audio_identities(shaped_omni):
     check_identities(shaped_omni)
+
+
+def test_video_frames_take_the_processors_budget_without_a_video_config(tiny, tmp_path):
+    """A checkpoint without video_preprocessor_config.json resizes frames within Qwen2_5OmniProcessor's video
+    budget (128·28² .. 768·28² pixels), not its image budget; with one, the stated budget."""
+    from kamera.models.qwen_omni import VIDEO_PIXELS
+
+    adapter = tiny("tiny_qwen2_5_omni")
+    adapter.checkpoint = tmp_path
+    try:
+        h, w = adapter._frame_size(4, 1080, 1920)
+        assert VIDEO_PIXELS[0] <= h * w <= VIDEO_PIXELS[1] and h % 28 == 0 and w % 28 == 0 and w > h
+        (tmp_path / "video_preprocessor_config.json").write_text("{}")
+        h, w = adapter._frame_size(4, 1080, 1920)
+        assert h * w <= adapter.image_processor.size["longest_edge"]
+    finally:
+        adapter.checkpoint = None
