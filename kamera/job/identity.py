@@ -158,12 +158,24 @@ def checkpoint_fingerprint(cfg: DictConfig) -> str:
     return f"checkpoint:{h.hexdigest()[:16]}"
 
 
+def _model_identity(cfg: DictConfig) -> dict:
+    """The model's part of the config key: name and dtype; for ``model=hf`` also the checkpoint (its resolved path),
+    so several checkpoints of your own in one group are several configs (status and renderers tell them apart)."""
+    from kamera.models.registry import MODELS
+
+    out = {"name": cfg.model.name, "dtype": DTYPES[cfg.model.dtype]}
+    e = MODELS.get(cfg.model.name)  # an unknown name is preflight's to report
+    if cfg.model.path is not None and e is not None and e.from_checkpoint:
+        out["checkpoint"] = str(Path(os.path.expanduser(str(cfg.model.path))).resolve())
+    return out
+
+
 def config_identity(cfg: DictConfig) -> dict:
     """The config keys that define a job's numbers (operational keys such as paths and device left out)."""
     shape = shape_of(cfg)
     return {
         **shape.identity_tag,  # a window job's key never equals an arm job's
-        "model": {"name": cfg.model.name, "dtype": DTYPES[cfg.model.dtype]},
+        "model": _model_identity(cfg),
         "bench": shape.bench_identity(cfg),
         "n_items": cfg.n_items,
         "seed": cfg.seed,

@@ -445,3 +445,18 @@ def test_scoring_generate_parses_a_generated_letter_as_its_own_job(tmp_path, mus
     assert config_key(hf_job(tmp_path, ckpt, musique, "scoring=generate")) != config_key(hf_job(tmp_path, ckpt,
                                                                                                   musique))
     assert any("scoring='vote'" in p for p in preflight(hf_job(tmp_path, ckpt, musique, "scoring=vote")))
+
+
+# ----- item 1: several checkpoints of your own in one group are several configs ------------------------------------
+def test_two_checkpoints_in_one_group_have_their_own_config_keys(tmp_path, musique):
+    from kamera.job.store import latest, shards
+
+    a, b = text_checkpoint(tmp_path / "run-a", "llama", seed=0), text_checkpoint(tmp_path / "run-b", "llama", seed=1)
+    cfgs = [hf_job(tmp_path, c, musique, "group=mine", "arms=[blind]") for c in (a, b)]
+    keys = [config_key(c) for c in cfgs]
+    assert keys[0] != keys[1]
+    paths = [runner.run(c) for c in cfgs]
+    found = shards(tmp_path / "raw", "mine")
+    for key, path, ckpt in zip(keys, paths, (a, b), strict=True):
+        (shard,) = latest(found, config_key=key)
+        assert shard.path == path and set(pd.read_parquet(path).checkpoint) == {ckpt.name}
