@@ -29,7 +29,7 @@ from kamera.sweep import compose_config
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZERS = Path(os.environ.get("KAMERA_TOKENIZERS", REPO.parent / "shared" / "tokenizers"))
-ARMS = "arms=[reprefill,blind,patch_r8,patch_full]"
+ARMS = "arms=[reprefill,blind,patch_r8,patch_full,cacheblend]"  # the issue's command line
 
 # content as a list of typed parts (the VL templates) and as one string (most text models' templates)
 PARTS = ("{% for m in messages %}<|{{ m['role'] }}|>\n{% for p in m['content'] %}{{ p['text'] }}{% endfor %}{{ '\\n' }}"
@@ -98,7 +98,7 @@ def check_identities(rows: pd.DataFrame) -> None:
 def test_a_text_checkpoint_runs_by_path_with_full_rank_equal_to_reprefill(tmp_path, musique, model_type):
     ckpt = text_checkpoint(tmp_path / f"my-{model_type}", model_type)
     rows = pd.read_parquet(runner.run(hf_job(tmp_path, ckpt, musique)))
-    assert set(rows.arm) == {"reprefill", "blind", "patch_r8", "patch_full"} and len(rows) == 8
+    assert set(rows.arm) == {"reprefill", "blind", "patch_r8", "patch_full", "cacheblend"} and len(rows) == 10
     assert set(rows.model) == {"hf"} and set(rows.family) == {model_type} and set(rows.model_type) == {model_type}
     assert set(rows.checkpoint) == {f"my-{model_type}"} and set(rows.attention) == {"GQA"}
     check_identities(rows)
