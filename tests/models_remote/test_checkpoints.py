@@ -228,7 +228,7 @@ def test_phi_hd_transform_sizes_and_token_counts(size, hd):
 
 
 # ----- registry and preflight ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["internvl_chat_v1_1", "gemma3n_e4b", "gdn_hybrid"])
+@pytest.mark.parametrize("name", ["internvl_chat_v1_1", "gemma3n_e4b"])
 def test_extras_preflight_says_what_is_missing(tmp_path, name):
     from kamera.models import entry
 
@@ -240,13 +240,6 @@ def test_extras_preflight_says_what_is_missing(tmp_path, name):
     assert len(problems) == 1 and "has no adapter yet" in problems[0] and entry(name).notes in problems[0]
     with pytest.raises(NotImplementedError, match="no adapter yet"):
         load_model(name, path=tmp_path / repo)
-
-
-def test_gdn_hybrid_names_its_cacheless_layers():
-    from kamera.models import entry
-
-    notes = entry("gdn_hybrid").notes
-    assert "no K/V" in notes and "full-attention layers" in notes and "state-delta" in notes
 
 
 @pytest.mark.parametrize("name", NAMES)
