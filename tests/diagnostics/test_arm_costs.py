@@ -61,6 +61,9 @@ def test_patch_bytes_follow_the_closed_form(costs):
         if r["arm_name"] not in ("patch", "orbit") or params.get("granularity", "layer") != "layer":
             continue
         ranks = n_b if params["rank"] is None else channel_ranks(ctx, params["rank"])  # full rank on every channel
+        if params.get("rotary_rank", "auto") != "auto":  # a k_pe / K rank set by the arm (Fig. 5's k_pe sweep)
+            rotary = params["rotary_rank"] if params["rotary_rank"] is not None else n_b
+            ranks = [params["rank"] if s.rotary is None else rotary for s in ctx.adapter.specs]
         layers = len(params.get("patched_layers", range(n_layers)))
         expect = layers * patch_numbers(ranks, n_b, widths(ctx)) * item
         assert r["bytes"] == expect, label
