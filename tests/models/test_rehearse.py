@@ -68,9 +68,9 @@ def test_bad_input_fails_with_one_line(tmp_path, capsys):
     assert "unknown paper experiment(s) ['tabel3']" in capsys.readouterr().err
     assert shaped_main(["qwen9_vl", "--out", str(tmp_path)]) == 2
     assert "unknown model 'qwen9_vl'" in capsys.readouterr().err
-    # a paper model of Fig. 9 registered without an adapter, hence without a writer
-    assert not entry("internvl_chat_v1_1").has_adapter
-    assert shaped_main(["internvl_chat_v1_1", "--out", str(tmp_path)]) == 2
+    # a paper entry without a writer: model=hf (your own checkpoint; every paper model has one now)
+    assert entry("hf").shaped is None
+    assert shaped_main(["hf", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "no shaped-checkpoint writer registered" in err and err.count("\n") == 1
     assert shaped_main(["tiny_llava", "--out", str(tmp_path)]) == 2

@@ -228,7 +228,7 @@ def test_phi_hd_transform_sizes_and_token_counts(size, hd):
 
 
 # ----- registry and preflight ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["internvl_chat_v1_1", "gemma3n_e4b"])
+@pytest.mark.parametrize("name", ["gemma3n_e4b"])
 def test_extras_preflight_says_what_is_missing(tmp_path, name):
     from kamera.models import entry
 
