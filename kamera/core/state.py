@@ -119,14 +119,28 @@ def features(spec: DeltaRuleSpec, history: torch.Tensor, x: LayerInputs) -> tupl
     return k, v, beta, g
 
 
-def scan(state: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """The gated delta rule over n tokens from ``state`` [H, d_k, W]: S ← e^{g}S; S ← S + β k (v − Sᵀk)ᵀ per token
-    (v [n, H, W]; W = d_v, or d_k + d_v for the augmented [T | S] scan). Returns the state after the last token."""
+def scan(state: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor,
+         chunk: int = 64) -> torch.Tensor:
+    """The gated delta rule over n tokens from ``state`` [H, d_k, W] (v [n, H, W]; W = d_v, or d_k + d_v for the
+    augmented [T | S] scan): per token S ← e^{g}S, then S ← S + β k (v − Sᵀk)ᵀ. Returns the state after the last token.
+
+    Computed ``chunk`` tokens at a time in the chunkwise (UT-transform) form transformers' ``torch_chunk_gated_delta_rule``
+    uses: within a chunk with cumulative log-decay γ, L = strictly-lower[β_i k_iᵀk_j e^{γ_i − γ_j}] and
+    U = (I + L)⁻¹(β v), W = (I + L)⁻¹(β k e^{γ}); then S ← e^{γ_C} S + (k e^{γ_C − γ})ᵀ (U − W S).
+    """
     s = state.clone()
-    for t in range(k.shape[0]):
-        s.mul_(g[t].exp()[:, None, None])
-        mem = torch.einsum("hkw,hk->hw", s, k[t])
-        s.add_(k[t][:, :, None] * ((v[t] - mem) * beta[t][:, None])[:, None, :])
+    for c0 in range(0, k.shape[0], chunk):
+        kc, vc = k[c0:c0 + chunk].transpose(0, 1), v[c0:c0 + chunk].transpose(0, 1)  # [H, C, d_k], [H, C, W]
+        bc, cum = beta[c0:c0 + chunk].T, g[c0:c0 + chunk].T.cumsum(-1)  # [H, C]
+        n = kc.shape[1]
+        upper = torch.ones(n, n, dtype=torch.bool, device=kc.device).triu(1)
+        decay = (cum[:, :, None] - cum[:, None, :]).masked_fill(upper, float("-inf")).exp()  # e^{γ_i − γ_j}, j ≤ i
+        system = (bc[:, :, None] * (kc @ kc.transpose(1, 2))) * decay  # its unit diagonal is implied below
+        rhs = torch.cat([bc[:, :, None] * vc, bc[:, :, None] * kc * cum.exp()[:, :, None]], dim=-1)
+        sol = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+        u, w = sol[..., : vc.shape[-1]], sol[..., vc.shape[-1]:]
+        last = cum[:, -1:]
+        s = s * last.exp()[:, :, None] + (kc * (last - cum).exp()[:, :, None]).transpose(1, 2) @ (u - w @ s)
     return s
 
 

@@ -55,14 +55,29 @@ def test_composition_behind_a_equals_the_recurrence_over_a_then_b(spec, n_b):
     torch.testing.assert_close(behind_a.history, whole.history, rtol=0, atol=0)
 
 
-def test_the_recurrence_is_transformers_chunked_kernel(spec):
-    """The state after a run = the model's own ``torch_chunk_gated_delta_rule`` from the same initial state."""
+def token_by_token(s: torch.Tensor, k, v, beta, g) -> torch.Tensor:
+    """The delta rule one token at a time, as written (the reference the chunkwise scan must equal)."""
+    s = s.clone()
+    for t in range(k.shape[0]):
+        s = s * g[t].exp()[:, None, None]
+        s = s + k[t][:, :, None] * ((v[t] - torch.einsum("hkw,hk->hw", s, k[t])) * beta[t][:, None])[:, None, :]
+    return s
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 64])
+def test_the_recurrence_is_the_token_rule_and_transformers_chunked_kernel(spec, chunk):
+    """The state after a run = the rule applied token by token = the model's own ``torch_chunk_gated_delta_rule``
+    from the same initial state, for values of any width (the augmented [T | S] scan is d_k + d_v wide)."""
     x = inputs(70, 3)  # more than one of the kernel's 64-token chunks
     k, v, beta, g = features(spec, zero(spec).history, x)
     s0 = torch.randn(HV, DK, DV, generator=torch.Generator().manual_seed(4))
     _, ref = torch_chunk_gated_delta_rule(torch.zeros_like(k)[None], k[None], v[None], g=g[None], beta=beta[None],
                                           initial_state=s0[None], output_final_state=True)
-    torch.testing.assert_close(scan(s0, k, v, beta, g), ref[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(scan(s0, k, v, beta, g, chunk), ref[0], rtol=1e-5, atol=1e-5)
+    wide = torch.cat([v, v[..., :2]], dim=-1)
+    s_wide = torch.cat([s0, s0[..., :2]], dim=-1)
+    torch.testing.assert_close(scan(s_wide, k, wide, beta, g, chunk), token_by_token(s_wide, k, wide, beta, g),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_composition_is_linear_in_the_incoming_state(spec):
