@@ -118,6 +118,17 @@ def test_bad_requests_are_refused_before_anything_runs(engine, item, tmp_path):
     assert ok.num_cached_tokens == pa
 
 
+def test_vllms_prefill_is_transformers_on_the_same_checkpoint(engine, item, checkpoint):
+    """The engine and kamera's own splice (transformers) read one model: next-token log-probs agree in float32."""
+    from transformers import Qwen2ForCausalLM
+
+    out = engine("float32").run(prompt(item))
+    lm = Qwen2ForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    with torch.no_grad():
+        logits = lm(torch.tensor([prompt(item)])).logits[0, -1]
+    assert float((out.logprobs - torch.log_softmax(logits.double(), -1)).abs().max()) < 1e-4
+
+
 def test_bf16_relocation_and_full_rank_are_within_bf16_rounding(engine, item):
     s, ref, _ = prepared(engine, item, "bfloat16")
     splice(s, item, "blind")
