@@ -38,6 +38,7 @@ from experiments.common import (
     partial_tag,
     row_cell,
 )
+from experiments.fig12 import engine_folder, engine_provenance, timing_lines, timing_panel
 from experiments.panels import blank, cell, load_sources, of_probe, one_label
 from kamera.diagnostics.records import cumulative
 
@@ -207,7 +208,8 @@ def to_markdown(points: pd.DataFrame, dropped: int, t: pd.DataFrame, cum: pd.Dat
 
 
 def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           sources: list[str] | None = None, paper: dict | None = None) -> tuple[str, list[Path]]:
+           sources: list[str] | None = None, paper: dict | None = None,
+           engine: Path | None = None) -> tuple[str, list[Path]]:
     points, dropped = bytes_points(rows)
     records = one_label(of_probe(probes, "ttft"), "ttft")
     t = timings(records) if not records.empty else pd.DataFrame()
@@ -215,7 +217,10 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
     if points.empty and t.empty:
         raise SystemExit(f"{group} has no rows with bytes and no ttft records")
     title = f"Fig. 11 ({group}{partial_tag(footer)})"
-    md = document(to_markdown(points, dropped, t, cum, title, sources or [], paper_or(paper, "fig11")), footer)
+    lines = to_markdown(points, dropped, t, cum, title, sources or [], paper_or(paper, "fig11"))
+    if engine is not None:  # make fig11 ENGINE=vllm: vLLM's TTFT with the splice, a second source for (b)
+        lines += [*timing_lines(timing_panel(pd.read_csv(engine / "timing.csv"))), "", engine_provenance(engine)]
+    md = document(lines, footer)
     return figure_outputs(plot(points, t, cum, title), md, stem, footer, place="figure")
 
 
@@ -226,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = pd.concat([f for f in (exp.rows, src.rows) if not f.empty], ignore_index=True) \
             if not (exp.rows.empty and src.rows.empty) else pd.DataFrame()
         footer = exp.footer + (f"; {src.footer}" if src.footer else "")
-        return render(rows, exp.probes, exp.name, exp.stem("figure"), footer, names, exp.paper)
+        return render(rows, exp.probes, exp.name, exp.stem("figure"), footer, names, exp.paper, engine_folder())
 
     cli(__doc__, "fig11", draw, argv)
 
