@@ -260,13 +260,23 @@ def engine_markdown(panels: dict[str, pd.DataFrame], folder: Path) -> list[str]:
     lines += markdown_rows(["model · dtype · source", "arm", "n", "accuracy", "agreement %", "chance"],
                            [[r.model, r.arm, str(r.n), cell(r.accuracy, ".3f"), cell(100 * r.agreement, ".1f"),
                              cell(r.chance, ".2f")] for r in agree.itertuples(index=False)])
-    lines += ["", "*time to first token in vLLM (Fig. 11(b), second source) and the connector's cost*", ""]
-    lines += markdown_rows(["dtype", "items", "prompt", "claimed", "TTFT prefill ms", "TTFT splice ms",
-                            "compose µs / token", "write µs / token"],
-                           [[r.dtype, str(int(r.n)), str(int(r.prompt)), str(int(r.claimed)), cell(r.ttft_prefill_ms, ".2f"),
-                             cell(r.ttft_splice_ms, ".2f"), cell(r.compose_us, ".2f"), cell(r.write_us, ".2f")]
-                            for r in timing.itertuples(index=False)])
-    return lines
+    return lines + timing_lines(timing)
+
+
+def timing_lines(timing: pd.DataFrame) -> list[str]:
+    """The engine's timing table (:func:`timing_panel`): Fig. 11(b)'s second source, printed by Fig. 11 and Fig. 12."""
+    lines = ["", "*time to first token in vLLM (Fig. 11(b), second source; median over items) and the connector's cost*",
+             ""]
+    return lines + markdown_rows(["dtype", "items", "prompt", "claimed", "TTFT prefill ms", "TTFT splice ms",
+                                  "compose µs / token", "write µs / token"],
+                                 [[r.dtype, str(int(r.n)), str(int(r.prompt)), str(int(r.claimed)),
+                                   cell(r.ttft_prefill_ms, ".2f"), cell(r.ttft_splice_ms, ".2f"), cell(r.compose_us, ".2f"),
+                                   cell(r.write_us, ".2f")] for r in timing.itertuples(index=False)])
+
+
+def engine_folder() -> Path | None:
+    """The engine rows' folder the render was given (``KAMERA_ENGINE_ROWS``), if any."""
+    return Path(os.environ[ENGINE_ROWS]) if os.environ.get(ENGINE_ROWS) else None
 
 
 def engine_plot(panels: dict[str, pd.DataFrame], title: str) -> plt.Figure:
@@ -328,7 +338,7 @@ def engine_provenance(folder: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    engine = Path(os.environ[ENGINE_ROWS]) if os.environ.get(ENGINE_ROWS) else None
+    engine = engine_folder()
     cli(__doc__, "fig12", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper,
                                              engine), argv)
 

