@@ -67,8 +67,8 @@ ENGINE_ARGS ?= $(if $(filter paper,$(SCALE)),$(engine_paper))
 engine-fig12: ## Fig. 12's engine rows (vLLM and kamera's own splice on one checkpoint) into ENGINE_OUT; make fig12 ENGINE=vllm runs it
 	$(ENGINE_VENV)/bin/python -m kamera.engine.fig12 --out $(ENGINE_OUT) $(ENGINE_ARGS)
 
-fig12: $(if $(filter vllm,$(ENGINE)),engine-fig12)
-fig12: export KAMERA_ENGINE_ROWS = $(if $(filter vllm,$(ENGINE)),$(ENGINE_OUT))
+fig12 fig11: $(if $(filter vllm,$(ENGINE)),engine-fig12)
+fig12 fig11: export KAMERA_ENGINE_ROWS = $(if $(filter vllm,$(ENGINE)),$(ENGINE_OUT))
 
 lint: ## ruff over the package, experiments, scripts and tests
 	$(PYTHON) -m ruff check kamera experiments scripts tests
