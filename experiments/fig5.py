@@ -9,10 +9,11 @@ table of the curve beside it, each with the provenance footer.
 
 **Effective rank.** Each point sits at the rank the patch really had: the ``effective_rank`` of its rows (a
 requested m above min(n_B, width) is clamped to full rank), averaged over items. A point clamped on some item
-is drawn hollow, and the requested ranks clamped on every item (all of them the full content rank, at one x)
-are drawn once, at the smallest of them, labelled with the requested ranks they stand for (at small n_B the
-ranks 32 … full would otherwise stack at one x); the table keeps every requested rank with its ``m_eff`` and,
-where it differs, its k_pe rank ``r_eff``.
+is drawn hollow, and the requested ranks clamped on every item to one effective rank (and k_pe rank) are
+drawn once, at the smallest of them (at small n_B the ranks 32 … full would otherwise stack at one x); on
+MLA the ranks past the content clamp whose k_pe rank still grows are hollow points off the line, which runs
+through one point per effective rank. The table keeps every requested rank with its ``m_eff`` and, where it
+differs, its k_pe rank ``r_eff``.
 
 **The k_pe rank on MLA.** The rotary rank that goes with m is a choice the paper does not state: the default
 (``auto``) keeps ⌈m/4⌉ of MLA's k_pe band, which gives the paper's byte fractions (docs/metrics.md). The
@@ -138,24 +139,23 @@ def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
             main = g["rotary"].iloc[0] == AUTO
             colour = f"C{bases.index(g['base'].iloc[0])}"
             d = drawn(g)
+            on_line = d.drop_duplicates("m_eff")  # MLA: past the content clamp only k_pe grows; those points sit off it
             style = {} if main else {"linestyle": "-." if g["rotary"].iloc[0] == "m/2" else (0, (3, 1, 1, 1, 1, 1)),
                                      "linewidth": 0.8}
-            ax.plot(d["m_eff"], d["kl_mean"], color=colour, label=line, **style)
+            ax.plot(on_line["m_eff"], on_line["kl_mean"], color=colour, label=line, **style)
             hollow = d["clamped"] > 0
             for mask, face in ((~hollow, colour), (hollow, "none")):
                 ax.scatter(d.loc[mask, "m_eff"], d.loc[mask, "kl_mean"], s=9 if main else 5, facecolors=face,
                            edgecolors=colour, linewidths=0.6, zorder=3)
-            for _, p in d[d["label"] != ""].iterrows():
-                ax.annotate(f"m={p['label']}", (p["m_eff"], p["kl_mean"]), fontsize=3.5, xytext=(2, 2),
-                            textcoords="offset points", color=colour)
             if main:
-                ax.fill_between(d["m_eff"], d["kl_lo"], d["kl_hi"], color=colour, alpha=0.15, linewidth=0)
-                ax.plot(d["m_eff"], d["kl_median"], marker="x", linestyle=":", linewidth=0.8, color=colour)
+                ax.fill_between(on_line["m_eff"], on_line["kl_lo"], on_line["kl_hi"], color=colour, alpha=0.15,
+                                linewidth=0)
+                ax.plot(on_line["m_eff"], on_line["kl_median"], marker="x", linestyle=":", linewidth=0.8, color=colour)
                 ax.axhline(g["blind_kl"].iloc[0], color=colour, linestyle="--", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(ranks, list(map(str, ranks)))
-        ax.set_xlabel("effective patch rank (hollow: m clamped to min(n_B, width) on some item)")
+        ax.set_xlabel("effective patch rank (hollow: m clamped to min(n_B, width); the table lists which m)")
         ax.set_ylabel("KL to re-prefill (mean, 95% band)")
         ax.set_title(title + " (dotted ×: median; dashed: blind; dash-dot: MLA k_pe at m/2, m)")
         ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))

@@ -408,6 +408,9 @@ def test_fig5_draws_the_ranks_clamped_to_full_rank_once_and_hollow():
     hollow = [c for c in fig.axes[0].collections if len(c.get_offsets()) and
               (c.get_facecolors().size == 0 or c.get_facecolors()[:, 3].max() == 0)]
     assert sum(len(c.get_offsets()) for c in hollow) >= 3  # the clamped points of the three lines that reach n_B
+    for line in fig.axes[0].lines:  # a line never runs vertically through the points stacked at one x
+        x = list(line.get_xdata())
+        assert len(x) == len(set(x)) or len(set(x)) == 1, line.get_label()
 
 
 def plateau_rows(share_at: dict[int, float], n_items: int = 8, wobble: float = 0.02) -> pd.DataFrame:
