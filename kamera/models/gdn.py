@@ -72,12 +72,17 @@ class GatedDeltaNetAdapter(Qwen3VLAdapter):
         self.gdn_layers = [i for i, t in enumerate(types) if t == "linear_attention"]
         if not self.attn_layers:
             raise ValueError(f"{self.name}: no full-attention layer in layer_types {types}")
-        self.state_specs = tuple(self._spec(l) for l in self.gdn_layers)
 
-    def _spec(self, layer: int) -> DeltaRuleSpec:
-        m = self.lm.layers[layer].linear_attn
-        return DeltaRuleSpec(layer, m.num_k_heads, m.num_v_heads, m.head_k_dim, m.head_v_dim,
-                             m.conv1d.weight.detach()[:, 0], m.A_log.detach(), m.dt_bias.detach())
+    @property
+    def state_specs(self) -> tuple[DeltaRuleSpec, ...]:
+        """Each GDN layer's fixed parameters, read from the modules as they are now (a float32 upcast after
+        loading replaces the parameters, so they are never cached here)."""
+        out = []
+        for l in self.gdn_layers:
+            m = self.lm.layers[l].linear_attn
+            out.append(DeltaRuleSpec(l, m.num_k_heads, m.num_v_heads, m.head_k_dim, m.head_v_dim,
+                                     m.conv1d.weight.detach()[:, 0], m.A_log.detach(), m.dt_bias.detach()))
+        return tuple(out)
 
     # ----- forwards ----------------------------------------------------------------------------
     def new_cache(self, data=None) -> RecordingCache:
@@ -125,9 +130,10 @@ class GatedDeltaNetAdapter(Qwen3VLAdapter):
         if token not in cache.carries:
             known = max((t for t in cache.carries if t < token), default=cache.start)
             prev = self.carry_at(cache, known)
+            specs = self.state_specs
             cache.carries[token] = [
                 compose(s, c, page(s, cache.recorded(s.layer).slice(known - cache.start, token - cache.start)))
-                for s, c in zip(self.state_specs, prev, strict=True)
+                for s, c in zip(specs, prev, strict=True)
             ]
         return cache.carries[token]
 
@@ -138,12 +144,11 @@ class GatedDeltaNetAdapter(Qwen3VLAdapter):
             layer = cache.layers[l]
             layers.append((layer.keys[0, :, start:stop].transpose(0, 1).contiguous(),
                            layer.values[0, :, start:stop].transpose(0, 1).contiguous()))
-        before = self.carry_at(cache, start)
-        pages = [page(s, cache.recorded(s.layer).slice(start - cache.start, stop - cache.start))
-                 for s in self.state_specs]
+        before, specs = self.carry_at(cache, start), self.state_specs
+        pages = [page(s, cache.recorded(s.layer).slice(start - cache.start, stop - cache.start)) for s in specs]
         if stop not in cache.carries:  # the carries leaving the chunk, for the next read
-            cache.carries[stop] = [compose(s, c, p) for s, c, p in zip(self.state_specs, before, pages, strict=True)]
-        return ChunkKV(self.specs, layers, positions.clone(), ChunkState(self.state_specs, pages, before))
+            cache.carries[stop] = [compose(s, c, p) for s, c, p in zip(specs, before, pages, strict=True)]
+        return ChunkKV(self.specs, layers, positions.clone(), ChunkState(specs, pages, before))
 
     def cache(self, chunks: list[ChunkKV]) -> RecordingCache:
         """A fresh cache: the attention layers' K/V end to end, the GDN layers' state composed over the chunks."""

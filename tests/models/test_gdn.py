@@ -149,3 +149,13 @@ def test_shaped_identities(shaped_gdn):
     ctx = ReuseContext(a, standard_spans(a, n_a=1))
     check_identities(ctx)
     check_relocation(a, ctx)
+
+
+def test_state_specs_follow_a_float32_upcast_after_loading():
+    """A bf16 checkpoint run in float32 is upcast after the adapter is built: the GDN layers' parameters the
+    composition reads are the upcast ones (else its conv would run in bf16, 1e-3 off the model's state)."""
+    from kamera.models.loading import upcast_except_vocab
+
+    adapter = load_model("tiny_gdn_hybrid", dtype="bfloat16")
+    upcast_except_vocab(adapter, torch.float32)
+    assert all(s.conv_weight.dtype == torch.float32 and s.a_log.dtype == torch.float32 for s in adapter.state_specs)
