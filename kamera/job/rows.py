@@ -20,7 +20,9 @@ MEASURE_COLUMNS = (
     "kl_oracle", "flip", "recovered", "pred", "gold", "correct", "n_choices", "bytes", "bytes_frac", "patch_dtype",
     "forwards", "recomputed_tokens", "e90_nb_content", "e90_nb_rotary", "seconds", "shared_seconds",
 )
-ROW_COLUMNS = JOB_COLUMNS + ITEM_COLUMNS + PLUGIN_COLUMNS + STAMP_COLUMNS + MEASURE_COLUMNS
+# what the per-sample log reads (kamera.job.samples); an arm row fills them, a window row leaves them null
+SAMPLE_LOG_COLUMNS = ("scoring", "input_sha256", "prompt", "choices", "generated")
+ROW_COLUMNS = JOB_COLUMNS + ITEM_COLUMNS + PLUGIN_COLUMNS + STAMP_COLUMNS + MEASURE_COLUMNS + SAMPLE_LOG_COLUMNS
 
 
 def job_keys(cfg: DictConfig, key: str, ckey: str) -> dict:

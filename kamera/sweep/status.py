@@ -40,7 +40,7 @@ from kamera.job import (
     job_specs,
     results_root,
 )
-from kamera.job.rows import ROW_COLUMNS, STAMP_COLUMNS
+from kamera.job.rows import ROW_COLUMNS, SAMPLE_LOG_COLUMNS, STAMP_COLUMNS
 from kamera.job.store import JobState, Shard, ShardCorruptError, latest, shards
 from kamera.sweep.cost import h100_hours, not_estimated
 from kamera.sweep.expand import SweepError, composed
@@ -68,9 +68,10 @@ class JobView:
     def rows(self) -> pd.DataFrame:
         """This job's rows for exactly its arms (label and knobs), one per (item, arm); ShardCorruptError naming the
         shard when its rows lack a column this code writes (rows of older code; a missing version stamp is
-        version 1, not an error)."""
+        version 1 and missing per-sample log columns are null, not errors)."""
         frame = self._records("rows", "arm", self.arms)
-        missing = [c for c in ROW_COLUMNS if c not in frame and c not in STAMP_COLUMNS] if len(frame) else []
+        missing = [c for c in ROW_COLUMNS if c not in frame and c not in (*STAMP_COLUMNS, *SAMPLE_LOG_COLUMNS)] \
+            if len(frame) else []
         if missing:
             raise ShardCorruptError(f"{self.shard.path} lacks the column(s) {', '.join(missing)} this code writes "
                                     "(rows of older code): rerun its job with force=true to recompute them")
