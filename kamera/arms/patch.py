@@ -59,6 +59,10 @@ class PatchArm(Arm):
         check_rotary_rank(self.name, self.rotary_rank)
         if isinstance(self.layers, str) and self.layers not in LAYER_SETS:
             raise ValueError(f"patch layers must be one of {LAYER_SETS} or a list of indices, got {self.layers!r}")
+        if not isinstance(self.layers, str) and (not isinstance(self.layers, list) or not self.layers or not all(
+                isinstance(l, int) and not isinstance(l, bool) and l >= 0 for l in self.layers)):
+            raise ValueError(f"patch layers must be one of {LAYER_SETS} or a list of layer indices >= 0, got "
+                             f"{self.layers!r}")
         if self.granularity not in ("layer", "head"):
             raise ValueError(f"patch granularity must be 'layer' or 'head', got {self.granularity!r}")
 

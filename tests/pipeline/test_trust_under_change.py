@@ -193,6 +193,10 @@ CHECKABLE = {
     "tau not a multiple of 1/k": (
         ("model=tiny_kimi", "bench=window_synthetic", "arms=[]", "window_probes=[{recall:{taus:[0.3,0.4]}}]"),
         "window_probes: recall[taus=[0.3,0.4]]: recall: taus [0.3] are not multiples of 1/k for the window of k = 5"),
+    "negative patch layer": (("model=tiny_kimi", "bench=synthetic", "arms=[{patch_r8:{layers:[-1]}}]"),
+                             "patch layers must be one of ('all', 'deep_half') or a list of layer indices >= 0, got [-1]"),
+    "fractional patch layer": (("model=tiny_kimi", "bench=synthetic", "arms=[{patch_r8:{layers:[1.5]}}]"),
+                               "patch layers must be one of ('all', 'deep_half') or a list of layer indices >= 0"),
     "toy subset": (("model=toy_binding", "bench=binding", "bench.subset='two_hop,nope'", "arms=[blind]"),
                    "bench.subset='two_hop,nope': the toy task has no query kind ['nope']"),
 }
