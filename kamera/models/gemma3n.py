@@ -99,6 +99,14 @@ class Gemma3nAdapter(Adapter):
                              f"soft tokens, which only its towers' embedders embed ({TEXT_ONLY_REASON})")
         return ids
 
+    def stop_ids(self) -> tuple[int, ...]:
+        """The checkpoint's generation config's EOS ids (E4B-it: <eos> 1 and <end_of_turn> 106); the text config
+        loaded alone names only <eos>."""
+        eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if eos is None:
+            return super().stop_ids()
+        return tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
+
     # ----- per-layer inputs --------------------------------------------------------------------
     def _token_extras(self, ids: torch.Tensor) -> dict:
         """The token-identity half of the per-layer inputs, [1, q, L, 256], from ids [1, q]."""

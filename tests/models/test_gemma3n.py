@@ -264,3 +264,16 @@ def test_shaped_kv_shared_and_evicted_rows(shaped, long_ctx):
     for t in new[0]:  # layer 0: sliding
         t[out_of_window] += 3.0
     assert torch.equal(ctx.query(ctx.conditioned.with_layers(new)).logits, ctx.query(ctx.conditioned).logits)
+
+
+@pytest.mark.shaped
+def test_shaped_chat_framing_is_the_checkpoints_template(shaped):
+    """The item's ids (header in the prefix, footer after the query) are the template's rendering of the same user
+    text, tokenized: <bos>, <start_of_turn> 105 and <end_of_turn> 106 at Gemma's ids."""
+    tok = shaped.tokenizer
+    text = [Span("B", ("Look at the board.",)), Span("query", (" Which cup?",))]
+    ours = torch.cat([s.input_ids for s in shaped.encode(text).spans]).tolist()
+    message = [{"role": "user", "content": [{"type": "text", "text": "Look at the board. Which cup?"}]}]
+    rendered = tok.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
+    assert ours == tok(rendered, add_special_tokens=False)["input_ids"]
+    assert ours[:2] == [2, 105] and 106 in ours and shaped.stop_ids() == (1, 106)
