@@ -49,7 +49,9 @@ def check_identities(ctx: ReuseContext) -> None:
     delta = ctx.deficit.state
     cond = ctx.conditioned.state.after()
     assert float(delta.deltas[0].norm()) <= 1e-5 * float(cond[0].state.norm())
-    assert max(rel(d, c.state) for d, c in zip(delta.deltas[1:], cond[1:], strict=True)) > 1e-4
+    deeper = [rel(d, c.state) for d, c in zip(delta.deltas[1:], cond[1:], strict=True)]  # later GDN layers
+    deeper += [rel(d[1], c[1]) for d, c in zip(ctx.deficit.layers, ctx.conditioned.layers, strict=True)]  # V
+    assert max(deeper) > 1e-4
     # "A empty": B's canonical page composed behind the prefix is B's canonical state
     prefix = a.cache([ctx.context_kv[0]])
     solo = a.forward([(ctx.enc.spans[ctx.b], ctx.canonical_start)], cache=prefix)
