@@ -26,7 +26,7 @@ from shaped_support import need_real_tokenizer
 from test_operator import rel_err
 
 import kamera.models.internvl_chat as ivc
-from kamera.core import relocate
+from kamera.core import relocate, rotate
 from kamera.items.spans import Span
 from kamera.metrics import eta, kl
 from kamera.models import entry, load_model, place
@@ -217,14 +217,20 @@ def test_native_mapping_matches_the_public_reference(tiny, tiny_dir):
 
 # ----- the operator's identities (float32) ----------------------------------------------------------------
 def identities(adapter, size: tuple[int, int]) -> None:
-    """Relocation exact, full rank = re-prefill, rank 0 = blind, 4D-mask oracle = blind at native positions."""
+    """Relocation exact, full rank = re-prefill, rank 0 = blind, 4D-mask oracle = blind at native positions.
+
+    Relocation: B moved by R(δ) = B prefilled at +δ (keys to 1e-5 at every layer, values untouched), and layer-0
+    keys moved by R(1000) = a float64-angle rotation to 1e-6 (farther, the model's own float32 p·θ carries ~1e-5)."""
     item = spans(size)
     b = adapter.encode_span(item[2])
-    at = {d: adapter.read(adapter.forward([(b, d)]).cache, 0, b.n_tokens, b.local_pos + d) for d in (0, 37, 900)}
+    at = {d: adapter.read(adapter.forward([(b, d)]).cache, 0, b.n_tokens, b.local_pos + d) for d in (0, 37, 97)}
     k = next(i for i, s in enumerate(adapter.specs) if s.rotary is not None)
-    for d in (37, 900):
+    for d in (37, 97):
         moved = relocate(at[0], d)
         assert rel_err(moved, at[d], k) <= 1e-5 and all(m[1 - k] is c[1 - k] for m, c in zip(moved.layers, at[0].layers, strict=True))
+    spec, keys0 = adapter.specs[k].rotary, at[0].layers[0][k].double()
+    exact = torch.stack([rotate(rotate(keys0[t], -t, spec), 1000 + t, spec) for t in range(b.n_tokens)])
+    assert float((relocate(at[0], 1000).layers[0][k].double() - exact).norm() / exact.norm()) <= 1e-6
     ctx = ReuseContext(adapter, item)
     kl_blind = kl(ctx.reprefill_logits, ctx.blind.logits)
     assert kl_blind > 1e-6
