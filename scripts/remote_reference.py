@@ -277,7 +277,7 @@ def internvit_tokens(W: Weights, cfg: dict, pixels: torch.Tensor) -> torch.Tenso
             return rms(t, W(name + ".weight"), eps)
         return layer_norm(t, W, name, eps)
 
-    for layer in range(cfg.get("select_layer", -1) % (v["num_hidden_layers"] + 1)):
+    for layer in range(cfg.get("select_layer", -4) % (v["num_hidden_layers"] + 1)):  # -4: V1.1's config default
         p = f"vision_model.encoder.layers.{layer}."
         h = norm(x, p + "norm1")
         b, n, _ = h.shape

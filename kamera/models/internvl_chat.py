@@ -101,8 +101,11 @@ def image_size(hub: dict) -> int:
 
 
 def read_layers(hub: dict, ckpt_layers: int) -> int:
-    """InternViT layers the model reads: ``hidden_states[select_layer]`` is the output of that many layers."""
-    sel = int(hub.get("select_layer", -1))
+    """InternViT layers the model reads: ``hidden_states[select_layer]`` is the output of that many layers.
+
+    Without ``select_layer`` in config.json, −4: the default of V1.1's own config class (the release's
+    ``configuration_internvl_chat.py``; later versions default to −1)."""
+    sel = int(hub.get("select_layer", -4))
     used = sel % (ckpt_layers + 1)
     if not 1 <= used <= ckpt_layers:
         raise CheckpointMismatchError(f"config.json select_layer {sel} reads no InternViT layer of {ckpt_layers}")
@@ -284,7 +287,7 @@ EMBEDDING_RENAMES = {"class_embedding": "cls_token", "position_embedding": "posi
                      "patch_embedding.bias": "patch_embeddings.projection.bias"}
 
 
-def _vision_load(name: str, c: int) -> list[Load]:
+def _vision_load(name: str) -> list[Load]:
     """The native tensors of one InternViT checkpoint tensor (``qkv`` split into q, k, v rows)."""
     rest = name[len(VISION):]
     if rest.startswith("embeddings."):
@@ -297,7 +300,7 @@ def _vision_load(name: str, c: int) -> list[Load]:
     layer, module, kind = m.group(1), m.group(2), m.group(3)
     q = f"{VISION}encoder.layer.{layer}."
     if module == "attn.qkv":
-        return [Load.copy(f"{q}attention.{proj}.{kind}", name, lambda x, k=k: x[k * c:(k + 1) * c])
+        return [Load.copy(f"{q}attention.{proj}.{kind}", name, lambda x, k=k: x.chunk(3)[k])  # rows q | k | v
                 for k, proj in enumerate(("q_proj", "k_proj", "v_proj"))]
     return [Load.copy(f"{q}{VISION_RENAMES[module]}.{kind}", name)]
 
@@ -305,10 +308,10 @@ def _vision_load(name: str, c: int) -> list[Load]:
 def weight_plan(hub: dict, used: int) -> WeightPlan:
     """Every native tensor with its checkpoint source; InternViT layers after the read one are ignored."""
     vis = hub["vision_config"]
-    c, depth = vis["hidden_size"], vis["num_hidden_layers"]
+    depth = vis["num_hidden_layers"]
     loads: list[Load] = []
     for name, _ in hub_tensor_shapes(hub | {"vision_config": vis | {"num_hidden_layers": used}}):
-        loads += _vision_load(name, c) if name.startswith(VISION) else [Load.copy(name, name)]
+        loads += _vision_load(name) if name.startswith(VISION) else [Load.copy(name, name)]
     ignored = [Ignored(r"language_model\.model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",
                        "a buffer the native rotary embedding recomputes from rope_theta")]
     if used < depth:
