@@ -40,7 +40,7 @@ def test_spanwise_encoding_matches_the_models_own_forward(tiny, name):
     torch.testing.assert_close(ours, ref, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe", "tiny_qwen3_omni"])
+@pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe", "tiny_qwen3_omni", "tiny_qwen2_5_omni"])
 def test_mrope_positions_compose_per_span(tiny, name):
     """Each span's rope index alone, offset by the previous spans' extents, is the whole item's index."""
     adapter = tiny(name)
