@@ -28,7 +28,6 @@ A 4D mask cannot keep A out of B's recurrent state (the mask reaches only attent
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -168,8 +167,16 @@ class GatedDeltaNetAdapter(Qwen3VLAdapter):
         return cache
 
     def decode_cache(self, cache: DynamicCache) -> DynamicCache:
-        """A copy (recurrent and conv states are updated in place by decoding)."""
-        return copy.deepcopy(cache)
+        """A new cache over the attention layers' K/V and copies of the GDN states (decoding updates those in
+        place); the recorded inputs are not carried (decoding reads no pages)."""
+        data: list[tuple] = [(None, None)] * self.n_layers
+        for l in self.attn_layers:
+            data[l] = (cache.layers[l].keys, cache.layers[l].values)
+        out = DynamicCache(ddp_cache_data=data, config=self.text_config)
+        for l in self.gdn_layers:
+            out.layers[l].update_conv_state(cache.layers[l].conv_states[0].clone())
+            out.layers[l].update_recurrent_state(cache.layers[l].recurrent_states[0].clone())
+        return out
 
 
 def tiny_config():
