@@ -74,6 +74,16 @@ class CacheBlendArm(Arm):
         if self.checks == 0:
             raise ValueError("cacheblend: checks must be at least 1")
 
+    def problems(self, device: str = "cpu", n_layers: int | None = None) -> list[str]:
+        """Check layers beyond the model's depth (:meth:`schedule`), known from its config before load."""
+        if n_layers is None:
+            return []
+        try:
+            self.schedule(n_layers)
+        except ValueError as err:
+            return [str(err)]
+        return []
+
     def schedule(self, n_layers: int) -> dict[int, float]:
         """Check layer → fraction of n_B kept there."""
         n_checks = 1 if self.filtering == "single" else self.checks

@@ -76,6 +76,11 @@ class OrbitArm(Arm):
         check_count(self.name, "seed", self.seed)
         if not isinstance(self.hold_out, bool):
             raise ValueError(f"orbit: hold_out must be a bool, got {self.hold_out!r}")
+        if self.orderings is not None and not (isinstance(self.orderings, list) and self.orderings and all(
+                isinstance(o, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in o)
+                for o in self.orderings)):
+            raise ValueError(f"orbit: orderings must be null or a list of orderings (lists of chunk indices), got "
+                             f"{self.orderings!r}")
 
     def orbit(self, k: int) -> tuple[list[Ordering], bool]:
         """The orderings averaged over for K = k chunks of A, and whether they are the whole orbit."""

@@ -197,6 +197,11 @@ CHECKABLE = {
                              "patch layers must be one of ('all', 'deep_half') or a list of layer indices >= 0, got [-1]"),
     "fractional patch layer": (("model=tiny_kimi", "bench=synthetic", "arms=[{patch_r8:{layers:[1.5]}}]"),
                                "patch layers must be one of ('all', 'deep_half') or a list of layer indices >= 0"),
+    "cacheblend check layer beyond depth": (
+        ("model=tiny_kimi", "bench=synthetic", "arms=[{cacheblend:{check_layer:99}}]"),
+        "arms: cacheblend[check_layer=99]: cacheblend: check layers 99..99 exceed the model's 4 layers"),
+    "orbit orderings not lists": (("model=tiny_kimi", "bench=synthetic", "arms=[{orbit_r16:{orderings:5}}]"),
+                                  "orbit: orderings must be null or a list of orderings (lists of chunk indices), got 5"),
     "toy subset": (("model=toy_binding", "bench=binding", "bench.subset='two_hop,nope'", "arms=[blind]"),
                    "bench.subset='two_hop,nope': the toy task has no query kind ['nope']"),
 }
