@@ -128,6 +128,7 @@ CHAT = {
     "qwen2_5_vl_7b": ("Qwen2_5_VLProcessor", "<|vision_start|><|image_pad|><|vision_end|>", "<|image_pad|>", {}),
     "qwen3_vl_8b": ("Qwen3VLProcessor", "<|vision_start|><|image_pad|><|vision_end|>", "<|image_pad|>", {}),
     "qwen3_omni_30b_a3b": ("Qwen3OmniMoeProcessor", "<|vision_start|><|image_pad|><|vision_end|>", "<|image_pad|>", {}),
+    "qwen2_5_omni_7b": ("Qwen2_5OmniProcessor", "<|vision_bos|><|IMAGE|><|vision_eos|>", "<|IMAGE|>", {}),
     "llava_1_5_7b": ("LlavaProcessor", "<image>", "<image>", {}),
     "deepseek_vl_7b": ("DeepseekVLHybridProcessor", "<image_placeholder>", "<image_placeholder>", {}),
     "internvl3_8b": ("InternVLProcessor", "<IMG_CONTEXT>", "<IMG_CONTEXT>", {"crop_to_patches": True}),
