@@ -330,3 +330,11 @@ def test_the_sbatch_scripts_submit_themselves_and_create_their_log_folder(tmp_pa
     calls = log.read_text().splitlines()
     assert calls[0] == f"--array=0-2%2 {ROOT}/SLURM/array.sbatch {manifest}"
     assert calls[1] == f"{ROOT}/SLURM/driver.sbatch table3 n_items=3"
+
+
+def test_a_sweep_preflights_with_its_choice_overrides():
+    """``kamera.sweep --check`` with a sweep override (what ``make`` and the rehearsal pass): the launcher check
+    composes one job, not the sweep, which only composes under --multirun."""
+    from kamera.sweep import expand
+
+    assert expand.main(["--check", "experiment=table3_tiny", "seed=choice(0,1)"]) == 0

@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         for job in jobs:
             print(manifest_line(job))
         return 0
-    problems: dict[str, list[str]] = {p: ["every job"] for p in launcher_problems(args.overrides)}
+    # one job's overrides (a sweep's `choice(…)` composes only under --multirun; the launcher is the same for all)
+    problems: dict[str, list[str]] = {p: ["every job"] for p in launcher_problems(jobs[0] if jobs else args.overrides)}
     for job, cfg in composed(args.overrides):
         for p in preflight(cfg):
             problems.setdefault(p, []).append(" ".join(job))
