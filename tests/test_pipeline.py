@@ -335,6 +335,6 @@ def test_the_sbatch_scripts_submit_themselves_and_create_their_log_folder(tmp_pa
 def test_a_sweep_preflights_with_its_choice_overrides():
     """``kamera.sweep --check`` with a sweep override (what ``make`` and the rehearsal pass): the launcher check
     composes one job, not the sweep, which only composes under --multirun."""
-    from kamera.sweep import expand
+    from kamera.sweep.expand import main
 
-    assert expand.main(["--check", "experiment=table3_tiny", "seed=choice(0,1)"]) == 0
+    assert main(["--check", "experiment=table3_tiny", "seed=choice(0,1)"]) == 0
