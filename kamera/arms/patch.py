@@ -5,13 +5,19 @@ figure; ``rotary_rank`` of the rotary channel (K, MLA k_pe): ``"auto"`` (default
 (K and V "both carry binding", App. A) and ⌈m/4⌉ on MLA's 64-wide k_pe band (§3, "a small added
 k_pe-band patch"; see :func:`kamera.core.default_rotary_rank`), or an int / None to set it;
 ``layers`` ("all", "deep_half", or explicit indices); ``granularity`` ("layer": one SVD per
-layer-channel, the paper's default; "head": one per KV head). All ranks and layer sets of a sweep
-share one SVD per item (cached on the context).
+layer-channel, the paper's default; "head": one per KV head); ``patch_dtype`` (None, default: the
+factors are stored and added in the model's dtype, what a deployment stores; ``"float32"``: the factors
+are kept in float32, the patch is added in float32 and the sum rounded to the cache's dtype once, at
+twice the bf16 bytes). All ranks and layer sets of a sweep share one SVD per item (cached on the
+context); a float32 patch on a lower-precision model is one more decomposition per arm and item.
+A knob at its default is left out of the arm's knobs, so rows stored before the knob keep their key.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import torch
 
 from kamera.arms.base import Arm, ArmOutput, register
 from kamera.core import AUTO_ROTARY, Patch, deepest, family_rank_view
@@ -20,6 +26,7 @@ from kamera.reuse.context import ReuseContext
 
 LAYER_SETS = ("all", "deep_half")
 AUTO = AUTO_ROTARY
+PATCH_DTYPES = {"float32": torch.float32}  # beside None: the model's own dtype
 
 
 def check_rotary_rank(arm: str, value) -> None:
@@ -53,6 +60,7 @@ class PatchArm(Arm):
     rotary_rank: int | str | None = AUTO
     layers: str | list[int] = "all"
     granularity: str = "layer"
+    patch_dtype: str | None = None
 
     def __post_init__(self) -> None:
         check_count(self.name, "rank", self.rank, allow_none=True)
@@ -65,6 +73,24 @@ class PatchArm(Arm):
                              f"{self.layers!r}")
         if self.granularity not in ("layer", "head"):
             raise ValueError(f"patch granularity must be 'layer' or 'head', got {self.granularity!r}")
+        if self.patch_dtype is not None and self.patch_dtype not in PATCH_DTYPES:
+            raise ValueError(f"patch patch_dtype must be null (the model's dtype) or one of {sorted(PATCH_DTYPES)}, "
+                             f"got {self.patch_dtype!r}")
+
+    def params(self) -> dict:
+        """The knobs, ``patch_dtype`` left out at its default (None) so existing arms keep their knobs key."""
+        out = super().params()
+        if self.patch_dtype is None:
+            del out["patch_dtype"]
+        return out
+
+    def full_patch(self, ctx: ReuseContext) -> Patch:
+        """The item's full-rank patch with factors in ``patch_dtype`` (the context's shared one where that is the
+        model's dtype)."""
+        dtype = PATCH_DTYPES.get(self.patch_dtype, ctx.adapter.dtype)
+        if dtype == ctx.adapter.dtype:
+            return ctx.patch_for(self.granularity)
+        return Patch.form(ctx.deficit, self.granularity, dtype=dtype)
 
     def problems(self, device: str = "cpu", n_layers: int | None = None) -> list[str]:
         """Explicit ``layers`` beyond the model's depth (known from its config before load)."""
@@ -72,7 +98,7 @@ class PatchArm(Arm):
         return [f"patch layers {bad} are beyond the model's {n_layers} layers (0..{n_layers - 1})"] if bad else []
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
-        patch = truncated(ctx.patch_for(self.granularity), self.rank, self.rotary_rank, ctx.adapter.attention)
+        patch = truncated(self.full_patch(ctx), self.rank, self.rotary_rank, ctx.adapter.attention)
         if self.layers == "deep_half":
             patch = patch.restrict(deepest(patch.n_layers))
         elif not isinstance(self.layers, str):
