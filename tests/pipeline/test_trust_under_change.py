@@ -340,6 +340,7 @@ def test_partial_0_renders_complete_jobs_only_and_a_bad_value_is_named():
         timeout=60, env=env).stdout.splitlines()[0]
 
 
+@pytest.mark.integration  # composes the sweep with Hydra's launcher config (seconds)
 def test_a_slurm_launcher_off_a_cluster_fails_the_sweeps_preflight(tmp_path, monkeypatch, capsys):
     import importlib
 

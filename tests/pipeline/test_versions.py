@@ -70,6 +70,7 @@ def test_a_version_bump_recomputes_that_arms_rows_only(tmp_path, monkeypatch, ca
     assert "nothing to run" in _run(tmp_path, caplog=caplog)[2]
 
 
+@pytest.mark.integration  # a few tiny jobs end to end: seconds each
 def test_a_metrics_version_bump_recomputes_every_row_and_record(tmp_path, monkeypatch, caplog):
     _run(tmp_path, caplog=caplog)
     monkeypatch.setattr(job_spec, "METRICS_VERSION", 2)
@@ -80,6 +81,7 @@ def test_a_metrics_version_bump_recomputes_every_row_and_record(tmp_path, monkey
         assert f"{label}: recomputing its stale records (stored at version 1 metrics_version 1" in log
 
 
+@pytest.mark.integration  # a few tiny jobs end to end: seconds each
 def test_force_recomputes_every_row_in_place(tmp_path, caplog):
     rows, probes, _ = _run(tmp_path, caplog=caplog)
     forced, forced_probes, log = _run(tmp_path, "force=true", caplog=caplog)
@@ -94,6 +96,7 @@ class Killed(BaseException):
     """kill -9 between two items."""
 
 
+@pytest.mark.integration  # a few tiny jobs end to end: seconds each
 def test_a_forced_run_killed_midway_is_continued_by_the_next_run(tmp_path, monkeypatch, caplog):
     _run(tmp_path, caplog=caplog)
     append, calls = Shard.append, []
@@ -136,6 +139,7 @@ def test_a_shard_missing_a_column_this_code_writes_is_named(tmp_path, caplog):
         view.rows()
 
 
+@pytest.mark.integration  # a few tiny jobs end to end: seconds each
 def test_a_render_refuses_one_arms_rows_of_two_versions_in_one_cell(tmp_path, monkeypatch, capsys):
     """The issue's case: a job of the cell ran with the old code, another with the new; the render names the arm,
     both versions and the shards instead of drawing them together (unless told)."""
