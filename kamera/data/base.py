@@ -99,6 +99,30 @@ class LoadContext:
         return f"{self.bench.name}/{self.subset}/{self.split}/{native}" + (f"/{suffix}" if suffix else "")
 
 
+# ----- benchmarks generated in memory (synthetic, synthetic_audio, binding_words) ------------------------------
+def generated_id(ctx: LoadContext, index: int) -> str:
+    """The id of a generated benchmark's ``index``-th row: it depends only on (bench, subset, split, seed, index)."""
+    return ctx.item_id(f"s{ctx.seed}-{index:05d}")
+
+
+def generated_rows(ctx: LoadContext, n_total: int | None, build: Callable[[int], ChunkedItem]) -> Iterator[Row]:
+    """``n_total`` rows (default ``max(64, n_items)``), each built lazily (on selection) by ``build(index)``."""
+    total = n_total if n_total is not None else max(64, ctx.n_items or 0)
+    for i in range(total):
+        yield Row(generated_id(ctx, i), lambda i=i: build(i))
+
+
+def letter_item(ctx: LoadContext, index: int, *, segments: list, question: str, options: list[str], answer: str,
+                prompt: PromptTemplate, meta: dict) -> ChunkedItem:
+    """A generated multiple-choice item scored by the answer's letter; each item is its own cluster."""
+    item_id, letter = generated_id(ctx, index), LETTERS[options.index(answer)]
+    return ChunkedItem(
+        benchmark=ctx.bench.name, subset=ctx.subset, split=ctx.split, item_id=item_id, segments=segments,
+        question=question, choices=options, choice_media=None, gold=letter, gold_norm=letter, answer_format="letter",
+        scorer="mc_letter", cluster_key=item_id, prompt=prompt, meta=meta,
+    )
+
+
 _READS: ContextVar[list[Path] | None] = ContextVar("kamera_data_reads", default=None)
 
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from kamera.data.base import Benchmark, LoadContext
-from kamera.data.schema import LETTERS, ChunkedItem, PromptTemplate, Unit, layout
+from kamera.data.base import Benchmark, LoadContext, generated_rows, letter_item
+from kamera.data.schema import ChunkedItem, PromptTemplate, Unit, layout
 from kamera.data.selection import Row
 
 COLOURS = ("red", "blue", "green", "yellow", "purple", "orange", "pink", "brown", "black", "white", "grey", "gold")
@@ -60,25 +60,12 @@ def _build(ctx: LoadContext, index: int, n_entries: int, n_choices: int) -> Chun
     rng.shuffle(options)
     a_text = " ".join(f"The {o} is {colour[o]}." for o in objects)
     b_text = " ".join(f"The {o} is in the {place[o]}." for o in placed)
-    item_id = ctx.item_id(f"{kind}-s{ctx.seed}-{index:05d}")
-    return ChunkedItem(
-        benchmark="binding_words",
-        subset=kind,
-        split=ctx.split,
-        item_id=item_id,
+    return letter_item(
+        ctx, index,
         segments=layout(PROMPT.prefix, [([Unit("Colours: " + a_text)], False)], [Unit("\nPlaces: " + b_text)]),
-        question=question,
-        choices=options,
-        choice_media=None,
-        gold=LETTERS[options.index(answer)],
-        gold_norm=LETTERS[options.index(answer)],
-        answer_format="letter",
-        scorer="mc_letter",
-        cluster_key=item_id,
-        prompt=PROMPT,
+        question=question, options=options, answer=answer, prompt=PROMPT,
         meta={"colour": colour, "place": place, "target": target, "answer": answer},
     )
-
 
 def rows(ctx: LoadContext, *, n_entries: int = 6, n_choices: int = 4, n_total: int | None = None) -> Iterator[Row]:
     """``n_total`` generated rows per subset (default ``max(64, n_items)``), built lazily on selection."""
@@ -86,11 +73,7 @@ def rows(ctx: LoadContext, *, n_entries: int = 6, n_choices: int = 4, n_total: i
         raise ValueError(f"n_entries must be 2..{len(COLOURS)}, got {n_entries}")
     if not 2 <= n_choices <= min(6, n_entries):
         raise ValueError(f"n_choices must be 2..min(6, n_entries={n_entries}), got {n_choices}")
-    total = n_total if n_total is not None else max(64, ctx.n_items or 0)
-    for i in range(total):
-        yield Row(ctx.item_id(f"{ctx.subset}-s{ctx.seed}-{i:05d}"),
-                  lambda i=i: _build(ctx, i, n_entries, n_choices))
-
+    return generated_rows(ctx, n_total, lambda i: _build(ctx, i, n_entries, n_choices))
 
 SPEC = Benchmark(
     name="binding_words",

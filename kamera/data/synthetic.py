@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 from PIL import Image, ImageDraw
 
-from kamera.data.base import Benchmark, LoadContext
+from kamera.data.base import Benchmark, LoadContext, generated_rows, letter_item
 from kamera.data.fixtures import png_bytes
-from kamera.data.schema import LETTERS, ChunkedItem, MediaRef, PromptTemplate, Unit, layout
+from kamera.data.schema import ChunkedItem, MediaRef, PromptTemplate, Unit, layout
 from kamera.data.selection import Row
 
 SHAPES = ("circle", "square", "triangle", "diamond", "cross", "ring")
@@ -118,22 +118,10 @@ def _build(ctx: LoadContext, index: int, n_a_chunks: int, image_size: int, n_cho
         for k, pairs in enumerate(keyed)
     ]
     board = MediaRef("image", "board", data=png_bytes(_board_image(cells, image_size)))
-    item = ChunkedItem(
-        benchmark="synthetic",
-        subset=ctx.subset,
-        split=ctx.split,
-        item_id=ctx.item_id(f"s{ctx.seed}-{index:05d}"),
-        segments=layout(PROMPT.prefix, a_chunks, [Unit("Board: ", board)]),
-        question=f"What colour is the shape in the {CELLS[target_cell]} cell?",
-        choices=options,
-        choice_media=None,
-        gold=LETTERS[options.index(answer)],
-        gold_norm=LETTERS[options.index(answer)],
-        answer_format="letter",
-        scorer="mc_letter",
-        cluster_key=ctx.item_id(f"s{ctx.seed}-{index:05d}"),
-        prompt=PROMPT,
-        meta={"bindings": colours, "board": cells, "cell": CELLS[target_cell], "answer_colour": answer},
+    item = letter_item(
+        ctx, index, segments=layout(PROMPT.prefix, a_chunks, [Unit("Board: ", board)]),
+        question=f"What colour is the shape in the {CELLS[target_cell]} cell?", options=options, answer=answer,
+        prompt=PROMPT, meta={"bindings": colours, "board": cells, "cell": CELLS[target_cell], "answer_colour": answer},
     )
     item.validate(expected_media=[*(f"key[{k}]" for k in range(n_a_chunks)), "board"])
     return item
@@ -154,12 +142,7 @@ def rows(
         raise ValueError(f"n_choices must be 2..{len(COLOURS)}, got {n_choices}")
     if image_size < 28:
         raise ValueError(f"image_size must be >= 28, got {image_size}")
-    total = n_total if n_total is not None else max(64, ctx.n_items or 0)
-    for i in range(total):
-        yield Row(
-            ctx.item_id(f"s{ctx.seed}-{i:05d}"), lambda i=i: _build(ctx, i, n_a_chunks, image_size, n_choices)
-        )
-
+    return generated_rows(ctx, n_total, lambda i: _build(ctx, i, n_a_chunks, image_size, n_choices))
 
 SPEC = Benchmark(
     name="synthetic",

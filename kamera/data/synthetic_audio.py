@@ -21,8 +21,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from kamera.data.base import Benchmark, LoadContext
-from kamera.data.schema import LETTERS, ChunkedItem, MediaRef, PromptTemplate, Unit, layout
+from kamera.data.base import Benchmark, LoadContext, generated_rows, letter_item
+from kamera.data.schema import ChunkedItem, MediaRef, PromptTemplate, Unit, layout
 from kamera.data.selection import Row
 from kamera.data.synthetic import COLOURS
 
@@ -88,21 +88,10 @@ def _build(ctx: LoadContext, index: int, n_a_chunks: int, n_sounds: int, n_choic
         for k, group in enumerate(groups)
     ]
     audio = MediaRef("audio", "recording", data=wav_bytes(recording(played, rate, rng.randrange(1 << 30)), rate))
-    item = ChunkedItem(
-        benchmark="synthetic_audio",
-        subset=ctx.subset,
-        split=ctx.split,
-        item_id=ctx.item_id(f"s{ctx.seed}-{index:05d}"),
-        segments=layout(PROMPT.prefix, a_chunks, [Unit("Recording: ", audio)]),
-        question=f"What colour does the {PLACES[target]} sound of the recording mean?",
-        choices=options,
-        choice_media=None,
-        gold=LETTERS[options.index(answer)],
-        gold_norm=LETTERS[options.index(answer)],
-        answer_format="letter",
-        scorer="mc_letter",
-        cluster_key=ctx.item_id(f"s{ctx.seed}-{index:05d}"),
-        prompt=PROMPT,
+    item = letter_item(
+        ctx, index, segments=layout(PROMPT.prefix, a_chunks, [Unit("Recording: ", audio)]),
+        question=f"What colour does the {PLACES[target]} sound of the recording mean?", options=options,
+        answer=answer, prompt=PROMPT,
         meta={"bindings": colours, "played": played, "place": target, "answer_colour": answer, "sample_rate": rate},
     )
     item.validate(expected_media=["recording"])
@@ -127,13 +116,7 @@ def rows(
         raise ValueError(f"n_choices must be 2..{len(SOUNDS)}, got {n_choices}")
     if sample_rate < 8000:
         raise ValueError(f"sample_rate must be >= 8000 Hz (the highest tone is 1760 Hz), got {sample_rate}")
-    total = n_total if n_total is not None else max(64, ctx.n_items or 0)
-    for i in range(total):
-        yield Row(
-            ctx.item_id(f"s{ctx.seed}-{i:05d}"),
-            lambda i=i: _build(ctx, i, n_a_chunks, n_sounds, n_choices, sample_rate),
-        )
-
+    return generated_rows(ctx, n_total, lambda i: _build(ctx, i, n_a_chunks, n_sounds, n_choices, sample_rate))
 
 SPEC = Benchmark(
     name="synthetic_audio",

@@ -24,6 +24,8 @@ def test_registry_names_and_unknown_bench() -> None:
         "mmlongbench_doc",
         "musique",
         "synthetic",
+        "synthetic_audio",
+        "binding_words",
     }
     with pytest.raises(ValueError, match=r"unknown benchmark 'mmniah'.*'mm_niah'"):
         load_items("mmniah")
