@@ -162,6 +162,8 @@ def test_chat_ids_equal_the_template_and_the_processor(bf16):
     and footer in the query) equal the checkpoint's own ``apply_chat_template`` text with the image placeholder
     expanded by the family processor's rule, tokenized as the processor tokenizes it (BOS included where the
     tokenizer adds one)."""
+    if bf16.image_processor is None:
+        pytest.skip(f"{bf16.name} is served text-only here (its own test file checks its chat framing)")
     image = picture(5, (448, 112) if bf16.name == "smolvlm2" else (112, 112))
     message = [{"role": "user", "content": [{"type": "text", "text": "Look."}, {"type": "image"},
                                              {"type": "text", "text": "What is shown?"}]}]
