@@ -1,10 +1,18 @@
 """Which models the engine connector can splice into, and their cached channels (no vLLM needed).
 
-The connector writes GQA / MHA pages (channels ``k`` rotary, ``v`` content) of decoders with default 1-D
-RoPE in the ``"half"`` pair layout. Other families are refused here, in one line, before an engine starts:
-MLA (vLLM's CPU backend serves it as ``CPU_MLA`` / ``AMX_MLA``, but the latent + k_pe page is not written
-by this connector yet), M-RoPE (Qwen2.5-VL / Qwen3-VL: cached image tokens need their 3-D positions and the
-vision encoder skipped), and scaled RoPE variants (R(δ) would not be a plain rotation of the stored keys).
+The connector writes two page kinds:
+
+- **GQA / MHA** (``qwen2``, ``llama``, ``mistral``, ``qwen3``: default 1-D RoPE in the ``"half"`` pair
+  layout): channels ``k`` (rotary) and ``v`` (content), [n, kv_heads, head_dim] each;
+- **MLA** (``deepseek_v2``): the latent page vLLM keeps, channels ``c_kv`` (content: the latent after
+  ``kv_a_layernorm``, [n, 1, kv_lora_rank], never rotated) and ``k_pe`` (rotary: the decoupled key,
+  [n, 1, qk_rope_head_dim], rotated on ``"interleaved"`` pairs, as vLLM's DeepSeek-V2 does with
+  ``is_neox_style=False``), so R(δ) turns k_pe alone.
+
+Refused here, in one line, before an engine starts: other MLA families (DeepSeek-V3 / Kimi: k_pe in another
+pair layout and, for Kimi-VL, image tokens), M-RoPE (Qwen2.5-VL / Qwen3-VL: cached image tokens need their 3-D
+positions and the vision encoder skipped), and scaled RoPE variants (R(δ) would not be a plain rotation of the
+stored keys; for MLA, DeepSeek's YaRN also rescales the softmax).
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ import torch
 from kamera.core import ChannelSpec, RotarySpec
 from kamera.engine.store import gqa_specs
 
-SERVED = ("qwen2", "llama", "mistral", "qwen3")  # GQA / MHA decoders with 1-D RoPE in "half" layout
+GQA_SERVED = ("qwen2", "llama", "mistral", "qwen3")  # GQA / MHA decoders with 1-D RoPE in "half" layout
+MLA_SERVED = ("deepseek_v2",)  # MLA decoders whose k_pe vLLM rotates on interleaved pairs
+SERVED = GQA_SERVED + MLA_SERVED
 
 
 class EngineError(ValueError):
@@ -24,13 +34,22 @@ class EngineError(ValueError):
 
 
 # ----- the model: channels, rotary, preflight -------------------------------------------------------
+def _text(hf_config: Any) -> Any:
+    return getattr(hf_config, "text_config", None) or hf_config
+
+
+def attention(hf_config: Any) -> str:
+    """``"MLA"`` for a latent-cache model, ``"GQA"`` otherwise (the rank rule of :func:`kamera.core.family_rank_view`)."""
+    return "MLA" if getattr(_text(hf_config), "kv_lora_rank", None) is not None else "GQA"
+
+
 def preflight(hf_config: Any) -> None:
-    """Refuse a model the connector cannot splice into, in one line (MLA, M-RoPE, scaled RoPE, ...)."""
-    text = getattr(hf_config, "text_config", None) or hf_config
+    """Refuse a model the connector cannot splice into, in one line (other MLA, M-RoPE, scaled RoPE, ...)."""
+    text = _text(hf_config)
     mtype = getattr(hf_config, "model_type", "?")
-    if getattr(text, "kv_lora_rank", None) is not None:
-        raise EngineError(f"model_type {mtype!r} is MLA: the engine connector writes GQA / MHA pages only "
-                          "(vLLM's CPU backend serves MLA, the latent + k_pe page is not implemented here)")
+    if attention(hf_config) == "MLA" and mtype not in MLA_SERVED:
+        raise EngineError(f"model_type {mtype!r} is MLA but not DeepSeek-V2: the connector writes the latent + k_pe "
+                          f"page of {', '.join(MLA_SERVED)} only (k_pe in interleaved pairs, text tokens)")
     if mtype not in SERVED:
         raise EngineError(f"model_type {mtype!r} is not served by the engine connector; it serves {', '.join(SERVED)}")
     rope = dict(getattr(text, "rope_parameters", None) or {})
@@ -41,27 +60,35 @@ def preflight(hf_config: Any) -> None:
 
 def preflight_model(name: str) -> None:
     """Refuse a registry model (``conf/model/<name>.yaml``) the connector cannot serve, from its entry alone
-    (no checkpoint needed): MLA, and every family but the plain text decoders of :data:`SERVED`."""
+    (no checkpoint needed): every family but the text decoders of :data:`SERVED`."""
     from kamera.models import entry
 
     e = entry(name)
-    if e.attention == "MLA":
-        raise EngineError(f"{name} ({e.family}) is MLA: the engine connector writes GQA / MHA pages only")
+    if e.attention == "MLA" and e.family not in MLA_SERVED:
+        raise EngineError(f"{name} ({e.family}) is MLA but not DeepSeek-V2: the connector writes the latent + k_pe "
+                          f"page of {', '.join(MLA_SERVED)} only")
     if e.family not in SERVED:
         raise EngineError(f"{name} ({e.family}) is not served by the engine connector; it serves the text decoders "
                           f"{', '.join(SERVED)} (a multimodal family needs its M-RoPE positions and cached image tokens)")
 
 
+def _inv_freq(theta: float, rot_dim: int) -> torch.Tensor:
+    return (1.0 / theta ** (torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim)).float()
+
+
 def channels(hf_config: Any) -> tuple[ChannelSpec, ...]:
-    """The ``k`` / ``v`` channels of the served model, with its rotary inverse frequencies (float64 → float32)."""
+    """The served model's two channels with its rotary inverse frequencies (float64 → float32):
+    ``k`` / ``v`` for GQA / MHA, ``c_kv`` / ``k_pe`` for MLA."""
     preflight(hf_config)
-    heads = int(hf_config.num_attention_heads)
-    head_dim = int(getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads)
-    rope = dict(getattr(hf_config, "rope_parameters", None) or {})
-    theta = float(rope.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+    text = _text(hf_config)
+    rope = dict(getattr(text, "rope_parameters", None) or {})
+    theta = float(rope.get("rope_theta", getattr(text, "rope_theta", 10000.0)))
+    if attention(hf_config) == "MLA":
+        rot_dim = int(text.qk_rope_head_dim)
+        return (ChannelSpec("c_kv", 1, int(text.kv_lora_rank)),
+                ChannelSpec("k_pe", 1, rot_dim, RotarySpec("interleaved", _inv_freq(theta, rot_dim), rot_dim)))
+    heads = int(text.num_attention_heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
     rot_dim = int(head_dim * float(rope.get("partial_rotary_factor", 1.0)))
-    inv_freq = 1.0 / theta ** (torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim)
-    rotary = RotarySpec("half", inv_freq.float(), rot_dim)
-    return gqa_specs(int(getattr(hf_config, "num_key_value_heads", heads)), head_dim, rotary)
-
-
+    rotary = RotarySpec("half", _inv_freq(theta, rot_dim), rot_dim)
+    return gqa_specs(int(getattr(text, "num_key_value_heads", heads)), head_dim, rotary)

@@ -2,9 +2,10 @@
 
 One entry is one safetensors file in the store's folder, named by its key:
 
-- a **page** (:func:`save_page` / :func:`load_page`): a :class:`~kamera.core.ChunkKV` of GQA / MHA layers
-  (channels ``k``, rotary, and ``v``, content; [n, kv_heads, head_dim] per layer) with its positions and
-  the token ids it was computed from, so a connector can refuse a chunk spliced under other tokens;
+- a **page** (:func:`save_page` / :func:`load_page`): a :class:`~kamera.core.ChunkKV` of two channels per
+  layer — GQA / MHA ``k`` (rotary) and ``v`` (content), [n, kv_heads, head_dim]; MLA ``c_kv`` (content,
+  [n, 1, kv_lora_rank]) and ``k_pe`` (rotary, [n, 1, rope_dim]) — with its positions and the token ids it
+  was computed from, so a connector can refuse a chunk spliced under other tokens;
 - a **patch** (:func:`save_patch` / :func:`load_patch`): the full SVD factors of a
   :class:`~kamera.core.Patch` (layer granularity), so a request picks its rank at load time with
   ``truncate`` and never re-decomposes.
@@ -64,16 +65,20 @@ def _check(meta: dict, key: str, kind: str, model: str) -> None:
         raise StoreError(f"store entry {key!r} belongs to model {meta['model']}, the engine serves {model}")
 
 
+PAGE_CHANNELS = (("k", "v"), ("c_kv", "k_pe"))  # GQA / MHA, MLA
+
+
 def save_page(root: str | Path, key: str, page: ChunkKV, token_ids: torch.Tensor, model: str) -> Path:
-    """Write one page (channels ``k``, ``v``) under ``key``; returns the file."""
-    if [s.name for s in page.specs] != ["k", "v"]:
-        raise StoreError(f"a page holds channels k and v, got {[s.name for s in page.specs]}")
+    """Write one page (channels ``k``, ``v`` or ``c_kv``, ``k_pe``) under ``key``; returns the file."""
+    names = tuple(s.name for s in page.specs)
+    if names not in PAGE_CHANNELS:
+        raise StoreError(f"a page holds channels k, v or c_kv, k_pe, got {list(names)}")
     if token_ids.numel() != page.n_tokens:
         raise StoreError(f"{token_ids.numel()} token ids for a {page.n_tokens}-token page")
     tensors = {"positions": page.positions.contiguous(), "token_ids": token_ids.to(torch.int64).contiguous()}
-    for l, (k, v) in enumerate(page.layers):
-        tensors[f"L{l}.k"], tensors[f"L{l}.v"] = k.contiguous(), v.contiguous()
-    meta = {"kind": "page", "model": model, "n_layers": page.n_layers}
+    for l, chans in enumerate(page.layers):
+        tensors |= {f"L{l}.{name}": t.contiguous() for name, t in zip(names, chans, strict=True)}
+    meta = {"kind": "page", "model": model, "n_layers": page.n_layers, "channels": list(names)}
     path = _path(Path(root), key)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path), metadata={"kamera": json.dumps(meta)})
@@ -84,7 +89,10 @@ def load_page(root: str | Path, key: str, model: str, specs: tuple[ChannelSpec, 
     """The page under ``key`` (as ``specs`` name its channels) and its token ids; a StoreError if absent or foreign."""
     meta, f = _meta(_path(Path(root), key))
     _check(meta, key, "page", model)
-    layers = [(f.get_tensor(f"L{l}.k"), f.get_tensor(f"L{l}.v")) for l in range(meta["n_layers"])]
+    names = [s.name for s in specs]
+    if meta["channels"] != names:
+        raise StoreError(f"page {key!r} has channels {meta['channels']}, the engine's are {names}")
+    layers = [tuple(f.get_tensor(f"L{l}.{name}") for name in names) for l in range(meta["n_layers"])]
     try:
         page = ChunkKV(specs, layers, f.get_tensor("positions"))
     except ValueError as e:

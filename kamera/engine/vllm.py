@@ -32,10 +32,12 @@ A request names what to splice in ``SamplingParams(extra_args={"kv_transfer_para
   (``rotate: false`` places them unrotated: the paper's "unrotated" arm), plus the stored patch ``patch``
   at rank ``rank`` (None = full rank, 0 = none: blind). Both keys may be given on one request.
 
-Families: GQA / MHA text decoders with default 1-D RoPE (tested on a tiny Qwen2). vLLM's CPU backend also
-serves MLA (``CPU_MLA`` / ``AMX_MLA``) and Qwen2.5-VL, but this connector does not implement their
-channels (the latent + k_pe page, M-RoPE positions of cached image tokens) yet: :func:`preflight` refuses
-them with a one-line error instead of splicing wrong KV.
+Families: GQA / MHA text decoders with default 1-D RoPE (tested on a tiny Qwen2) and DeepSeek-V2's MLA
+(tested on a tiny DeepSeek-V2 on the ``CPU_MLA`` backend): its page is the latent row ``[kv_c_normed ·
+k_pe]`` per token, R(δ) turns k_pe alone and the patch corrects both. vLLM's CPU backend also serves
+Qwen2.5-VL, but this connector does not place the M-RoPE positions of cached image tokens yet:
+:func:`~kamera.engine.family.preflight` refuses it (and other MLA families) with a one-line error instead of
+splicing wrong KV.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from kamera.core import ChannelSpec, ChunkKV, concat, family_rank_view, relocate
-from kamera.engine.family import EngineError, channels
+from kamera.engine.family import EngineError, attention, channels
 from kamera.engine.store import StoreError, load_page, load_patch, model_id, save_page
 
 if TYPE_CHECKING:
@@ -139,7 +141,9 @@ def check_plan(segs: list[Segment], prompt: list[int] | torch.Tensor, store: Pat
 
 
 def compose(segs: list[Segment], store: Path, model: str, specs: tuple[ChannelSpec, ...]) -> ChunkKV:
-    """The claimed KV at positions 0..n−1: each segment's page slice moved by R(δ) (or not), patched at its rank."""
+    """The claimed KV at positions 0..n−1: each segment's page slice moved by R(δ) (or not), patched at its rank
+    (MLA: k_pe at ⌈m/4⌉, kamera's rank rule, :func:`kamera.core.family_rank_view`)."""
+    kind = "MLA" if specs[0].name == "c_kv" else "GQA"
     parts = []
     for s in segs:
         page, _ = load_page(store, s.key, model, specs)
@@ -152,45 +156,63 @@ def compose(segs: list[Segment], store: Path, model: str, specs: tuple[ChannelSp
         else:
             patch = load_patch(store, s.patch, model, specs)
             patch = patch.relocate(s.start - int(patch.positions[0])) if int(patch.positions[0]) != s.start else patch
-            parts.append(family_rank_view(patch, s.rank, "GQA").apply(part, delta))
+            parts.append(family_rank_view(patch, s.rank, kind).apply(part, delta))
     return concat(parts)
 
 
 # ----- the cache layout, learned through the engine's own write -----------------------------------
-def learn_layout(layer: torch.nn.Module, kv_cache: torch.Tensor, block: int) -> torch.Tensor:
-    """Where each element of one block's (K, V) lands in the cache: the flat block index → source element.
+def write_kv(layer: torch.nn.Module, chans: tuple[torch.Tensor, torch.Tensor], cache: torch.Tensor,
+             slots: torch.Tensor) -> None:
+    """Write one layer's two channels for the tokens at ``slots`` through the attention backend's own scatter.
 
-    The backend's scatter writes integer codes (< 256, exact in every cache dtype, two passes) for
-    K and V [block_size, kv_heads, head_dim] into ``block``; reading the block back gives the permutation,
-    whatever order the instruction set uses. The caller overwrites the block afterwards.
+    GQA / MHA (``Attention``, ``vllm/model_executor/layers/attention/attention.py``): K and V
+    [n, kv_heads, head_dim] go to ``impl.do_kv_cache_update(layer, k, v, cache, slots)`` (CPU: ``cpu_attn.py``).
+    MLA (``MLAAttention``, ``.../attention/mla_attention.py``, whose ``update_kv_cache`` makes the same call):
+    the latent [n, kv_lora_rank] and k_pe [n, 1, rope_dim] go to ``impl.do_kv_cache_update(kv_c_normed, k_pe,
+    cache, slots, kv_cache_dtype, k_scale)``, which on CPU (``vllm/v1/attention/backends/mla/cpu_mla.py``)
+    fills the row ``[latent · k_pe]`` of each slot in the ``[blocks, block_size, kv_lora_rank + rope_dim]`` cache.
     """
-    _, heads, size, width = kv_cache.shape
-    n = size * heads * (width // 2)
-    codes = torch.arange(2 * n, dtype=torch.int64)
-    slots = block * size + torch.arange(size, device=kv_cache.device)
+    a, b = (t.to(cache.device, cache.dtype) for t in chans)
+    if getattr(layer, "kv_lora_rank", None) is not None:
+        layer.impl.do_kv_cache_update(a.reshape(a.shape[0], -1), b, cache, slots, layer.kv_cache_dtype, layer._k_scale)
+    else:
+        layer.impl.do_kv_cache_update(layer, a, b, cache, slots)
+
+
+def learn_layout(layer: torch.nn.Module, kv_cache: torch.Tensor, block: int, specs: tuple[ChannelSpec, ...],
+                 block_size: int) -> torch.Tensor:
+    """Where each element of one block's two channels lands in the cache: the flat block index → source element.
+
+    The backend's scatter (:func:`write_kv`) writes integer codes (< 256, exact in every cache dtype, two
+    passes) for both channels [block_size, heads, dim] into ``block``; reading the block back gives the
+    permutation, whatever order the backend and instruction set use. The caller overwrites the block afterwards.
+    """
+    sizes = [block_size * s.width for s in specs]
+    if kv_cache[block].numel() != sum(sizes):
+        raise EngineError(f"a cache block holds {kv_cache[block].numel()} elements, not {block_size} tokens of "
+                          f"{' + '.join(f'{s.name} {s.width}' for s in specs)}")
+    codes = torch.arange(sum(sizes), dtype=torch.int64)
+    slots = block * block_size + torch.arange(block_size, device=kv_cache.device)
     got = torch.zeros(kv_cache[block].numel(), dtype=torch.int64)
     for scale in (1, 256):
-        part = (codes // scale) % 256
-        k, v = (part[:n], part[n:])
-        shape = (size, heads, width // 2)
-        layer.impl.do_kv_cache_update(layer, k.view(shape).to(kv_cache.dtype), v.view(shape).to(kv_cache.dtype),
-                                      kv_cache, slots)
+        parts = ((codes // scale) % 256).split(sizes)
+        write_kv(layer, tuple(p.view(block_size, s.heads, s.dim) for p, s in zip(parts, specs, strict=True)),
+                 kv_cache, slots)
         got += scale * kv_cache[block].reshape(-1).to(torch.float64).round().to(torch.int64).cpu()
     if not torch.equal(torch.sort(got).values, codes):
-        raise EngineError("the attention backend's cache block is not a permutation of K and V; cannot read it back")
+        raise EngineError("the attention backend's cache block is not a permutation of its channels; cannot read it back")
     return got
 
 
-def read_block_kv(kv_cache: torch.Tensor, layout: torch.Tensor, block_ids: list[int], n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """K and V [n, kv_heads, head_dim] of the first ``n`` tokens held in ``block_ids`` (cache dtype, on CPU)."""
-    _, heads, size, width = kv_cache.shape
+def read_block_kv(kv_cache: torch.Tensor, layout: torch.Tensor, block_ids: list[int], n: int,
+                  specs: tuple[ChannelSpec, ...]) -> tuple[torch.Tensor, ...]:
+    """The two channels [n, heads, dim] of the first ``n`` tokens held in ``block_ids`` (cache dtype, on CPU)."""
     flat = kv_cache[torch.as_tensor(block_ids, device=kv_cache.device)].reshape(len(block_ids), -1).cpu()
     src = torch.empty_like(flat)
     src[:, layout] = flat
-    src = src.view(len(block_ids), 2, size, heads, width // 2)
-    k = src[:, 0].reshape(-1, heads, width // 2)[:n]
-    v = src[:, 1].reshape(-1, heads, width // 2)[:n]
-    return k.clone(), v.clone()
+    size = flat.shape[1] // sum(s.width for s in specs)
+    parts = src.split([size * s.width for s in specs], dim=1)
+    return tuple(p.reshape(-1, s.heads, s.dim)[:n].clone() for p, s in zip(parts, specs, strict=True))
 
 
 def slot_mapping(block_ids: list[int], block_size: int, n: int, device: torch.device) -> torch.Tensor:
@@ -295,7 +317,7 @@ class KameraConnector(KVConnectorBase_V1):
                 _, _, layer = layers[0]
                 key = (tuple(layer.kv_cache.shape[1:]), layer.kv_cache.dtype)
                 if key not in self._layout:
-                    self._layout[key] = learn_layout(layer, layer.kv_cache, w.block_ids[0])
+                    self._layout[key] = learn_layout(layer, layer.kv_cache, w.block_ids[0], self.specs, self.block_size)
                 self._captured[w.req_id] = {}
             if not w.segments:
                 continue
@@ -305,13 +327,12 @@ class KameraConnector(KVConnectorBase_V1):
                 raise EngineError(f"the chunk has {page.n_layers} layers, the engine {len(layers)}")
             t1 = time.perf_counter()
             slots = slot_mapping(w.block_ids, self.block_size, page.n_tokens, layers[0][2].kv_cache.device)
+            width = self.block_size * sum(s.width for s in self.specs)
             for l, _, layer in layers:
-                k, v = page.layers[l]
-                cache = layer.kv_cache
-                if cache.shape[2] != self.block_size:
-                    raise EngineError(f"cache blocks hold {cache.shape[2]} tokens, the scheduler's {self.block_size}")
-                layer.impl.do_kv_cache_update(layer, k.to(cache.device, cache.dtype), v.to(cache.device, cache.dtype),
-                                              cache, slots)
+                if layer.kv_cache[0].numel() != width:
+                    raise EngineError(f"a cache block holds {layer.kv_cache[0].numel()} elements, not the scheduler's "
+                                      f"{self.block_size} tokens of {'/'.join(s.name for s in self.specs)}")
+                write_kv(layer, page.layers[l], layer.kv_cache, slots)
             t2 = time.perf_counter()
             record = {"tag": w.tag, "tokens": page.n_tokens, "compose_s": t1 - t0, "write_s": t2 - t1}
             with open(self.store / TIMING_FILE, "a") as f:
@@ -328,7 +349,7 @@ class KameraConnector(KVConnectorBase_V1):
             if w.capture:
                 layout = self._layout[(tuple(kv_layer.shape[1:]), kv_layer.dtype)]
                 l = int(_LAYER.search(layer_name).group(1))
-                self._captured[w.req_id][l] = read_block_kv(kv_layer, layout, w.block_ids, len(w.prompt))
+                self._captured[w.req_id][l] = read_block_kv(kv_layer, layout, w.block_ids, len(w.prompt), self.specs)
 
     def wait_for_save(self) -> None:
         meta = self._get_connector_metadata()
@@ -359,6 +380,14 @@ class EngineSession:
     ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process, so its errors reach the
     caller; ``enforce_eager`` keeps vLLM's reference kernels (no graph capture). Requests are checked
     here with the connector's own :func:`check_plan` before they are submitted.
+
+    MLA models run with vLLM's rotary custom op off (``custom_ops=["-rotary_embedding"]``, its torch
+    ``forward_native`` instead): the CPU build's ``torch.ops._C.rotary_embedding`` (``RotaryEmbedding.
+    forward_cpu``, ``vllm/model_executor/layers/rotary_embedding/base.py``) strides the key by heads × head
+    size, while MLA hands it k_pe as a view into the ``[latent · k_pe]`` projection row
+    (``MultiHeadLatentAttentionWrapper.forward``, ``vllm/model_executor/layers/mla.py``), so most cached k_pe
+    rows stay unrotated and vLLM's own prefill disagrees with transformers' by ~2e-2 in the log-probs
+    (1e-6 with the op off).
     """
 
     def __init__(self, model: str | Path, store: str | Path, dtype: str = "float32", max_model_len: int = 2048,
@@ -383,7 +412,12 @@ class EngineSession:
         self.llm = LLM(model=self.path, dtype=dtype, enforce_eager=True, skip_tokenizer_init=True,
                        enable_prefix_caching=False, max_model_len=max_model_len, block_size=block_size,
                        max_num_batched_tokens=max_model_len, max_logprobs=self.vocab, kv_transfer_config=kv,
-                       seed=0)
+                       seed=0, **self.engine_args(self.config))
+
+    @staticmethod
+    def engine_args(hf_config: Any) -> dict:
+        """Extra engine arguments a family needs (MLA: vLLM's rotary custom op off; see the class docstring)."""
+        return {"compilation_config": {"custom_ops": ["-rotary_embedding"]}} if attention(hf_config) == "MLA" else {}
 
     def run(self, prompt: list[int], kamera: dict | None = None) -> Output:
         """One greedy step on ``prompt`` with the kamera parameters ``kamera`` (capture and / or segments)."""

@@ -1,4 +1,5 @@
-"""Engine fixtures: the tiny Qwen2 checkpoint and one live vLLM engine at a time (skipped without vLLM)."""
+"""Engine fixtures: the tiny checkpoints (Qwen2: GQA, DeepSeek-V2: MLA) and one live vLLM engine at a time
+(skipped without vLLM). Every engine test runs once per family; pytest groups them by checkpoint."""
 
 from __future__ import annotations
 
@@ -8,16 +9,16 @@ import torch
 SIZES = {"prefix": 5, "A": 40, "B": 50, "query": 7}  # the claim (95 tokens) is not a multiple of the block size
 
 
-@pytest.fixture(scope="session")
-def checkpoint(tmp_path_factory):
-    from kamera.engine.checkpoint import tiny_qwen2
+@pytest.fixture(scope="session", params=["qwen2", "deepseek_v2"])
+def checkpoint(request, tmp_path_factory):
+    from kamera.engine.checkpoint import CHECKPOINTS
 
-    return tiny_qwen2(tmp_path_factory.mktemp("engine-ckpt"))
+    return CHECKPOINTS[request.param](tmp_path_factory.mktemp(f"engine-ckpt-{request.param}"))
 
 
 @pytest.fixture(scope="session")
 def engine(checkpoint, tmp_path_factory):
-    """engine(dtype) → a live EngineSession on the tiny Qwen2 (one at a time: switching dtype closes the other)."""
+    """engine(dtype) → a live EngineSession on the tiny checkpoint (one at a time: switching dtype closes the other)."""
     pytest.importorskip("vllm", reason="the engine extra (vLLM) is not installed: scripts/install_engine.sh")
     from kamera.engine.vllm import EngineSession
 
@@ -27,7 +28,7 @@ def engine(checkpoint, tmp_path_factory):
         if dtype not in live:
             for other in list(live):
                 live.pop(other).close()
-            live[dtype] = EngineSession(checkpoint, tmp_path_factory.mktemp(f"store-{dtype}"), dtype=dtype,
+            live[dtype] = EngineSession(checkpoint, tmp_path_factory.mktemp(f"store-{checkpoint.name}-{dtype}"), dtype=dtype,
                                         max_model_len=512)
         return live[dtype]
 

@@ -49,8 +49,24 @@ def test_the_connector_reads_the_models_own_rotary_frequencies():
     assert torch.allclose(k.rotary.inv_freq.double(), expected, rtol=1e-7)
 
 
+def test_mla_pages_are_the_latent_and_k_pe_with_k_pe_rotated_on_interleaved_pairs(tmp_path):
+    specs = channels(tf.DeepseekV2Config(**tiny.MLA_TEXT))
+    (c_kv, k_pe) = specs
+    assert (c_kv.name, c_kv.heads, c_kv.dim, c_kv.rotary) == ("c_kv", 1, 128, None)
+    assert (k_pe.name, k_pe.heads, k_pe.dim, k_pe.rotary.layout) == ("k_pe", 1, 32, "interleaved")
+    expected = 1.0 / 1e4 ** (torch.arange(0, 32, 2, dtype=torch.float64) / 32)
+    assert torch.allclose(k_pe.rotary.inv_freq.double(), expected, rtol=1e-7)
+    g = torch.Generator().manual_seed(0)
+    kv = ChunkKV(specs, [tuple(torch.randn(6, s.heads, s.dim, generator=g) for s in specs)], torch.arange(6))
+    save_page(tmp_path, "mla", kv, torch.arange(6), MODEL)
+    got, _ = load_page(tmp_path, "mla", MODEL, specs)
+    assert all(torch.equal(x, y) for x, y in zip(got.layers[0], kv.layers[0], strict=True))
+    with pytest.raises(StoreError, match=r"has channels \['c_kv', 'k_pe'\], the engine's are \['k', 'v'\]"):
+        load_page(tmp_path, "mla", MODEL, SPECS)
+
+
 @pytest.mark.parametrize("config, why", [
-    (tf.DeepseekV2Config(**tiny.MLA_TEXT), "is MLA"),
+    (tf.DeepseekV3Config(**tiny.MLA_TEXT), "is MLA but not DeepSeek-V2"),
     (tiny.qwen25_config(), "not served by the engine connector"),
     (tf.Qwen2Config(**tiny.TEXT, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}), "RoPE 'linear'"),
 ])
@@ -68,7 +84,8 @@ def test_bf16_ulps_count_in_the_references_bf16_spacing():
 def test_the_papers_fig12_backbones_are_refused_by_name_before_any_checkpoint_loads():
     from kamera.engine.family import preflight_model
 
-    with pytest.raises(EngineError, match=r"kimi_vl_a3b .* is MLA"):
+    with pytest.raises(EngineError, match=r"kimi_vl_a3b .* is MLA but not DeepSeek-V2"):
         preflight_model("kimi_vl_a3b")
+    preflight_model("tiny_deepseek_v2")  # served: the MLA page of DeepSeek-V2
     with pytest.raises(EngineError, match=r"qwen2_5_vl_7b .* M-RoPE"):
         preflight_model("qwen2_5_vl_7b")
