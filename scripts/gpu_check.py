@@ -20,11 +20,12 @@ implementations' semantics; the line says which reference was used. Exit status 
 
 ``--engine`` instead checks the live-engine path (docs/engine.md; run it in the engine venv, on a GPU node after
 ``scripts/install_engine.sh gpu``): one random-token item through vLLM with the kamera KV connector per dtype,
-printing the next-token KL to vLLM's re-prefill per arm, the fraction of B's K / V within one bf16 ULP of
-vLLM's prefill at rank 256, the time to first token with and without the splice and the connector's write
-time per token. Exit status 1 unless rank 256 (full rank on the tiny Qwen2) is 100× below blind.
+printing the next-token KL to vLLM's re-prefill per arm, the fraction of B's K / V (MLA: latent / k_pe) within
+one bf16 ULP of vLLM's prefill at rank 256, the time to first token with and without the splice and the
+connector's write time per token. Exit status 1 unless rank 256 (full rank on the tiny checkpoints) is 100×
+below blind.
 
-    python scripts/gpu_check.py --engine [--path DIR]       # default: the tiny Qwen2 of kamera.engine.checkpoint
+    python scripts/gpu_check.py --engine [--path DIR]       # default: the tiny Qwen2 and DeepSeek-V2 of kamera.engine.checkpoint
 """
 
 from __future__ import annotations
@@ -190,19 +191,19 @@ def engine_check(dtypes: list[str], path: str | None = None) -> bool:
     """The engine path on this machine's accelerator (or CPU): one line per dtype; False on a mismatch."""
     import tempfile
 
-    from kamera.engine.checkpoint import tiny_qwen2
+    from kamera.engine.checkpoint import CHECKPOINTS
     from kamera.engine.fig12 import engine_item, items
     from kamera.engine.vllm import EngineSession
 
     ok = True
     item = items(1)[0]
     with tempfile.TemporaryDirectory() as tmp:
-        model = Path(path) if path else tiny_qwen2(tmp)
-        for dtype in dtypes:
-            session = EngineSession(model, Path(tmp) / "store" / dtype, dtype=dtype, max_model_len=1024)
+        models = {Path(path).name: Path(path)} if path else {f"tiny_{f}": make(tmp) for f, make in CHECKPOINTS.items()}
+        for (name, model), dtype in ((m, d) for m in models.items() for d in dtypes):
+            session = EngineSession(model, Path(tmp) / "store" / name / dtype, dtype=dtype, max_model_len=1024)
             try:
                 session.run(item["prefix"] + item["A"])  # warm-up
-                rows, t = engine_item(session, item, dtype)
+                rows, t = engine_item(session, name, item, dtype)
             finally:
                 session.close()
             kl_of = {r["arm"]: r["kl"] for r in rows}
@@ -210,7 +211,7 @@ def engine_check(dtypes: list[str], path: str | None = None) -> bool:
             ok &= good
             arms = " ".join(f"{a} {kl_of[a]:.2e}" for a in ("unrotated", "blind", "patch_r8", "patch_r64", "patch_r256"))
             le1 = next(r["ulp_le1"] for r in rows if r["arm"] == "patch_r256")
-            print(f"engine {dtype:9s} KL {arms} | r256 within 1 bf16 ULP {le1:.4f} | TTFT prefill "
+            print(f"engine {name} {dtype:9s} KL {arms} | r256 within 1 bf16 ULP {le1:.4f} | TTFT prefill "
                   f"{1e3 * t['ttft_prefill_s']:.2f} ms, splice {1e3 * t['ttft_splice_s']:.2f} ms, write "
                   f"{1e6 * t['write_s'] / t['claimed_tokens']:.3f} µs/token | {'ok' if good else 'MISMATCH'}", flush=True)
     return ok
