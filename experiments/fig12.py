@@ -227,11 +227,11 @@ def ulp_panel(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def timing_panel(timing: pd.DataFrame) -> pd.DataFrame:
-    """Per dtype: median over items of the time to first token of vLLM's prefill and of the spliced request, and
+    """Per (model, dtype): median over items of the time to first token of vLLM's prefill and of the spliced request, and
     of the connector's compose and write time per claimed token (µs)."""
-    g = timing.groupby("dtype", sort=True)
+    g = timing.groupby(["model", "dtype"], sort=True)
     per_token = timing.assign(compose_us=1e6 * timing["compose_s"] / timing["claimed_tokens"],
-                              write_us=1e6 * timing["write_s"] / timing["claimed_tokens"]).groupby("dtype", sort=True)
+                              write_us=1e6 * timing["write_s"] / timing["claimed_tokens"]).groupby(["model", "dtype"], sort=True)
     return pd.DataFrame({"n": g.size(), "prompt": g["prompt_tokens"].first(), "claimed": g["claimed_tokens"].first(),
                          "ttft_prefill_ms": 1e3 * g["ttft_prefill_s"].median(), "ttft_splice_ms": 1e3 * g["ttft_splice_s"].median(),
                          "compose_us": per_token["compose_us"].median(), "write_us": per_token["write_us"].median()}).reset_index()
@@ -267,9 +267,9 @@ def timing_lines(timing: pd.DataFrame) -> list[str]:
     """The engine's timing table (:func:`timing_panel`): Fig. 11(b)'s second source, printed by Fig. 11 and Fig. 12."""
     lines = ["", "*time to first token in vLLM (Fig. 11(b), second source; median over items) and the connector's cost*",
              ""]
-    return lines + markdown_rows(["dtype", "items", "prompt", "claimed", "TTFT prefill ms", "TTFT splice ms",
+    return lines + markdown_rows(["model", "dtype", "items", "prompt", "claimed", "TTFT prefill ms", "TTFT splice ms",
                                   "compose µs / token", "write µs / token"],
-                                 [[r.dtype, str(int(r.n)), str(int(r.prompt)), str(int(r.claimed)),
+                                 [[r.model, r.dtype, str(int(r.n)), str(int(r.prompt)), str(int(r.claimed)),
                                    cell(r.ttft_prefill_ms, ".2f"), cell(r.ttft_splice_ms, ".2f"), cell(r.compose_us, ".2f"),
                                    cell(r.write_us, ".2f")] for r in timing.itertuples(index=False)])
 
