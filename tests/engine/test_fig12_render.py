@@ -61,4 +61,4 @@ def test_fig11_prints_the_engines_ttft_as_a_second_source(tmp_path):
     plain, _ = fig11.render(records.fig11_rows(), records.fig11_probes(), "g", tmp_path / "plain")
     md, _ = fig11.render(records.fig11_rows(), records.fig11_probes(), "g", tmp_path / "with", engine=engine)
     assert "second source" not in plain and md.startswith(plain.split("\n_rows")[0].rstrip()[:200])
-    assert "| bfloat16 | 3 | 100 | 80 | 8.00 | 2.00 | 10.00 | 1.00 |" in md and "engine rows: " in md
+    assert "| tiny | bfloat16 | 3 | 100 | 80 | 8.00 | 2.00 | 10.00 | 1.00 |" in md and "engine rows: " in md
