@@ -147,6 +147,15 @@ def read_vision(hub: dict, ckpt_layers: int) -> tuple[tf.CLIPVisionConfig, int]:
     return tf.CLIPVisionConfig(**(CLIP_L14_336 | {"num_hidden_layers": used})), used
 
 
+def native_config(hub: dict) -> tf.LlavaConfig:
+    """The config the cost model reads for a Phi-3.5-V config.json (``kamera.models.flops.published_config``): the
+    native phi3 text config and the CLIP tower up to the layer the model reads, in a LLaVA-shaped config; each
+    language-model image token merges 2 × 2 CLIP patches (``merge_2x2``), which the cost model counts as a
+    pixel-shuffle ``scale_factor`` of 2."""
+    vision, _ = read_vision(hub, CLIP_L14_336["num_hidden_layers"])
+    return tf.LlavaConfig(text_config=native_text_config(hub).to_dict(), vision_config=vision.to_dict(), scale_factor=2)
+
+
 # ----- the native model ----------------------------------------------------------------------------------
 class Phi3VisionModel(nn.Module):
     """Phi-3.5-V as native parts: ``language_model`` (Phi3ForCausalLM), ``vision_tower`` (CLIPVisionModel up
