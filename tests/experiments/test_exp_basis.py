@@ -115,3 +115,27 @@ def test_the_probe_records_each_layer_channels_top_directions(tiny):
     assert make_probe("deficit_basis", k=10_000).run(ctx)[0]["k"] == min(ctx.n_b, recs[0]["width"])
     with pytest.raises(ValueError, match="k must be an int ≥ 1"):
         make_probe("deficit_basis", k=0)
+
+
+@pytest.mark.integration
+def test_basis_tiny_runs_and_renders(tmp_path):
+    """``make basis``'s path at four items on tiny_qwen2_5_vl: the probe's records are one per item and
+    layer-channel, and on the held-out items the pooled basis keeps no more than the items' own SVD."""
+    from pipeline.pipeline_support import job_config
+
+    from kamera.job import store
+    from kamera.run import runner
+    from kamera.sweep import expand
+
+    sweep = ["experiment=basis_tiny", "n_items=4", "testbed=tiny_qwen2_5_vl", f"paths.results={tmp_path}/raw"]
+    for job in expand(sweep):
+        runner.run(job_config(tmp_path, *job))
+    basis.main([*sweep, "--out", str(tmp_path / "basis")])
+    recs = pd.concat([s.probes() for s in store.shards(tmp_path / "raw", "basis_tiny")])
+    assert recs.groupby("item_id").size().nunique() == 1 and recs["item_id"].nunique() == 4
+    t = basis.frame(recs)
+    assert [r for _, r in t.index] == [1, 2, 4, 8]
+    own = t["own SVD keeps"].str.split(" ").str[0].astype(float)
+    pooled = t["pooled basis keeps"].str.split(" ").str[0].astype(float)
+    assert (pooled <= own + 1e-9).all() and (own.diff().dropna() > 0).all()
+    assert "| tiny_qwen2_5_vl | 1 | 2 / 2 |" in (tmp_path / "basis.md").read_text()
