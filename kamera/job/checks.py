@@ -95,7 +95,10 @@ def _model_problems(cfg: DictConfig) -> list[str]:
     if e.kind == "paper":
         return checkpoint_problems(checkpoint_path(e.name, cfg.model.path, cfg.paths.models))
     if e.kind == "toy" and e.weights:
-        return checkpoint_problems(Path(__file__).resolve().parents[1] / e.weights, tokenizer=False)  # in kamera/
+        from kamera.toy.digests import weight_problems
+
+        folder = Path(__file__).resolve().parents[1] / e.weights  # in kamera/
+        return checkpoint_problems(folder, tokenizer=False) or weight_problems(folder)
     return []
 
 
