@@ -81,6 +81,8 @@ class OrbitArm(Arm):
                 for o in self.orderings)):
             raise ValueError(f"orbit: orderings must be null or a list of orderings (lists of chunk indices), got "
                              f"{self.orderings!r}")
+        if self.orderings is not None and len({tuple(o) for o in self.orderings}) != len(self.orderings):
+            raise ValueError(f"orbit: orderings must be distinct, got {self.orderings!r}")
 
     def orbit(self, k: int) -> tuple[list[Ordering], bool]:
         """The orderings averaged over for K = k chunks of A, and whether they are the whole orbit."""
@@ -88,12 +90,11 @@ class OrbitArm(Arm):
         if self.orderings is not None:
             chosen = [tuple(o) for o in self.orderings]
             bad = [o for o in chosen if sorted(o) != list(identity)]
-            if bad:
-                raise ValueError(f"orbit: orderings must be permutations of 0..{k - 1}, got {bad}")
-            if len(set(chosen)) != len(chosen):
-                raise ValueError("orbit: orderings must be distinct")
+            if bad:  # the orderings fit items of another K: this item is refused (recorded), the job goes on
+                raise ArmRefusal(f"orbit: orderings {bad} are not permutations of this item's K = {k} A chunks "
+                                 f"(0..{k - 1})")
             if self.hold_out and identity in chosen:
-                raise ValueError("orbit: hold_out=True but the item's own ordering is among the orderings")
+                raise ArmRefusal("orbit: hold_out=True but the item's own ordering is among the orderings")
             exhaustive = len(chosen) == math.factorial(k) - self.hold_out
         elif k <= self.exhaustive_up_to:
             chosen = [p for p in itertools.permutations(identity) if not (self.hold_out and p == identity)]

@@ -119,10 +119,15 @@ def test_orbit_enumerates_and_samples(tiny):
     out = make_arm("orbit", rank=16).run(ctx)
     assert out.params["n_a"] == 3 and out.params["n_orderings"] == 5
     assert adapter.forwards["orbit_conditioned"] == 5
-    with pytest.raises(ValueError, match="own ordering"):
+    # orderings that do not fit this item are its refusal (recorded, the job goes on), never a traceback
+    with pytest.raises(ArmRefusal, match="own ordering"):
         make_arm("orbit", orderings=[[0, 1, 2]]).run(ctx)
-    with pytest.raises(ValueError, match="permutations"):
+    with pytest.raises(ArmRefusal, match="not permutations of this item's K = 3"):
         make_arm("orbit", orderings=[[0, 0, 1]]).run(ctx)
+    with pytest.raises(ArmRefusal, match="K = 3"):
+        make_arm("orbit", orderings=[[1, 0]]).run(ctx)  # written for K = 2
+    with pytest.raises(ValueError, match="distinct"):  # wrong for every item: said when the arm is built
+        make_arm("orbit", orderings=[[1, 0], [1, 0]])
 
 
 def test_orbit_refuses_a_single_a_chunk(tiny):
