@@ -189,14 +189,16 @@ def to_markdown(points: pd.DataFrame, dropped: int, t: pd.DataFrame, cum: pd.Dat
     if t.empty:
         lines.append("no ttft records")
     else:
+        # dropna=False: a point that never breaks even (reuse no faster than prefill, as on a loaded CPU) is NaN, kept
         even = cum[cum["n_reuse"].isna()].pivot_table(index=["model", "device", "n_b", "rank"], columns="quantity",
-                                                      values="value")
+                                                      values="value", dropna=False)
         body = []
         for (model, device, n_b, n_vis), g in t.groupby(["model", "device", "n_b", "n_visual"], sort=True):
             per = g[g["rank"].isna()].set_index("quantity")["value"]
             for m in sorted(g["rank"].dropna().unique()):
                 r = g[g["rank"] == m].set_index("quantity")["value"]
-                be = even.loc[(model, device, n_b, m)]
+                key = (model, device, n_b, m)
+                be = even.loc[key] if key in even.index else pd.Series(math.nan, index=even.columns)
                 body.append([model, device, str(n_vis), str(n_b), cell(per["vision_ms"], ".4g"),
                              cell(per["prefill_ms"], ".4g"), cell(per["form_ms"], ".4g"), str(int(m)),
                              cell(r["apply_ms"], ".3g"), cell(r["reuse_ms"], ".4g"), cell(r["speedup_prefill"], ".2f"),

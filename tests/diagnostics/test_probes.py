@@ -13,7 +13,7 @@ from kamera.probes import PROBES, make_probe
 # the keys the runner adds to every probe record (kamera/run/runner.py: _keys and evaluate_item)
 STORE_KEYS = {"group", "job_key", "config_key", "model", "family", "attention", "dtype", "bench", "seed", "item_id",
               "subset", "probe", "knobs"}
-LABELS = {"deficit_heads", "deficit_norms", "deficit_split", "injection_depth", "depth_components", "depth_planes", "energy", "landmarks", "relocation",
+LABELS = {"deficit_basis", "deficit_heads", "deficit_norms", "deficit_split", "injection_depth", "depth_components", "depth_planes", "energy", "landmarks", "relocation",
           "selector_recall", "ttft", "ttft_cuda", "ttft_tiny", "video_signals"}
 
 
