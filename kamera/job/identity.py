@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from kamera.data.media import cache_root, cached_sha256, content_digest, sha256_file
 from kamera.items.selection import Selection
@@ -170,9 +170,20 @@ def _model_identity(cfg: DictConfig) -> dict:
     return out
 
 
+# Options added after jobs were first keyed: (key name, config path, default). Each enters the key only when set off
+# its default, so every job stored before the option existed keeps its key. A new option that changes numbers goes
+# here (an option that was always keyed stays in config_identity's own dict).
+KEYED_OFF_DEFAULT: tuple[tuple[str, str, object], ...] = (
+    ("scoring", "scoring", "logits"),
+    ("chat", "model.chat", "template"),
+)
+
+
 def config_identity(cfg: DictConfig) -> dict:
     """The config keys that define a job's numbers (operational keys such as paths and device left out)."""
     shape = shape_of(cfg)
+    off_default = {name: value for name, path, default in KEYED_OFF_DEFAULT
+                   if (value := OmegaConf.select(cfg, path, default=default)) != default}
     return {
         **shape.identity_tag,  # a window job's key never equals an arm job's
         "model": _model_identity(cfg),
@@ -182,9 +193,7 @@ def config_identity(cfg: DictConfig) -> dict:
         "canonical_context": cfg.canonical_context,
         "eta_floor": cfg.eta_floor,
         "max_new_tokens": cfg.max_new_tokens,
-        # options added later enter the key only when set off their default, so existing jobs keep their keys
-        **({"scoring": cfg.scoring} if cfg.get("scoring", "logits") != "logits" else {}),
-        **({"chat": cfg.model.chat} if cfg.model.get("chat", "template") != "template" else {}),
+        **off_default,
     }
 
 
