@@ -114,7 +114,7 @@ def run(cfg: DictConfig) -> Path:
     if why := unwritable(shard.dir):  # before any weights load (but the toy task's, which selects the items)
         raise JobError(f"cannot start this job: {why}")
     with shard.locked():
-        _run_locked(cfg, shard, ident, selection, arms, probes, adapter, device)
+        _run_locked(cfg, shard, ident, selection, arms, probes, adapter, device, shape.evaluate_item)
     state = shard.state(want, cfg.retry_failed)
     for line in state.reasons():
         log.warning("job %s: %s", key, line)
@@ -158,7 +158,10 @@ def _log_stale(state: JobState, specs: dict[str, Spec]) -> None:
         log.info("%s: recomputing its stale records (%s)", label, why)
 
 
-def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, adapter, device: str) -> None:
+def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, adapter, device: str,
+                evaluate) -> None:
+    """The job's work under its shard lock; ``evaluate`` is the job shape's ``evaluate_item`` (an arm item × its
+    arms, or a window item × its window probes)."""
     run_info = provenance(device, DTYPES[cfg.model.dtype], cfg.model.attn_implementation)
     run_index = _begin(cfg, shard, ident, selection, run_info)
     specs = {s.label: s for s in [*arms, *probes]}
@@ -192,7 +195,6 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
     tracker = Tracker.start(cfg.tracking.mode, cfg.tracking.project, cfg.group, shard.key, meta["config"],
                             Path(cfg.paths.outputs) / "wandb", cfg.tracking.entity)
     progress = Progress(len(todo), every_s=cfg.progress_every_s)
-    evaluate = shape_of(cfg).evaluate_item  # arm items × arms, or window items × window probes
     item_seconds: list[float] = []
     try:
         for item in selection.items:
