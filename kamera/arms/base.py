@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kamera.models.base import Adapter, ForwardOut
+from kamera.models.base import ForwardOut
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.plugin import Plugin, Registry, UnknownNameError
 
@@ -53,10 +53,6 @@ class Arm(Plugin):
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
         raise NotImplementedError
-
-    def refuses(self, adapter: Adapter) -> str | None:
-        """Why this arm cannot serve ``adapter``'s family, or None if it can."""
-        return None
 
     def problems(self, device: str = "cpu", n_layers: int | None = None) -> list[str]:
         """What is wrong with this arm for a job, known before any weights load (preflight), one line each:

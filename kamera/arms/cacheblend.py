@@ -55,6 +55,7 @@ DEVIATIONS = ("value", "key")
 class CacheBlendArm(Arm):
     name = "cacheblend"
     needs = frozenset({"full", "relocated"})
+    drives_layers = True
     ratio: float = 0.15
     filtering: str = "single"
     check_layer: int = 1

@@ -64,7 +64,11 @@ class ShadowKVArm(Arm):
                 "shadowkv rebuilds per-head absolute keys; an MLA cache holds the latent c_KV (keys and "
                 "values both expand from it) and a one-head k_pe, so there is no K matrix to rebuild alone"
             )
-        return None
+        k = next(s for s in adapter.specs if s.rotary is not None)
+        if k.per_layer is not None:
+            return (f"shadowkv un-ropes the keys with one rotary table; {adapter.name} rotates its layers with "
+                    "different frequencies")
+        return super().refuses(adapter)
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
         reason = self.refuses(ctx.adapter)

@@ -34,6 +34,7 @@ from kamera.reuse.recompute import reuse_bottom
 class ShallowReprefillArm(Arm):
     name = "shallow_reprefill"
     needs = frozenset({"full", "relocated"})
+    drives_layers = True
     reuse_layers: int = 3
     rerun_fraction: float | None = None
 
@@ -50,8 +51,9 @@ class ShallowReprefillArm(Arm):
         return []
 
     def refuses(self, adapter: Adapter) -> str | None:
-        """:meth:`problems` once the model is loaded (a model whose layer count preflight could not read)."""
-        return next(iter(self.problems(n_layers=adapter.n_layers)), None)
+        """:meth:`problems` once the model is loaded (a model whose layer count preflight could not read), then the
+        model's own refusals."""
+        return next(iter(self.problems(n_layers=adapter.n_layers)), None) or super().refuses(adapter)
 
     def reused(self, n_layers: int) -> int:
         """ℓ for a model of n_layers (the runner has already set aside models this arm refuses)."""

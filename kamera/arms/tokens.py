@@ -69,6 +69,7 @@ class TokenArm(Arm):
     """Base of the token arms: ``select(ctx)`` → (B-local rows [k], extra row columns)."""
 
     needs = frozenset({"full", "relocated"})
+    drives_layers = True
 
     def select(self, ctx: ReuseContext) -> tuple[torch.Tensor, dict]:
         raise NotImplementedError
@@ -119,7 +120,7 @@ class ImageTokenArm(TokenArm):
     def refuses(self, adapter: Adapter) -> str | None:
         if not takes_images(adapter):
             return f"{self.name} selects tokens per image; {adapter.family} is text-only (no image to select)"
-        return None
+        return super().refuses(adapter)
 
     def per_image(self, n_image: int) -> int:
         """How many leading tokens of an image of n_image visual tokens to recompute."""

@@ -17,9 +17,10 @@ from kamera.reuse.context import ReuseContext
 
 
 def unrotated_kv(ctx: ReuseContext) -> ChunkKV:
-    """KV(B|∅) as prefilled, labelled with B's native positions (the keys are not turned by δ)."""
+    """KV(B|∅) as prefilled, labelled with B's native positions (the keys are not turned by δ). A hybrid's
+    recurrent state pages carry no position, so they go along unchanged, as in blind reuse."""
     canonical = ctx.canonical
-    return ChunkKV(canonical.specs, canonical.layers, ctx.native_positions(ctx.b))
+    return ChunkKV(canonical.specs, canonical.layers, ctx.native_positions(ctx.b), canonical.state)
 
 
 @register

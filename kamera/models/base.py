@@ -284,6 +284,18 @@ class Adapter:
     def rotary_layout(self) -> str:
         return "half"
 
+    def refuses(self, need: str) -> str | None:
+        """Why this model cannot serve ``need``, or None. ``need`` is a shared quantity a plugin reads
+        (:data:`kamera.reuse.plugin.SHARED`) or ``"layers"``: the decoder driven one layer at a time over chosen
+        rows (:mod:`kamera.reuse.recompute`, for token and layer recompute and per-layer attention reads), which
+        builds a full-attention row mask and so cannot drive a sliding-window or recurrent layer."""
+        if need == "layers":
+            types = set(getattr(self.text_config, "layer_types", None) or ())
+            if types - {"full_attention"}:
+                return (f"{self.name} has non-full-attention layers {sorted(types)}; the layer driver (token or layer "
+                        "recompute, per-layer attention reads) builds a full-attention row mask only")
+        return None
+
     @contextmanager
     def attention_kernel(self, impl: str) -> Iterator[None]:
         """Run the language model with attention kernel ``impl`` inside the block, then restore the loaded one."""

@@ -40,6 +40,8 @@ from kamera.models.base import ForwardOut, Placed
 from kamera.models.qwen_vl import Qwen3VLAdapter
 
 _PROJECTIONS = ("in_proj_qkv", "in_proj_b", "in_proj_a")
+ORACLE_REFUSAL = ("{name}: a 4D mask cannot keep A out of B's recurrent state (Gated DeltaNet layers ignore it); the "
+                  "4D-mask oracle is not defined for this family")
 
 
 class RecordingCache(DynamicCache):
@@ -106,13 +108,18 @@ class GatedDeltaNetAdapter(Qwen3VLAdapter):
             if outs:
                 cache.calls.setdefault(l, []).append([outs[n] for n in _PROJECTIONS])
 
+    def refuses(self, need: str) -> str | None:
+        """The 4D-mask oracle (and every plugin that reads it) is refused: see :meth:`forward`."""
+        if need == "oracle":
+            return ORACLE_REFUSAL.format(name=self.name)
+        return super().refuses(need)
+
     @torch.no_grad()
     def forward(self, placed: Placed, cache: DynamicCache | None = None, mask: torch.Tensor | None = None,
                 tag: str = "forward") -> ForwardOut:
         """The base forward, recording the GDN layers' inputs; a 4D mask is refused (it cannot reach the state)."""
         if mask is not None:
-            raise ValueError(f"{self.name}: a 4D mask cannot keep A out of B's recurrent state (Gated DeltaNet layers "
-                             "ignore it); the 4D-mask oracle is not defined for this family")
+            raise ValueError(ORACLE_REFUSAL.format(name=self.name))
         cache = cache if cache is not None else self.new_cache()
         if not isinstance(cache, RecordingCache):
             raise TypeError(f"{self.name}: forward needs a cache from this adapter (new_cache / cache)")

@@ -65,6 +65,7 @@ def _energy(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> float:
 class InjectionDepthProbe(Probe):
     name = "injection_depth"
     needs = frozenset({"full", "conditioned"})
+    drives_layers = True
     layers: str | list[int] = "all"
 
     def __post_init__(self) -> None:

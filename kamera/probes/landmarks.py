@@ -27,6 +27,7 @@ class LandmarksProbe(Probe):
 
     name = "landmarks"
     needs = frozenset({"full", "conditioned"})
+    drives_layers = True
     fraction: float = 0.9
 
     def __post_init__(self) -> None:

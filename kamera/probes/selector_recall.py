@@ -30,6 +30,7 @@ class SelectorRecallProbe(Probe):
     name = "selector_recall"
     # the selectors' own arms' shared quantities, plus the canonical (K-norm)
     needs = OracleTopPArm.needs | CrossMassArm.needs | FirstKArm.needs | frozenset({"canonical"})
+    drives_layers = True
     selectors: list[str] = field(default_factory=lambda: ["oracle", *DEFAULT_SELECTORS])  # oracle: the recall-1 check
     fraction: float = 0.5
     seed: int = 0

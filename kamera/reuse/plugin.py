@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from kamera.models.base import Adapter
 
 # The shared quantities a plugin may declare, in the order the runner computes them (each is a
 # cached attribute of ReuseContext: the re-prefill, the canonical KV(B|∅), R(δ)·KV(B|∅), KV(B|A), Δ,
@@ -26,10 +29,18 @@ class Plugin:
 
     name: ClassVar[str] = ""
     needs: ClassVar[frozenset[str]] = frozenset()
+    drives_layers: ClassVar[bool] = False  # runs the decoder layer by layer over chosen rows (kamera.reuse.recompute)
 
     def params(self) -> dict:
         """The knobs as plain values (row columns)."""
         return dataclasses.asdict(self)
+
+    def refuses(self, adapter: Adapter) -> str | None:
+        """Why this plugin cannot run on ``adapter``'s model, or None: the model refuses the layer driver (where
+        ``drives_layers``) or a shared quantity the plugin ``needs`` (:meth:`kamera.models.base.Adapter.refuses`).
+        A subclass with reasons of its own returns them after this one's."""
+        asks = (["layers"] if self.drives_layers else []) + sorted(self.needs)
+        return next((why for need in asks if (why := adapter.refuses(need))), None)
 
 
 T = TypeVar("T", bound=Plugin)

@@ -88,12 +88,9 @@ class SlotCache(Cache):
 
 # ----- the layer driver -----------------------------------------------------------------------------
 def _check_engine_support(adapter: Adapter) -> None:
-    types = getattr(adapter.text_config, "layer_types", None) or ()
-    if any(t != "full_attention" for t in types):
-        raise NotImplementedError(
-            f"{adapter.name} has non-full-attention layers {sorted(set(types))}; a partial forward would "
-            "need their window in its row mask, which the engine does not build"
-        )
+    why = adapter.refuses("layers")
+    if why:
+        raise NotImplementedError(why)
 
 
 def eager_attention(adapter: Adapter):

@@ -177,6 +177,9 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
     _log_stale(state, specs)
     adapter = adapter or _load(cfg, device)
     run_info["attention"] = adapter.lm.config._attn_implementation
+    unfit = [f"probe {s.label} cannot run on {cfg.model.name}: {why}" for s in probes if (why := s.plugin.refuses(adapter))]
+    if unfit:  # a probe is a measurement asked for by name: its refusal stops the job before any item runs
+        raise JobError("cannot run this job (drop the probe or choose another model):\n- " + "\n- ".join(unfit))
     meta = shard.meta()
     force_from = meta.get("force_from", 0)
     family = {(r["arm"], r["knobs"]) for r in meta["refusals"]

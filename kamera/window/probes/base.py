@@ -21,7 +21,6 @@ import torch
 
 from kamera.core import Patch, family_rank_view
 from kamera.metrics import eta, flipped, kl, recovered
-from kamera.models.base import Adapter
 from kamera.reuse.plugin import Plugin, Registry, UnknownNameError
 from kamera.window.context import WindowContext, WindowView
 
@@ -45,10 +44,6 @@ class WindowProbe(Plugin):
 
     def run(self, wctx: WindowContext) -> list[dict]:
         raise NotImplementedError
-
-    def refuses(self, adapter: Adapter) -> str | None:
-        """Why this probe cannot serve ``adapter``'s family, or None if it can."""
-        return None
 
     def problems(self, window: int | None = None) -> list[str]:
         """What is wrong with this probe for a job, known before any weights load, one line each: ``window`` is the
