@@ -133,15 +133,36 @@ def deepseek_vl_config():
 
 
 def gemma3n_config():
-    """Gemma-3n's text decoder in small: per-layer inputs, AltUp and LAuReL as in E4B; sliding-window layers (window
-    16, shorter than a test item's B) alternating with global ones; the last two layers KV-shared (each reads the
-    last earlier layer of its type); the first layer's activations sparse; final logits soft-capped at 30. AltUp's
-    output scale is off: transformers initialises it to 0, which in a random model would silence the per-layer inputs."""
-    return tf.Gemma3nTextConfig(
-        **dict(TEXT, num_hidden_layers=6), head_dim=64, vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=32,
-        laurel_rank=16, sliding_window=16, altup_correct_scale=False, layer_types=["sliding_attention", "full_attention"] * 3,
-        num_kv_shared_layers=2, activation_sparsity_pattern=[0.95] + [0.0] * 5, final_logit_softcapping=30.0,
+    """Gemma-3n in small. The text decoder: per-layer inputs, AltUp and LAuReL as in E4B; sliding-window layers (window
+    16, shorter than a test item's B) alternating with global ones; the last two layers KV-shared (each reads the last
+    earlier layer of its type); the first layer's activations sparse; final logits soft-capped at 30. AltUp's output
+    scale is off: transformers initialises it to 0, which in a random model would silence the per-layer inputs.
+    The vocabulary is laid out as E4B's: text ids below 448 (the per-layer-input table), then a vision band of 32
+    (``<end_of_image>`` at its first id, the image soft token next) and an audio band of 32; ``<start_of_image>`` is the
+    text id just below. The vision tower is MobileNetV5's blocks at 8–32 channels (``kamera_mobilenetv5_tiny``): a
+    128-px image (:func:`gemma3n_pixels`) gives a 4 × 4 map, 16 soft tokens of 64; a one-layer audio tower."""
+    text_vocab, band = VOCAB - 64, 32
+    text = dict(
+        **dict(TEXT, num_hidden_layers=6), head_dim=64, vocab_size_per_layer_input=text_vocab,
+        hidden_size_per_layer_input=32, laurel_rank=16, sliding_window=16, altup_correct_scale=False,
+        layer_types=["sliding_attention", "full_attention"] * 3, num_kv_shared_layers=2,
+        activation_sparsity_pattern=[0.95] + [0.0] * 5, final_logit_softcapping=30.0,
     )
+    vision = dict(architecture="kamera_mobilenetv5_tiny", model_args={"msfa_output_resolution": 4}, hidden_size=64,
+                  vocab_offset=text_vocab, vocab_size=band)
+    audio = dict(hidden_size=32, conf_num_attention_heads=2, conf_num_hidden_layers=1, input_feat_size=16,
+                 sscp_conv_channel_size=[8, 4], vocab_offset=text_vocab + band, vocab_size=band)
+    return tf.Gemma3nConfig(
+        text_config=text, vision_config=vision, audio_config=audio, vision_soft_tokens_per_image=16,
+        boi_token_id=text_vocab - 1, eoi_token_id=text_vocab, image_token_id=text_vocab + 1,
+        boa_token_id=text_vocab - 2, eoa_token_id=text_vocab + band, audio_token_id=text_vocab + band + 1,
+        eos_token_id=TEXT["eos_token_id"], bos_token_id=TEXT["bos_token_id"], pad_token_id=TEXT["pad_token_id"],
+    )
+
+
+def gemma3n_pixels():
+    """Gemma-3n's image processor (SigLIP's, PIL: bilinear resize, rescale to [0, 1], no normalisation) at 128 px."""
+    return tf.SiglipImageProcessorPil(size={"height": 128, "width": 128}, resample=2, do_normalize=False)
 
 
 def _qwen_pixels(patch: int):

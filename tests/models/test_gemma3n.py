@@ -1,24 +1,27 @@
-"""Gemma-3n's text decoder (kamera.models.gemma3n): per-layer inputs carried per span, sliding-window layers with a B
-longer than the window, KV-shared layers reading their source layer's relocated and patched KV, soft-capped logits.
+"""Gemma-3n (kamera.models.gemma3n): per-layer inputs carried per span, sliding-window layers with a B longer than the
+window, KV-shared layers reading their source layer's relocated and patched KV, soft-capped logits; image chunks
+through the native MobileNetV5 tower (boi + soft tokens + eoi, the eoi embedded by ``embed_vision``).
 
-The tiny twin (window 16, 6 layers: sliding / global alternating, the last 2 KV-shared) runs in ``make test``; the
-shaped E4B checkpoint (the published 262k vocabulary and 2048 × 16384 layers) at 4 layers, so it has KV-shared
-layers, with a B longer than the real 512-slot window, is in the ``shaped`` tier.
+The tiny twin (window 16, 6 layers: sliding / global alternating, the last 2 KV-shared; a 16-token image tower) runs
+in ``make test``; the shaped E4B checkpoint (the published 262k vocabulary and 2048 × 16384 layers, MobileNetV5 at
+768 px with each stage cut to 3 blocks) at 4 layers, so it has KV-shared layers, with a B longer than the real
+512-slot window, is in the ``shaped`` tier.
 """
 
 from __future__ import annotations
 
 import gc
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from kamera.core import ChunkKV, relocate, rotate
-from kamera.items.spans import Span
+from kamera.items.spans import Audio, Span
 from kamera.metrics import eta, kl
 from kamera.models import load_model, place
-from kamera.models.gemma3n import TEXT_ONLY_REASON
+from kamera.models.gemma3n import AUDIO_REASON
 from kamera.models.registry import image_problems
 from kamera.models.shaped import ensure
 from kamera.reuse.context import ReuseContext
@@ -34,6 +37,37 @@ def spans(b_text: str = B_TEXT) -> list[Span]:
         Span("B", (b_text,)),
         Span("query", ("Which cup hides the key? A, B, C or D.",)),
     ]
+
+
+def noise_image(seed: int, size: tuple[int, int] = (90, 120)) -> Image.Image:
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 255, (*size, 3), dtype=np.uint8))
+
+
+def image_spans(b_text: str = B_TEXT) -> list[Span]:
+    """[prefix, A (image + text), A (text), B (image + text), query]: B's image and text outrun the window."""
+    return [
+        Span("prefix", ("Answer with one letter.",)),
+        Span("A", (noise_image(1), "The key is under this cup.")),
+        Span("A", ("The coin is under the blue cup.",)),
+        Span("B", (noise_image(2, (200, 140)), b_text)),
+        Span("query", ("Which cup hides the key? A, B, C or D.",)),
+    ]
+
+
+def image_identities(adapter, ctx: ReuseContext, kl_floor: float) -> None:
+    """The operator's identities on an item whose B holds an image: relocation exact, full rank = re-prefill
+    (η ≥ 0.999), rank 0 = blind, and B ↛ A = blind at native positions."""
+    b = ctx.enc.spans[ctx.b]
+    assert bool(b.visual.any())
+    base = alone(adapter, b.span, 0)
+    assert rel_err(relocate(base, 97), alone(adapter, b.span, 97), 0) <= 1e-5
+    ref, kl_blind = ctx.reprefill_logits, kl(ctx.reprefill_logits, ctx.blind.logits)
+    assert kl_blind > kl_floor
+    full = ctx.patch.apply(ctx.relocated)
+    assert eta(kl(ref, ctx.query(full).logits), kl_blind) >= 0.999
+    assert torch.equal(ctx.query(ctx.patch.truncate(0).apply(ctx.relocated)).logits, ctx.blind.logits)
+    native = ReuseContext(adapter, ctx.enc, canonical_context="native")
+    torch.testing.assert_close(native.oracle.hidden, native.blind.hidden, rtol=1e-4, atol=1e-4)
 
 
 def rel_err(a: ChunkKV, b: ChunkKV, channel: int) -> float:
@@ -196,8 +230,8 @@ def test_greedy_decode_carries_per_layer_inputs(twin, ctx):
 
 
 def test_bad_inputs_are_refused(twin, ctx):
-    with pytest.raises(NotImplementedError, match="does not take images"):
-        twin.encode_span(Span("B", (Image.new("RGB", (32, 32)),)))
+    with pytest.raises(NotImplementedError, match="audio chunks are refused"):
+        twin.encode_span(Span("B", (Audio(np.zeros(1600, dtype=np.float32), 16000),)))
     top = twin.text_config.vocab_size_per_layer_input
     twin.text_config.vocab_size_per_layer_input = 100
     try:
@@ -215,9 +249,50 @@ def test_bad_inputs_are_refused(twin, ctx):
         twin.forward([(q, ctx.start(ctx.q))], cache=ctx.splice(ctx.conditioned), mask=early[..., 1:])
 
 
-def test_image_benchmark_preflight_says_why():
-    problems = image_problems("gemma3n_e4b", None, "synthetic", [lambda: [Span("B", (Image.new("RGB", (8, 8)),))]])
-    assert len(problems) == 1 and "text-only" in problems[0] and TEXT_ONLY_REASON in problems[0] and "timm" in problems[0]
+def test_image_benchmarks_pass_preflight():
+    """Gemma-3n reads images now: preflight has nothing to say about an image benchmark; audio is refused by name."""
+    assert image_problems("gemma3n_e4b", None, "synthetic", [lambda: [Span("B", (Image.new("RGB", (8, 8)),))]]) == []
+    assert "audio" in AUDIO_REASON
+
+
+# ----- image chunks on the tiny twin ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def image_ctx(twin):
+    c = ReuseContext(twin, image_spans())
+    assert c.n_b > twin.window
+    return c
+
+
+def test_image_layout_is_the_processors(twin, image_ctx):
+    """An image is ``\\n\\n`` <start_of_image> + 16 soft tokens + <end_of_image> ``\\n\\n``, the soft tokens carrying the
+    tower's features and <end_of_image> embedded by embed_vision's hard embedding (not the text table)."""
+    cfg = twin.model.config
+    b = image_ctx.enc.spans[image_ctx.b]
+    gap = twin.tokenize("\n\n")
+    n = cfg.vision_soft_tokens_per_image
+    assert b.input_ids[: len(gap) * 2 + n + 2].tolist() == [*gap, cfg.boi_token_id, *[cfg.image_token_id] * n,
+                                                              cfg.eoi_token_id, *gap]
+    assert b.visual.tolist()[: len(gap) + n + 2] == [False] * (len(gap) + 1) + [True] * n + [False]
+    eoi = len(gap) + n + 1
+    with torch.no_grad():
+        hard = twin.model.model.embed_vision(input_ids=torch.tensor([[cfg.eoi_token_id]]))[0, 0]
+    assert torch.equal(b.embeds[eoi], hard)
+    assert not torch.allclose(hard, twin.lm.get_input_embeddings()(torch.tensor(cfg.eoi_token_id)))
+
+
+def test_image_spans_are_the_models_own_forward(twin, image_ctx):
+    """Span-wise encoding (features merged once, per-layer inputs from each span's ids) = the model's own forward from
+    ids and pixel values (its get_image_features, placeholder scatter and vision-band embedding)."""
+    ids = torch.cat([s.input_ids for s in image_ctx.enc.spans])[None]
+    images = [p for s in image_spans() for p in s.parts if isinstance(p, Image.Image)]
+    pixels = torch.cat([twin._pixels(im)["pixel_values"] for im in images])  # [2, 3, 128, 128]
+    with torch.no_grad():
+        ref = twin.model(input_ids=ids, pixel_values=pixels).logits[0, -1].float()
+    torch.testing.assert_close(image_ctx.reprefill_logits, ref, rtol=0, atol=1e-5)
+
+
+def test_image_chunk_identities(twin, image_ctx):
+    image_identities(twin, image_ctx, kl_floor=1e-4)
 
 
 # ----- the shaped E4B checkpoint, 4 layers (2 KV-shared), B longer than the 512-slot window --------------------
@@ -264,6 +339,35 @@ def test_shaped_kv_shared_and_evicted_rows(shaped, long_ctx):
     for t in new[0]:  # layer 0: sliding
         t[out_of_window] += 3.0
     assert torch.equal(ctx.query(ctx.conditioned.with_layers(new)).logits, ctx.query(ctx.conditioned).logits)
+
+
+@pytest.mark.shaped
+def test_shaped_image_chunk_identities(shaped):
+    """A 768-px image through the shaped MobileNetV5 (256 soft tokens of 2048) in A and B, B's text outrunning the
+    window: the same identities as text."""
+    ctx = ReuseContext(shaped, image_spans(" ".join([B_TEXT] * 4)))  # B ends before position ~1k (fp32 p·θ: 1e-5)
+    assert int(ctx.enc.spans[ctx.b].visual.sum()) == 256 and ctx.n_b > shaped.window
+    image_identities(shaped, ctx, kl_floor=1e-6)
+
+
+@pytest.mark.shaped
+def test_shaped_image_ids_are_the_template_and_the_processors(shaped):
+    """Text + image + text in one user turn: the harness's ids equal the checkpoint's template, its
+    <image_soft_token> expanded by Gemma3nProcessor's own full_image_sequence, tokenized."""
+    import transformers as tf
+
+    tok = shaped.tokenizer
+    proc = tf.Gemma3nProcessor(feature_extractor=tf.Gemma3nAudioFeatureExtractor(), image_processor=shaped.image_processor,
+                               tokenizer=tok, image_seq_length=256)
+    message = [{"role": "user", "content": [{"type": "text", "text": "Look."}, {"type": "image"},
+                                             {"type": "text", "text": "What is shown?"}]}]
+    rendered = tok.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
+    before, after = rendered.split(tok.image_token)
+    header, footer = shaped.chat
+    spans = [Span("A", (before[len(header):],)), Span("B", (noise_image(3),)),
+             Span("query", (after[: len(after) - len(footer)],))]
+    ours = torch.cat([s.input_ids for s in shaped.encode(spans).spans]).tolist()
+    assert ours == tok(rendered.replace(tok.image_token, proc.full_image_sequence), add_special_tokens=False)["input_ids"]
 
 
 @pytest.mark.shaped

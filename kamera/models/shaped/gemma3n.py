@@ -8,24 +8,26 @@ sources (``SOURCES``): its numbers are transformers' ``Gemma3nTextConfig`` / ``G
 ``rope_local_base_freq``, ``query_pre_attn_scalar``, ``altup_lr_multiplier``, the vision config's ``label_names``) are
 those public readers of the published file parse.
 
-What is written: the decoder's tensors under the checkpoint's names (``model.language_model.*``, which
-transformers maps onto ``Gemma3nForCausalLM``; the LM head is tied to the embeddings), the generation config, the
-chat template and a stand-in tokenizer. Omitted: the vision tower (timm's MobileNetV5: no transformers class to
-build it from without timm), the audio tower and the two multimodal embedders, none of which the harness loads.
+What is written: every tensor ``Gemma3nForConditionalGeneration`` loads, under the checkpoint's names: the decoder
+(``model.language_model.*``; the LM head is tied to the embeddings), the vision tower as timm's MobileNetV5 names it
+(``model.vision_tower.timm_model.*``: kamera's native encoder, :mod:`kamera.models.mobilenetv5`, registered for the
+vision config by :mod:`kamera.models.gemma3n`), the audio tower (``model.audio_tower.*``) and the two multimodal
+embedders (``model.embed_vision.*``, ``model.embed_audio.*``); the generation config, the image processor's
+preprocessor config, the chat template and a stand-in tokenizer.
 
 Shaped layer counts keep the decoder's structure in small (``_remap``): L layers alternate sliding and global
 (sliding first), the last ``2·round(⌊L/2⌋ · 15/35)`` are KV-shared (none at 2 layers, 2 of 4), the first
-``round(L · 10/35)`` have sparse activations (0.95), as the first 10 of 35 do.
+``round(L · 10/35)`` have sparse activations (0.95), as the first 10 of 35 do. ``vision_layers`` V gives the audio
+tower V conformer layers and cuts each MobileNetV5 stage to its first block and its last V
+(``vision_config.model_args.stage_depths``, :func:`kamera.models.mobilenetv5.cut_stages`: at V = 2 stage 2 keeps its
+strided UIR, an MQA block and a UIR; from V = 38 the tower is whole and ``model_args`` stays null).
 """
 
 from __future__ import annotations
 
-import copy
-
-import torch
-import transformers as tf
-
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, tensor_layout, writer_for
+import kamera.models.gemma3n  # noqa: F401  (registers the native MobileNetV5 tower the weights are laid out from)
+from kamera.models.mobilenetv5 import ARCHITECTURES
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, writer_for
 
 SOURCES = {
     "config.json": (
@@ -41,6 +43,12 @@ SOURCES = {
     "chat_template": "huggingface.co/google/gemma-3n-E4B-it/blob/main/chat_template.jinja (<bos>, <start_of_turn>user / "
                      "model turns, text trimmed, <image_soft_token> / <audio_soft_token> per part, a system turn "
                      "prefixed to the first user turn)",
+    "preprocessor_config.json": "huggingface/transformers src/transformers/models/gemma3n/convert_gemma3n_weights.py "
+                                "(SiglipImageProcessorFast: 768 × 768, bilinear, rescale 1/255, do_normalize false, "
+                                "mean / std 0.5, image_seq_length 256; Gemma3nProcessor); the audio feature "
+                                "extractor's fields are not written (audio is not served)",
+    "vision tower": "github.com/huggingface/pytorch-image-models timm/models/mobilenetv5.py (mobilenetv5_300m_enc): "
+                    "tensor names and shapes, as kamera.models.mobilenetv5 restates them",
     "tokenizer": "stand-in: Gemma's 262,144-entry SentencePiece vocabulary is not shipped; the specials at their ids "
                  "(<pad> 0, <eos> 1, <bos> 2, <unk> 3, <mask> 4, <start_of_turn> 105, <end_of_turn> 106, "
                  "<start_of_image> 255999, <start_of_audio> 256000, <end_of_image> 262144, <image_soft_token> 262145, "
@@ -69,9 +77,6 @@ SPECIALS = {
     "<end_of_audio>": 262272, "<audio_soft_token>": 262273,
 }
 
-PREFIX = "model.language_model."  # the decoder's tensors in the published checkpoint
-
-
 def _remap(cfg: dict, layers: int, vision_layers: int) -> None:
     """The per-layer lists and the KV-sharing span for ``layers`` decoder layers (module docstring)."""
     text = cfg["text_config"]
@@ -82,32 +87,29 @@ def _remap(cfg: dict, layers: int, vision_layers: int) -> None:
     text["num_kv_shared_layers"] = min(shared, max(0, layers - 2))
     text["intermediate_size"] = [full["intermediate_size"][0]] * layers
     text["activation_sparsity_pattern"] = [full["activation_sparsity_pattern"][0]] * sparse + [0.0] * (layers - sparse)
-
-
-def _layout(cfg: dict, vision_layers: int) -> list[tuple[str, tuple[int, ...]]]:
-    """The decoder's tensors under their published names: ``Gemma3nForCausalLM`` built on meta from the text
-    config, its ``model.*`` names under ``model.language_model.`` (the tied LM head is not stored)."""
-    text = tf.Gemma3nTextConfig(**copy.deepcopy(cfg["text_config"]))
-    with torch.device("meta"):
-        model = tf.Gemma3nForCausalLM._from_config(text)
-    out = []
-    for name, (shape, _) in tensor_layout(model).items():
-        if not name.startswith("model."):
-            raise ValueError(f"unexpected decoder tensor {name}")
-        out.append((PREFIX + name.removeprefix("model."), shape))
-    return out
+    stages, _ = ARCHITECTURES[cfg["vision_config"]["architecture"]]
+    depths = [min(len(stage), 1 + vision_layers) for stage in stages]
+    if depths != [len(stage) for stage in stages]:
+        cfg["vision_config"]["model_args"] = {"stage_depths": depths}
 
 
 GEMMA3N_E4B_SPEC = ShapedSpec(
     model="gemma3n_e4b",
-    model_class="",
+    model_class="Gemma3nForConditionalGeneration",
     config=GEMMA3N_E4B,
     sources=SOURCES,
     text_layers=("text_config.num_hidden_layers",),
-    vision_layers=(),
+    vision_layers=("audio_config.conf_num_hidden_layers",),
     remap=_remap,
-    layout=_layout,
-    files={"generation_config.json": {"bos_token_id": 2, "pad_token_id": 0, "eos_token_id": [1, 106]}},
+    files={
+        "generation_config.json": {"bos_token_id": 2, "pad_token_id": 0, "eos_token_id": [1, 106]},
+        "preprocessor_config.json": {
+            "image_processor_type": "SiglipImageProcessorFast", "processor_class": "Gemma3nProcessor",
+            "do_convert_rgb": None, "do_resize": True, "size": {"height": 768, "width": 768}, "resample": 2,
+            "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": False, "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5], "image_seq_length": 256,
+        },
+    },
     chat_template=TEMPLATE,
     tokenizer=TokenizerSpec(
         None, 262400, SPECIALS,
@@ -117,10 +119,9 @@ GEMMA3N_E4B_SPEC = ShapedSpec(
          "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "boa_token": "<start_of_audio>",
          "eoa_token": "<end_of_audio>"},
     ),
-    omitted="the vision tower (timm's MobileNetV5, which transformers builds only through timm), the audio tower, "
-            "the vision / audio embedders and the KV-shared layers' unused K/V projections (transformers ignores them "
-            "on load): the harness loads the text decoder alone (Gemma3nForCausalLM)",
-    min_vision_layers=0,
+    omitted="the KV-shared layers' unused K/V projections, if the published file holds them (transformers builds "
+            "none for those layers)",
+    min_vision_layers=1,
 )
 
 gemma3n_e4b = writer_for(GEMMA3N_E4B_SPEC)
