@@ -230,6 +230,9 @@ VL_FAMILIES = {
     "deepseek_vl_hybrid": "deepseek_vl_7b",
     "deepseek_vl": "tiny_deepseek_vl",
     "qwen3_omni_moe": "qwen3_omni_30b_a3b",
+    "qwen2_5_omni": "qwen2_5_omni_7b",
+    "qwen3_5": "gdn_hybrid",
+    "gemma3n": "gemma3n_e4b",
 }
 
 

@@ -105,7 +105,8 @@ def test_a_text_checkpoint_runs_by_path_with_full_rank_equal_to_reprefill(tmp_pa
 
 
 @pytest.mark.parametrize("twin, bench", [("tiny_qwen2_5_vl", "synthetic"), ("tiny_qwen3_vl", "synthetic"),
-                                         ("tiny_llava", "synthetic"), ("tiny_deepseek_v2", "musique")])
+                                         ("tiny_llava", "synthetic"), ("tiny_deepseek_v2", "musique"),
+                                         ("tiny_gdn_hybrid", "synthetic")])
 def test_a_checkpoint_of_a_served_family_runs_by_path(tmp_path, musique, twin, bench):
     ckpt = twin_checkpoint(tmp_path / twin, twin)
     where = [f"bench.root={musique}"] if bench == "musique" else []
@@ -279,7 +280,8 @@ def test_binding_words_runs_on_a_text_checkpoint(tmp_path, model_type):
 
 # ----- item 1: the served VL families without a tiny twin, by their published config and shaped checkpoint ---
 NO_TWIN = {"internvl": "internvl3_8b", "smolvlm": "smolvlm2", "deepseek_vl_hybrid": "deepseek_vl_7b",
-           "qwen3_omni_moe": "qwen3_omni_30b_a3b"}
+           "qwen3_omni_moe": "qwen3_omni_30b_a3b", "qwen2_5_omni": "qwen2_5_omni_7b", "qwen3_5": "gdn_hybrid",
+           "gemma3n": "gemma3n_e4b"}
 
 
 @pytest.mark.parametrize("model_type, paper", sorted(NO_TWIN.items()))
@@ -299,7 +301,7 @@ def test_a_published_config_maps_onto_the_paper_models_adapter(tmp_path, model_t
 
 
 @pytest.mark.shaped
-@pytest.mark.parametrize("paper", ["smolvlm2", "internvl3_8b", "deepseek_vl_7b"])
+@pytest.mark.parametrize("paper", ["smolvlm2", "internvl3_8b", "deepseek_vl_7b", "qwen2_5_omni_7b"])
 def test_a_shaped_checkpoint_runs_by_path(tmp_path, shaped_root, paper):
     """The paper model's shaped checkpoint, named by path through model=hf: rows say its model_type, re-prefill is
     the reference and the full-rank patch restores it (float32)."""
