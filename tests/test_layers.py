@@ -22,11 +22,12 @@ FLOORS: list[tuple[str, ...]] = [
     ("kamera.errors", "kamera.progress", "kamera.knobs", "kamera.items", "kamera.core"),
     ("kamera.metrics", "kamera.models", "kamera.data"),  # KL, η, e90; adapters, FLOPs, shaped writers; loaders
     ("kamera.reuse",),  # an item's shared forwards, partial recompute, the plugin base
-    ("kamera.arms", "kamera.toy", "kamera.engine"),  # reuse arms; toy tasks and models; the engine's KV connector
+    ("kamera.arms", "kamera.toy"),  # reuse arms; toy tasks and models
     ("kamera.diagnostics", "kamera.window"),  # measurements behind the figures; window ops and probes
     ("kamera.probes",),  # per-item probes over the diagnostics
     ("kamera.job",),  # spec, checks, the item shape, selection, identity, rows, store
-    ("kamera.run", "kamera.sweep"),  # one job; a sweep of jobs (expansion, status, cost, rehearsal)
+    # one job; a sweep of jobs (expansion, status, cost, rehearsal); the engine's KV connector and its keyed rows
+    ("kamera.run", "kamera.sweep", "kamera.engine"),
     ("experiments",),  # rows → tables and figures
 ]
 FACE = ("kamera",)  # the package face (kamera/__init__.py) may import any room; no room imports it
