@@ -38,7 +38,7 @@ class Plugin:
     def refuses(self, adapter: Adapter) -> str | None:
         """Why this plugin cannot run on ``adapter``'s model, or None: the model refuses the layer driver (where
         ``drives_layers``) or a shared quantity the plugin ``needs`` (:meth:`kamera.models.base.Adapter.refuses`).
-        A subclass with reasons of its own returns them after this one's."""
+        A subclass with reasons of its own checks those first, then returns this one's (``super().refuses``)."""
         asks = (["layers"] if self.drives_layers else []) + sorted(self.needs)
         return next((why for need in asks if (why := adapter.refuses(need))), None)
 
