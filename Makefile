@@ -38,8 +38,12 @@ help: ## list the targets
 
 # Test tiers (pytest marks, pyproject.toml): `test` is the fast gate; `test-all` (what CI runs) adds the shaped and
 # integration tiers; `test-slow` retrains the toys. KAMERA_SHAPED=<dir> keeps shaped checkpoints between runs.
+# PYTEST_WORKERS: pytest-xdist workers (both cores of a 2-core machine; 0 runs in-process, for a debugger).
+PYTEST_WORKERS ?= 2
+xdist := -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: lint ## the fast gate: ruff + every test but the shaped, integration, slow and engine tiers (about 3 min on 2 cores)
-	$(PYTHON) -m pytest -m "not slow and not shaped and not integration and not engine"
+	$(PYTHON) -m pytest $(xdist) -m "not slow and not shaped and not integration and not engine"
 
 test-shaped: ## real-width shaped checkpoints of every paper model + the end-to-end rehearsal (~10-12 min; GBs of disk)
 	$(PYTHON) -m pytest -m shaped
