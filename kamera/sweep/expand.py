@@ -15,11 +15,14 @@ lists the valid names.
 from __future__ import annotations
 
 import argparse
+import copy
+import os
 import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -36,8 +39,36 @@ class SweepError(ValueError):
     """A sweep that cannot be composed (an unknown config choice, a bad override); Hydra's message."""
 
 
+T = TypeVar("T")
+_MEMO: dict[tuple, object] = {}
+
+
+def _conf_state() -> tuple:
+    """Everything a composition reads besides its overrides: each file under conf/ (path, size, mtime_ns) and
+    the KAMERA_* environment (interpolations resolve lazily, but a key that covers them costs nothing)."""
+    files = tuple(sorted((str(p), st.st_size, st.st_mtime_ns) for p in CONF_DIR.rglob("*") if p.is_file()
+                         for st in (p.stat(),)))
+    return files, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("KAMERA_")))
+
+
+def _memo(kind: str, key: tuple, make: Callable[[], T]) -> T:
+    """``make()`` once per (kind, key, state of conf/): Hydra re-reads and re-parses every YAML file of conf/ on
+    each composition (~0.3 s), and status, preflight, the cost estimate and the tests compose the same jobs
+    again and again. Callers get a deep copy, so a config they change never changes the cached one."""
+    full = (kind, key, _conf_state())
+    if full not in _MEMO:
+        if len(_MEMO) > 4096:
+            _MEMO.clear()
+        _MEMO[full] = make()
+    return copy.deepcopy(_MEMO[full])  # type: ignore[return-value]
+
+
 def compose_config(overrides: Sequence[str] | None = None, hydra_config: bool = False) -> DictConfig:
     """The job config ``python -m kamera.run <overrides>`` would see (no output dirs created)."""
+    return _memo("compose", (tuple(overrides or []), hydra_config), lambda: _compose(overrides, hydra_config))
+
+
+def _compose(overrides: Sequence[str] | None, hydra_config: bool) -> DictConfig:
     try:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
             return compose("config", overrides=list(overrides or []), return_hydra_config=hydra_config)
@@ -58,6 +89,10 @@ class _Recorder:
 
 def expand(overrides: Sequence[str] | None = None) -> list[list[str]]:
     """The per-job override lists a multirun with ``overrides`` launches, in launch order."""
+    return _memo("expand", tuple(overrides or []), lambda: _expand(overrides))
+
+
+def _expand(overrides: Sequence[str] | None) -> list[list[str]]:
     recorder = _Recorder()
     with tempfile.TemporaryDirectory(prefix="kamera-sweep-") as tmp:
         try:
