@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny adapters, built once per session (item helpers live in ``tinyfamilies.py``)."""
+"""Shared fixtures: tiny adapters, built once per session (item helpers live in ``tinyfamilies.py``); the tier guard."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+from shaped_fixtures import CANARIES, GATE_CANARY
+
 from kamera.models import load_model
+from kamera.models.shaped import shaped_models
 
 torch.set_num_threads(1)
 
@@ -30,15 +33,25 @@ def tiny():
 
 
 SHAPED_FIXTURES = {"shaped_cache", "shaped_root", "shaped", "remote"}  # tests/shaped_fixtures.py, models_remote
-CANARY = "smolvlm2"  # the one shaped checkpoint `make test` writes (tests/models/test_shaped.py)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Keep the tiers honest: a test on shaped checkpoints (GBs each; up to ~32 GB in pytest's basetemp
-    without ``$KAMERA_SHAPED``) carries the ``shaped`` mark, unless it runs the SmolVLM2 canary."""
+    """Keep the tiers honest (docs/testing.md): a test on shaped checkpoints (GBs each) carries the ``shaped`` mark,
+    unless it runs the gate's canary; and a shaped test in CI (``shaped`` without ``full``) runs only the
+    canaries (one paper model per family kind, ``tests/shaped_fixtures.py``), so CI does not grow with each new
+    paper model."""
+    def params(item) -> set:
+        return {v for v in getattr(getattr(item, "callspec", None), "params", {}).values() if isinstance(v, str)}
+
     stray = [item.nodeid for item in items
              if SHAPED_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("shaped") is None
-             and CANARY not in getattr(getattr(item, "callspec", None), "params", {}).values()]
+             and GATE_CANARY not in params(item)]
     if stray:
         raise pytest.UsageError("tests on shaped checkpoints must be marked @pytest.mark.shaped (only the "
-                                f"{CANARY} canary stays in make test): " + ", ".join(stray))
+                                f"{GATE_CANARY} canary stays in make test): " + ", ".join(stray))
+    models = set(shaped_models())
+    beyond = [item.nodeid for item in items if item.get_closest_marker("shaped") and not item.get_closest_marker("full")
+              and (params(item) & models) - set(CANARIES.values())]
+    if beyond:
+        raise pytest.UsageError("shaped tests of a model that is not a canary belong to make test-full: give them "
+                                "shaped_marks(name) (tests/shaped_fixtures.py) or @pytest.mark.full: " + ", ".join(beyond))

@@ -312,6 +312,7 @@ def long_ctx(shaped):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_shaped_identities_with_a_b_longer_than_the_window(shaped, long_ctx):
     ctx = long_ctx
     b = ctx.enc.spans[ctx.b]
@@ -327,6 +328,7 @@ def test_shaped_identities_with_a_b_longer_than_the_window(shaped, long_ctx):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_shaped_kv_shared_and_evicted_rows(shaped, long_ctx):
     ctx = long_ctx
     patched = ctx.patch.truncate(16).apply(ctx.relocated)
@@ -342,6 +344,7 @@ def test_shaped_kv_shared_and_evicted_rows(shaped, long_ctx):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_shaped_image_chunk_identities(shaped):
     """A 768-px image through the shaped MobileNetV5 (256 soft tokens of 2048) in A and B, B's text outrunning the
     window: the same identities as text."""
@@ -351,6 +354,7 @@ def test_shaped_image_chunk_identities(shaped):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_shaped_image_ids_are_the_template_and_the_processors(shaped):
     """Text + image + text in one user turn: the harness's ids equal the checkpoint's template, its
     <image_soft_token> expanded by Gemma3nProcessor's own full_image_sequence, tokenized."""
@@ -371,6 +375,7 @@ def test_shaped_image_ids_are_the_template_and_the_processors(shaped):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_shaped_chat_framing_is_the_checkpoints_template(shaped):
     """The item's ids (header in the prefix, footer after the query) are the template's rendering of the same user
     text, tokenized: <bos>, <start_of_turn> 105 and <end_of_turn> 106 at Gemma's ids."""

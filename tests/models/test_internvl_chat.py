@@ -255,6 +255,7 @@ def shaped_dir(shaped_root) -> Path:
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_remote_equivalence_on_the_shaped_checkpoint(shaped_dir):
     """First of the shaped tests: it loads its own adapter, so no other one is in memory beside it."""
     result = gpu_check.remote_equivalence("internvl_chat_v1_1", shaped_dir, "cpu", "float32", size=(84, 56))
@@ -268,6 +269,7 @@ def shaped(shaped_dir):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_shaped_layout_and_cache(shaped, shaped_dir):
     hub = json.loads((shaped_dir / "config.json").read_text())
     assert hub["select_layer"] == -2 and hub["vision_config"]["num_hidden_layers"] == 2
@@ -279,6 +281,7 @@ def test_shaped_layout_and_cache(shaped, shaped_dir):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_shaped_chat_with_the_real_llama2_tokenizer(shaped, shaped_dir):
     need_real_tokenizer("internvl_chat_v1_1")
     assert json.loads((shaped_dir / "shaped.json").read_text())["tokenizer"] == "real:llama2"
@@ -291,5 +294,6 @@ def test_shaped_chat_with_the_real_llama2_tokenizer(shaped, shaped_dir):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_identities_on_the_shaped_checkpoint(shaped):
     identities(shaped, (84, 56))

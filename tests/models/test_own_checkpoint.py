@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 import transformers as tf
+from shaped_fixtures import shaped_marks
 
 from kamera.data import make_fixture
 from kamera.job import checkpoint_fingerprint, preflight
@@ -301,10 +302,9 @@ def test_a_published_config_maps_onto_the_paper_models_adapter(tmp_path, model_t
 
 
 @pytest.mark.shaped
-# smolvlm2 and deepseek_vl_7b by path (~1.5 min each on 2 cores) run in the slow tier: their shaped checkpoints are
-# tested as paper models in the shaped tier, and their model_type mapping by the published-config test above
-@pytest.mark.parametrize("paper", [pytest.param("smolvlm2", marks=pytest.mark.slow), "internvl3_8b",
-                                   pytest.param("deepseek_vl_7b", marks=pytest.mark.slow), "qwen2_5_omni_7b"])
+@pytest.mark.full  # ~0.5-1.5 min each on 2 cores; the canaries' own loads and identities run in CI
+@pytest.mark.parametrize("paper", [pytest.param(n, marks=shaped_marks(n))
+                                   for n in ("smolvlm2", "internvl3_8b", "deepseek_vl_7b", "qwen2_5_omni_7b")])
 def test_a_shaped_checkpoint_runs_by_path(tmp_path, shaped_root, paper):
     """The paper model's shaped checkpoint, named by path through model=hf: rows say its model_type, re-prefill is
     the reference and the full-rank patch restores it (float32)."""

@@ -149,6 +149,7 @@ def shaped_omni(shaped_root):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_shaped_reads_the_checkpoints_feature_extractor_and_specials(shaped_omni):
     fe, cfg = shaped_omni.feature_extractor, shaped_omni.model.config
     assert (fe.feature_size, fe.sampling_rate, fe.hop_length, fe.n_samples) == (128, 16000, 160, 300 * 16000)
@@ -158,12 +159,14 @@ def test_shaped_reads_the_checkpoints_feature_extractor_and_specials(shaped_omni
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_shaped_audio_span_is_the_thinkers_own_forward(shaped_omni):
     ours, ref = own_forward_hidden(shaped_omni, audio_item())
     torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_shaped_audio_identities(shaped_omni):
     check_identities(shaped_omni)
 

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_rehearse_runs_table3_and_fig5_end_to_end_on_shaped_checkpoints(shaped_cache, tmp_path):
     """Through the command line only, on fixture data: every job of both sweeps (Qwen2.5-VL, Qwen3-VL, Qwen3-Omni
     and Kimi-VL, all with adapters and writers) writes its rows."""

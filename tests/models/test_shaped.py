@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from shaped_fixtures import shaped_marks
 from shaped_support import (
     BF16_ONLY,
     OWN,
@@ -59,11 +60,7 @@ def rel_err(a: ChunkKV, b: ChunkKV, channel: int) -> float:
                for x, y in zip(a.layers, b.layers, strict=True))
 
 
-CANARY = "smolvlm2"  # the smallest shaped checkpoint: its float32 relocation test stays in `make test`
-
-
-@pytest.fixture(scope="module", params=[pytest.param(n, marks=() if n == CANARY else pytest.mark.shaped)
-                                        for n in FP32])
+@pytest.fixture(scope="module", params=[pytest.param(n, marks=shaped_marks(n, gate=True)) for n in FP32])
 def fp32(request, shaped_root):
     """The shaped model loaded in float32 (on an idle machine with the CPU threads it has while it lives)."""
     name = request.param
@@ -211,6 +208,7 @@ def video(fp32):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_video_chunk_identities(fp32, video):
     """A clip as B: relocation exact, full rank = re-prefill, rank 0 = blind, oracle = blind at native positions."""
     b = video.enc.spans[video.b]

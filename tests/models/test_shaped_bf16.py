@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import transformers as tf
+from shaped_fixtures import shaped_marks
 from shaped_support import (
     BF16_ONLY,
     clip,
@@ -32,11 +33,11 @@ from kamera.models import load_model
 from kamera.models.base import place
 from kamera.reuse.context import ReuseContext
 
-pytestmark = pytest.mark.shaped
+pytestmark = [pytest.mark.shaped, pytest.mark.full]  # bf16 at real widths: make test-full
 SHAPED = native_shaped_models()  # Kimi-VL and Phi-3.5-V: tests/models_remote (shaped_support.REMOTE)
 
 
-@pytest.fixture(scope="module", params=SHAPED)
+@pytest.fixture(scope="module", params=[pytest.param(n, marks=shaped_marks(n)) for n in SHAPED])
 def bf16(request, shaped_root):
     name = request.param
     need_real_tokenizer(name)

@@ -31,6 +31,7 @@ def names_and_shapes(name: str, path: Path) -> list[tuple[str, tuple[int, ...]]]
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.shaped
+@pytest.mark.full
 def test_shaped_checkpoint_has_the_hub_layout(shaped, name):
     path = shaped(name)
     for f in ("config.json", "preprocessor_config.json", "generation_config.json", "tokenizer.json",
@@ -98,6 +99,7 @@ def load(name: str, path: Path):
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.shaped
+@pytest.mark.full
 def test_one_renamed_tensor_fails_naming_it(shaped, name, tmp_path):
     path = variant(shaped(name), tmp_path / "ckpt")
     renamed = {}
@@ -119,6 +121,7 @@ def test_one_renamed_tensor_fails_naming_it(shaped, name, tmp_path):
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.shaped
+@pytest.mark.full
 def test_extra_and_misshaped_tensors_fail_naming_them(shaped, name, tmp_path):
     extra = variant(shaped(name), tmp_path / "extra")
     rewrite_shard(extra, lambda t: t | {"model.extra.weight": torch.zeros(2)})
@@ -139,6 +142,7 @@ def test_extra_and_misshaped_tensors_fail_naming_them(shaped, name, tmp_path):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_index_shard_disagreement_and_corrupt_shard_fail(shaped, tmp_path):
     src = shaped("kimi_vl_a3b")
     path = variant(src, tmp_path / "index")
@@ -168,6 +172,7 @@ def test_index_shard_disagreement_and_corrupt_shard_fail(shaped, tmp_path):
     ("phi3_5_vision", ("embd_layer", "hd_transform_order"), "glb_sub", "hd_transform_order"),
 ])
 @pytest.mark.shaped
+@pytest.mark.full
 def test_config_the_native_classes_do_not_implement_fails(shaped, tmp_path, name, field, value, match):
     path = variant(shaped(name), tmp_path / "ckpt")
     hub = json.loads((path / "config.json").read_text())
@@ -182,6 +187,7 @@ def test_config_the_native_classes_do_not_implement_fails(shaped, tmp_path, name
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 @pytest.mark.skipif(not (SHARED_TOKENIZERS / "llama2").is_dir(),
                     reason="the real Llama-2 tokenizer files: a stand-in also holds its specials in the base vocabulary, "
                            "so renaming the added token moves no id")
@@ -230,6 +236,7 @@ def test_phi_hd_transform_sizes_and_token_counts(size, hd):
 # ----- registry and preflight ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.shaped
+@pytest.mark.full
 def test_preflight_accepts_the_mapped_models(shaped, tmp_path, name):
     link = tmp_path / {"kimi_vl_a3b": "Kimi-VL-A3B-Instruct", "phi3_5_vision": "Phi-3.5-vision-instruct"}[name]
     link.symlink_to(shaped(name))
@@ -237,6 +244,7 @@ def test_preflight_accepts_the_mapped_models(shaped, tmp_path, name):
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_writer_refuses_a_directory_holding_a_checkpoint_and_too_few_clip_layers(shaped, tmp_path):
     with pytest.raises(FileExistsError, match="is not empty"):
         shaped_writer("kimi_vl_a3b")(shaped("kimi_vl_a3b"))

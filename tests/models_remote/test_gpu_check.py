@@ -12,6 +12,7 @@ import gpu_check
 
 
 @pytest.mark.shaped
+@pytest.mark.full
 def test_remote_equivalence_on_the_shaped_phi_checkpoint(shaped):
     result = gpu_check.remote_equivalence("phi3_5_vision", shaped("phi3_5_vision"), "cpu", "float32", size=(84, 56),
                                           num_crops=1)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from shaped_fixtures import shaped_marks
 from test_operator import bf16_ulp, rel_err
 from tinyfamilies import noise_image
 
@@ -26,10 +27,10 @@ from kamera.reuse.context import ReuseContext
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import remote_reference
 
-pytestmark = pytest.mark.shaped
+pytestmark = pytest.mark.shaped  # Kimi-VL (the MLA canary) in CI; Phi-3.5-V and the bf16 checks in make test-full
 
 
-@pytest.fixture(scope="module", params=["kimi_vl_a3b", "phi3_5_vision"])
+@pytest.fixture(scope="module", params=[pytest.param(n, marks=shaped_marks(n)) for n in ("kimi_vl_a3b", "phi3_5_vision")])
 def name(request) -> str:
     return request.param
 
@@ -90,6 +91,7 @@ def test_cache_holds_what_the_paper_patches(fp32):
         assert [tuple(layer.keys.shape), tuple(layer.values.shape)] == shapes
 
 
+@pytest.mark.full
 def test_native_forward_matches_the_public_reference(fp32, shaped, name):
     """The native mapping vs an independent forward over the checkpoint's own tensors (remote semantics).
     Phi-3.5-V's runs through ``scripts/gpu_check.py`` in test_gpu_check.py (same comparison, not repeated)."""
@@ -185,6 +187,7 @@ def test_encoding_past_the_short_rope_range_is_refused(fp32):
 
 
 # ----- bfloat16 --------------------------------------------------------------------------------------------
+@pytest.mark.full
 def test_relocation_in_bf16_within_a_few_ulps_at_layer_zero(bf16):
     """As the tiny families: the model rounds cos, sin and cos·k + sin·rot(k) to bf16 at each position, so
     its own layer-0 keys at p and p + δ differ from an exact rotation of the stored bf16 keys by up to
@@ -202,6 +205,7 @@ def test_relocation_in_bf16_within_a_few_ulps_at_layer_zero(bf16):
         assert float((err / bf16_ulp(target.abs().amax(-1, keepdim=True))).max()) <= bound, delta
 
 
+@pytest.mark.full
 def test_patch_bytes_in_the_models_own_layout(bf16):
     """Bytes at ranks 16 / 64 against B's page. MLA (n_B ≈ 576): c_KV costs m·(n_B + 512) and k_pe
     r·(n_B + 64) per layer, with r = m (one rank for every channel) or r = ⌈m/4⌉ (k_pe at a quarter

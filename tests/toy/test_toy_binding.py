@@ -24,16 +24,23 @@ from kamera.toy.model import DEFAULT_VARIANT, WEIGHTS, WordTokenizer, build, ima
 from kamera.toy.task import KINDS, VARIANTS, TaskSpec, World
 from kamera.toy.train import Sampler, hidden, main, sequence_words
 
-N = {"two_hop": 200, "control": 100, "control_b": 100}  # held-out items per kind in the gates (< 60 s for both)
+# Held-out items per kind: the gate (make test) checks the shipped weights on a seeded subset (~2 s a variant; a
+# patch that restores nothing still fails it: blind two-hop is at chance there); make test-full and the retrain
+# check at full N (~8 s a variant).
+N_GATE = {"two_hop": 48, "control": 24, "control_b": 24}
+N = {"two_hop": 200, "control": 100, "control_b": 100}
 CONTROL_BLIND_KL = 1e-3  # mean KL(re-prefill ‖ blind) a control may show
 
 
-@pytest.fixture(scope="module", params=VARIANTS)
+@pytest.fixture(scope="module", params=[pytest.param((variant, n), id=f"{variant}-{size}",
+                                                     marks=[pytest.mark.full] if size == "full" else [])
+                                        for variant in VARIANTS for size, n in (("gate", N_GATE), ("full", N))])
 def reports(request) -> dict[str, KindReport]:
     """Every query kind on the shipped weights of one variant, through ReuseContext (re-prefill, blind, r8, full)."""
     torch.set_num_threads(1)
-    adapter = load(variant=request.param)
-    return {kind: evaluate_kind(adapter, kind, N[kind], ranks=(8,)) for kind in KINDS}
+    variant, n = request.param
+    adapter = load(variant=variant)
+    return {kind: evaluate_kind(adapter, kind, n[kind], ranks=(8,)) for kind in KINDS}
 
 
 def check_gates(reports: dict[str, KindReport]) -> None:

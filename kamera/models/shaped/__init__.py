@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.metadata as md
 import os
 import shutil
 from collections.abc import Iterable
@@ -38,13 +39,28 @@ def shaped_writer(name: str):
     return resolve(e.shaped, f"{name} shaped writer")
 
 
+def writer_digest() -> str:
+    """``writer-<12 hex>``: a digest of the writers' code (this package and the stand-in tokenizers they put in)
+    and the torch / transformers / safetensors / tokenizers versions they build with. :func:`cache_key` covers
+    each spec's data, not the code that writes it; a cache folder per writer digest covers the rest."""
+    h, here = hashlib.sha256(), Path(__file__).parent
+    files = [p for p in here.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    files.append(here.parent / "standin_tokenizer.py")
+    for p in sorted(files):
+        h.update(f"{p.relative_to(here.parent)}\0".encode() + p.read_bytes())
+    h.update(" ".join(f"{d}=={md.version(d)}" for d in ("torch", "transformers", "safetensors", "tokenizers")).encode())
+    return f"writer-{h.hexdigest()[:12]}"
+
+
 def default_cache() -> Path:
-    """``$KAMERA_SHAPED``, else ``$KAMERA_CACHE/shaped``, else ``~/.cache/kamera/shaped``."""
+    """``$KAMERA_SHAPED``, else ``<base>/<writer digest>`` with base ``$KAMERA_CACHE/shaped`` or
+    ``~/.cache/kamera/shaped`` (``python -c 'from kamera.models.shaped import default_cache; print(default_cache())'``
+    tells where; ``make test*`` and CI keep their shaped checkpoints there)."""
     if os.environ.get("KAMERA_SHAPED"):
         return Path(os.environ["KAMERA_SHAPED"])
-    if os.environ.get("KAMERA_CACHE"):
-        return Path(os.environ["KAMERA_CACHE"]) / "shaped"
-    return Path.home() / ".cache" / "kamera" / "shaped"
+    base = Path(os.environ["KAMERA_CACHE"]) / "shaped" if os.environ.get("KAMERA_CACHE") else \
+        Path.home() / ".cache" / "kamera" / "shaped"
+    return base / writer_digest()
 
 
 def tokenizer_base(name: str) -> str | None:
