@@ -43,8 +43,8 @@ import transformers as tf
 from kamera.core import ChunkKV, Patch, deficit, relocate
 from kamera.core.rope import rotation_angles
 from kamera.items.spans import Span
+from kamera.models import DTYPES
 from kamera.models.base import place
-from kamera.models.registry import DTYPES
 from kamera.models.text import TextAdapter
 from kamera.models.tokenizer import ByteTokenizer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tinyfamilies import TINY, is_text_only, noise_image, standard_spans
+from tinyfamilies import TINY, noise_image, standard_spans
 
 from kamera.items.spans import Span, validate_spans
 from kamera.models import CheckpointNotFoundError, UnknownModelError, checkpoint_path, load_model, place
@@ -132,7 +132,7 @@ def test_missing_checkpoint_names_the_path_and_how_to_fetch(tmp_path, monkeypatc
 
 def test_text_only_family_refuses_images(tiny):
     adapter = tiny("tiny_deepseek_v2")
-    assert is_text_only(adapter)
+    assert not adapter.reads_images
     with pytest.raises(NotImplementedError, match="does not take images"):
         adapter.encode_span(Span("B", (noise_image(0),)))
 

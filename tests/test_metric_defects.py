@@ -25,7 +25,7 @@ import torch
 from kamera.arms.patch import truncated
 from kamera.core import default_rotary_rank, family_rank_view
 from kamera.window import WindowContext, make_probe
-from kamera.window.synthetic import window_items
+from kamera.window.benches.synthetic import window_items
 
 WINDOW_PROBES = (("recall", {"taus": (0.0, 1.0)}), ("forks", {}), ("survivor", {}), ("reorder", {}),
                  ("deep_half", {}), ("revert", {}), ("disposability", {}), ("divergent", {}), ("excess", {}),

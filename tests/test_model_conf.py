@@ -3,6 +3,7 @@ config.json is a data file beside its shaped writer."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -47,6 +48,9 @@ def _conf(tmp_path, name: str, body: str):
     ("entry:\n  family: llava\n  attention: MHA\n  adapter: kamera.models.mha:NoSuchAdapter\n",
      "entry.adapter 'kamera.models.mha:NoSuchAdapter' cannot be resolved"),
     ("entry:\n  family: llava\n  attention: MHA\n  chat: hello\n", "entry.chat must be"),
+    ("entry:\n  family: llava\n  attention: MHA\n  shaped_sources: {config.json: 3}\n",
+     "entry.shaped_sources must be file → source strings"),
+    ("entry:\n  family: llava\n  attention: MHA\n  by_path: maybe\n", "entry.by_path must be true or false"),
     ("entry: [unclosed\n", "not valid YAML"),
 ])
 def test_a_malformed_model_file_is_one_line_naming_it(tmp_path, body, message):
@@ -69,7 +73,7 @@ def test_a_minimal_paper_entry(tmp_path):
 
 def test_every_paper_family_is_its_published_model_type():
     """A paper entry's family is the model_type its checkpoint's config.json states: model.path on a checkpoint of
-    another type is refused in preflight (kamera.models.registry.family_mismatch), so the two must agree."""
+    another type is refused in preflight (kamera.models.problems.family_mismatch), so the two must agree."""
     import json
 
     for p in sorted(CONFIGS.glob("*.json")):
@@ -81,3 +85,46 @@ def test_the_own_checkpoint_entry(tmp_path):
     assert (e.kind, e.from_checkpoint, e.has_adapter, e.hf_id) == ("paper", True, True, None)
     with pytest.raises(ModelConfError, match=r"entry\.from_checkpoint must be true or false"):
         read_models(_conf(tmp_path, "m", "entry:\n  family: auto\n  attention: auto\n  from_checkpoint: yes please\n"))
+
+
+def test_a_paper_model_of_a_served_family_is_its_yaml_and_its_published_config(tmp_path, monkeypatch):
+    """Adding a model of a family kamera serves is two data files, no Python: a copy of a family member's
+    conf/model file (new name, Hub id, sources) and its published config.json. Here a smaller Qwen2.5-VL (its own
+    sizes in the config) becomes a registered paper model with a shaped spec built from exactly those two files,
+    its own FLOPs, a fetch hint naming its repo, and the family still served by path by the 7B's entry."""
+    import json
+
+    import yaml
+
+    from kamera.models import model_problems, registry
+    from kamera.models.checkpoints import served_families
+    from kamera.models.flops import paper_model_flops
+    from kamera.models.shaped import cache_key, shaped_spec
+    from kamera.models.shaped import writer as shaped_writer_module
+
+    conf, configs = tmp_path / "model", tmp_path / "configs"
+    shutil.copytree(MODEL_CONF, conf)
+    shutil.copytree(CONFIGS, configs)
+    node = yaml.safe_load((MODEL_CONF / "qwen2_5_vl_7b.yaml").read_text())
+    node["name"] = "qwen2_5_vl_small"
+    node["entry"]["hf_id"] = "example/Qwen2.5-VL-Small"
+    node["entry"]["shaped_sources"] = {"config.json": "a test's config: the 7B's with a narrower decoder"}
+    (conf / "qwen2_5_vl_small.yaml").write_text(yaml.safe_dump(node, sort_keys=False))  # file 1: the YAML
+    config = json.loads((CONFIGS / "qwen2_5_vl_7b.json").read_text())
+    config.update(hidden_size=2048, intermediate_size=11008, num_attention_heads=16, num_key_value_heads=2,
+                  num_hidden_layers=36)
+    config["vision_config"]["out_hidden_size"] = 2048
+    (configs / "qwen2_5_vl_small.json").write_text(json.dumps(config))  # file 2: the published config
+    monkeypatch.setattr(registry.MODELS, "_entries", registry.read_models(conf))  # the registry, as read from conf
+    monkeypatch.setattr(shaped_writer_module, "CONFIGS", configs)
+    shaped_spec.cache_clear()
+
+    spec, big = shaped_spec("qwen2_5_vl_small"), shaped_spec("qwen2_5_vl_7b")
+    assert spec.config == config and spec.sources == node["entry"]["shaped_sources"]
+    assert spec.shaped_config(2, 2)["hidden_size"] == 2048 and spec.files == big.files
+    assert cache_key("qwen2_5_vl_small", 2, 2, 0) != cache_key("qwen2_5_vl_7b", 2, 2, 0)
+    assert paper_model_flops("qwen2_5_vl_small").decoder < paper_model_flops("qwen2_5_vl_7b").decoder
+    assert served_families()["qwen2_5_vl"].name == "qwen2_5_vl_7b"
+    (line,) = model_problems("qwen2_5_vl_small", models_root=tmp_path / "nowhere")
+    assert "hf download example/Qwen2.5-VL-Small" in line
+    shaped_spec.cache_clear()

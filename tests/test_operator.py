@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from tinyfamilies import TINY, is_text_only, standard_spans
+from tinyfamilies import TINY, standard_spans
 
 from kamera.core import ChunkKV, Patch, relocate, rotate
 from kamera.items.spans import Span
@@ -235,7 +235,7 @@ def test_position_control_can_fail_on_a_prefix_less_item(tiny, prefixless_items,
     ctrl-KL measures what that adds (above rounding) while staying below the conditioning loss. Without
     the framing, canonical = B alone = the oracle's B and ctrl-KL is 0 by construction (checked too)."""
     adapter = tiny(name)
-    spans = prefixless_items["text" if is_text_only(adapter) else "images"]
+    spans = prefixless_items["images" if adapter.reads_images else "text"]
     ctx = ReuseContext(adapter, spans)
     assert ctx.has_prefix and ctx.enc.spans[0].span.name == "chat"
     ctrl, loss = ctx.ctrl_kl(), ctx.loss_kl()

@@ -25,15 +25,11 @@ def noise_image(seed: int, size: int = 112) -> Image.Image:
     return Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8))
 
 
-def is_text_only(adapter) -> bool:
-    return adapter.family in ("deepseek_v2", "deepseek_v3", "gemma3n")
-
-
 def standard_spans(adapter, n_a: int = 2, seed: int = 0, b_text: str = "the ball is by the door") -> list[Span]:
     """[prefix, A_1..A_n, B, query]: images + captions (text only for text-only families)."""
 
     def chunk(role: str, k: int, text: str) -> Span:
-        if is_text_only(adapter):
+        if not adapter.reads_images:
             return Span(role, (f"{text} number {k} has colour {seed + k}.",))
         return Span(role, (noise_image(seed * 100 + k), f"{text} {k}"))
 

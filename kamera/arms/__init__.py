@@ -3,13 +3,9 @@
 Importing this package imports every arm module, so ``ARMS`` lists them all.
 """
 
-import importlib
-import pkgutil
-
 from kamera.arms.base import ARMS, Arm, ArmOutput, ArmRefusal, UnknownArmError, make_arm, register
+from kamera.discover import import_all
 
-for _mod in pkgutil.iter_modules(__path__):
-    if _mod.name != "base":
-        importlib.import_module(f"{__name__}.{_mod.name}")
+import_all(__name__)  # every module registers its plugin (kamera.discover)
 
 __all__ = ["ARMS", "Arm", "ArmOutput", "ArmRefusal", "UnknownArmError", "make_arm", "register"]

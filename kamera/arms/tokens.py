@@ -42,11 +42,6 @@ def top_rows(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.sort(order[:k]).values
 
 
-def takes_images(adapter: Adapter) -> bool:
-    """Whether the adapter's family has a vision path (text-only families keep the base ``_pixels``)."""
-    return type(adapter)._pixels is not Adapter._pixels
-
-
 def visual_runs(ctx: ReuseContext) -> list[tuple[int, int]]:
     """[start, stop) of each maximal run of visual tokens in B (one run per image, B-local).
 
@@ -118,7 +113,7 @@ class ImageTokenArm(TokenArm):
             raise ValueError(f"{self.name}: text must be a bool, got {self.text!r}")
 
     def refuses(self, adapter: Adapter) -> str | None:
-        if not takes_images(adapter):
+        if not adapter.reads_images:
             return f"{self.name} selects tokens per image; {adapter.family} is text-only (no image to select)"
         return super().refuses(adapter)
 

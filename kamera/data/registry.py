@@ -11,9 +11,7 @@ elsewhere in the process are unaffected).
 
 from __future__ import annotations
 
-import importlib
 import os
-import pkgutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,29 +22,11 @@ from kamera.data.errors import BenchmarkDataMissing
 from kamera.data.media import cache_root
 from kamera.data.schema import ChunkedItem
 from kamera.data.selection import LoadedItems, LoadReport, select_rows
+from kamera.discover import declared
 
-
-def _discover() -> dict[str, Benchmark]:
-    """Every module of :mod:`kamera.data` with a module-level ``SPEC`` (a :class:`Benchmark`), by name, in module
-    order: adding a benchmark is adding its module (and its ``conf/bench`` file), nothing here."""
-    import kamera.data as package
-
-    found: dict[str, Benchmark] = {}
-    for mod in pkgutil.iter_modules(package.__path__):
-        if mod.name == "registry":
-            continue
-        spec = getattr(importlib.import_module(f"{package.__name__}.{mod.name}"), "SPEC", None)
-        if spec is None:
-            continue
-        if not isinstance(spec, Benchmark):
-            raise TypeError(f"kamera.data.{mod.name}.SPEC is a {type(spec).__name__}, not a Benchmark")
-        if spec.name in found:
-            raise ValueError(f"benchmark {spec.name!r} is declared twice (kamera.data.{mod.name} and an earlier module)")
-        found[spec.name] = spec
-    return found
-
-
-BENCHMARKS: dict[str, Benchmark] = _discover()
+# Every module of kamera.data with a module-level SPEC (a Benchmark), by name, in module order: adding a benchmark
+# is adding its module (and its conf/bench file), nothing here (kamera.discover, the rule arms and probes follow).
+BENCHMARKS: dict[str, Benchmark] = declared("kamera.data", Benchmark, skip=("registry",))
 
 _OFFLINE_FLAGS = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
 

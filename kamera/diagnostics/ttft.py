@@ -44,15 +44,15 @@ import torch
 import transformers as tf
 from PIL import Image
 
-from kamera.arms.tokens import takes_images
 from kamera.core import Patch, default_rotary_rank, deficit, relocate
 from kamera.diagnostics.records import cumulative
 from kamera.items.spans import Span
 from kamera.knobs import check_counts
 from kamera.models import load_model
 from kamera.models.base import Adapter, place
+from kamera.models.loading import DTYPES
 from kamera.models.qwen_vl import QwenVLAdapter
-from kamera.models.registry import DTYPES, SPECIAL_IDS, TEXT
+from kamera.models.tiny import SPECIAL_IDS, TEXT
 from kamera.models.tokenizer import ByteTokenizer
 from kamera.progress import Progress
 from kamera.reuse.context import ReuseContext
@@ -99,7 +99,7 @@ def frame(seed: int, px: int) -> Image.Image:
 
 def segment_spans(adapter: Adapter, n_visual: int, frame_px: int = 448) -> list[Span]:
     """[prefix, A (one frame), B (frames totalling ≈ n_visual visual tokens), query]."""
-    if not takes_images(adapter):
+    if not adapter.reads_images:
         raise ValueError(f"{adapter.name} is text-only; the TTFT figure needs a vision encoder")
     per_frame = int(adapter.encode_span(Span("B", (frame(0, frame_px),))).visual.sum())
     k = max(1, round(n_visual / per_frame))

@@ -57,7 +57,7 @@ class ArmItems:
         p = [] if cfg.scoring in SCORINGS else [f"scoring={cfg.scoring!r}: must be one of {', '.join(SCORINGS)}"]
         listed = cfg.get("window_probes")
         if listed:
-            from kamera.window.bench import WINDOW_BENCHES
+            from kamera.window.benches import WINDOW_BENCHES
 
             plain = OmegaConf.to_container(listed, resolve=True) if OmegaConf.is_config(listed) else listed
             p.append(f"window_probes={plain!r}: only a window benchmark's job runs window probes "

@@ -85,8 +85,7 @@ def validate(cfg: DictConfig) -> list[str]:
 def _model_problems(cfg: DictConfig) -> list[str]:
     """The registry's checks of the model name and checkpoint, then the checkpoint's files (:func:`checkpoint_problems`:
     a paper checkpoint's directory, a toy model's shipped weights)."""
-    from kamera.models import checkpoint_path, entry
-    from kamera.models.registry import model_problems
+    from kamera.models import checkpoint_path, entry, model_problems
 
     problems = model_problems(cfg.model.name, cfg.model.path, cfg.paths.models, chat=cfg.model.get("chat", "template"))
     if problems:
@@ -171,7 +170,7 @@ def safetensors_tensors(path: Path) -> tuple[set[str] | None, str | None]:
 
 def _image_problems(cfg: DictConfig, items: list) -> list[str]:
     """A text-only model on a benchmark whose (sampled) items hold images or video: one line naming both."""
-    from kamera.models.registry import image_problems
+    from kamera.models import image_problems
 
     # arm items' span builders (a window entry builds its spans with the model); called only for a text-only model
     spans = [item.spans for item in items if callable(getattr(item, "spans", None))]

@@ -32,8 +32,7 @@ def job_keys(cfg: DictConfig, key: str, ckey: str) -> dict:
     checkpoint's model_type."""
     from pathlib import Path
 
-    from kamera.models import entry
-    from kamera.models.registry import checkpoint_model_type, checkpoint_path, own_entry
+    from kamera.models import checkpoint_model_type, checkpoint_path, entry, own_entry
 
     e = entry(cfg.model.name)
     extra = {}

@@ -25,7 +25,7 @@ from kamera.items.selection import Selection
 from kamera.job.arm_shape import ArmItems
 from kamera.job.spec import Spec
 from kamera.job.window_shape import WindowItems
-from kamera.window.bench import WINDOW_BENCHES
+from kamera.window.benches import WINDOW_BENCHES
 
 ARM_ITEMS = ArmItems()
 

@@ -5,7 +5,7 @@ arm jobs' identity, preflight, resume, completeness, failed-item and refusal sem
 
     config      ``window_probes`` (conf/window_probe labels, the same entry forms as ``arms``) instead of
                 ``arms`` / ``probes`` (both must be empty); the window benchmark's options in
-                ``bench.kwargs`` (:mod:`kamera.window.bench`)
+                ``bench.kwargs`` (:mod:`kamera.window.benches`)
     identity    as an arm job's, plus ``shape: window``, the benchmark's options spelled out with their
                 defaults, so a window job's key never equals an arm job's
     rows        one per (item, probe, setting, variant) in the job's rows table, with the arm rows'
@@ -42,7 +42,7 @@ from kamera.metrics import E90_COLUMNS
 from kamera.models.base import Adapter
 from kamera.models.flops import Forward, WindowShape
 from kamera.reuse.forwards import window_forwards
-from kamera.window.bench import WindowBench
+from kamera.window.benches import WindowBench
 from kamera.window.context import WindowContext
 from kamera.window.probes.base import ProbeRefusal
 
@@ -139,13 +139,13 @@ class WindowItems:
 def _text_only(cfg: DictConfig) -> str | None:
     """A text-only model on a window benchmark of video frames: one line naming both (None when the model reads
     images, or is not resolvable here: the model's own checks say so)."""
-    from kamera.models.registry import own_entry, reads_images
+    from kamera.models import own_entry
 
     try:
         e = own_entry(cfg.model.name, cfg.model.path)
     except Exception:  # an unknown model or a missing checkpoint: said by kamera.job.checks
         return None
-    if reads_images(e):
+    if e.reads_images:
         return None
     return (f"bench={cfg.bench.name} has video frames in every chunk, but model {cfg.model.name} ({e.family}) is "
             "text-only: run it on a text benchmark, or pick a model that reads images")

@@ -2,20 +2,20 @@
 conf/model/*.yaml, each file one model's entry)."""
 
 from kamera.models.base import Adapter, Encoded, EncodedSpan, ForwardOut, additive_mask, place
-from kamera.models.entry import ModelEntry
-from kamera.models.registry import (
-    MODELS,
+from kamera.models.checkpoints import (
     CheckpointNotFoundError,
-    ModelConfError,
-    UnknownModelError,
+    UnsupportedCheckpointError,
     checkpoint_path,
-    entry,
-    load_model,
-    model_names,
-    model_problems,
+    own_entry,
 )
+from kamera.models.entry import ModelEntry
+from kamera.models.load import load_model
+from kamera.models.loading import DTYPES, checkpoint_model_type, dtype_name, parse_dtype
+from kamera.models.problems import image_problems, model_problems
+from kamera.models.registry import MODELS, ModelConfError, UnknownModelError, entry, model_names
 
 __all__ = [
+    "DTYPES",
     "MODELS",
     "Adapter",
     "CheckpointNotFoundError",
@@ -25,11 +25,17 @@ __all__ = [
     "ModelConfError",
     "ModelEntry",
     "UnknownModelError",
+    "UnsupportedCheckpointError",
     "additive_mask",
+    "checkpoint_model_type",
     "checkpoint_path",
+    "dtype_name",
     "entry",
+    "image_problems",
     "load_model",
     "model_names",
     "model_problems",
+    "own_entry",
+    "parse_dtype",
     "place",
 ]

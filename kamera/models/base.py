@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from PIL import Image
@@ -176,6 +177,11 @@ class Adapter:
     position_rows: int = 1  # 3 for M-RoPE
     takes_video: bool = False  # a Clip part is the model's own video input; otherwise its frames are images
     chat: tuple[str, str] | None = None  # (header, footer) wrapped around the item for instruct checkpoints
+    reads_images: ClassVar[bool] = False  # the family has a vision path: set for each subclass by its _pixels hook
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.reads_images = cls._pixels is not Adapter._pixels  # a text-only family keeps the base hook
 
     def __init__(self, model: torch.nn.Module, tokenizer, image_processor=None, name: str = "") -> None:
         self.model = model.eval()

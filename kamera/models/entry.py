@@ -31,8 +31,10 @@ class ModelEntry:
 
     - ``loader(path: Path, *, dtype: torch.dtype, device: str, attn_implementation: str) -> Adapter``
       with ``path`` the checkpoint directory (paper) or the shipped weights directory (toy);
-    - ``shaped(out: Path, *, layers: int, vision_layers: int, seed: int) -> Path`` writes the model's
-      shaped checkpoint (real dimensions, random weights, few layers) into ``out`` and returns it.
+    - ``shaped(model: str, sources: dict[str, str]) -> ShapedSpec`` is the model's family's shaped-checkpoint spec
+      (:mod:`kamera.models.shaped.writer`): it reads the model's published config
+      (``kamera/models/shaped/configs/<model>.json``) and takes ``shaped_sources`` (a mapping in the file: where each
+      published file's numbers were checked), so a paper model of a family with a writer is its YAML and its config.
 
     ``chat`` is a fixed (header, footer) for tiny models, whose byte tokenizer has no chat template;
     paper checkpoints read theirs from the checkpoint's template at load time.
@@ -41,7 +43,9 @@ class ModelEntry:
 
     ``from_checkpoint`` marks the one entry (``conf/model/hf.yaml``) whose family is not declared but read from
     the checkpoint given as ``model.path`` (its ``config.json`` ``model_type``): it is a checkpoint-backed
-    (``paper``) entry whose adapter and class :func:`kamera.models.registry.own_entry` chooses per checkpoint.
+    (``paper``) entry whose adapter and class :func:`kamera.models.checkpoints.own_entry` chooses per checkpoint.
+    ``by_path: false`` keeps the entry's family out of what ``model=hf`` serves (its file says why): by default a
+    checkpoint of the family of any natively loading entry is served (:func:`kamera.models.checkpoints.served_families`).
     """
 
     name: str
@@ -58,9 +62,11 @@ class ModelEntry:
     loader: str | None = None
     weights: str | None = None
     shaped: str | None = None
+    shaped_sources: tuple[tuple[str, str], ...] = ()
     load_kwargs: tuple[tuple[str, object], ...] = ()
     submodule: str | None = None
     from_checkpoint: bool = False
+    by_path: bool = True
 
     @property
     def kind(self) -> str:
@@ -73,6 +79,12 @@ class ModelEntry:
     def has_adapter(self) -> bool:
         """Whether the harness can load this model (a native adapter or a loader of its own)."""
         return self.kind != "paper" or self.adapter is not None or self.loader is not None or self.from_checkpoint
+
+    @property
+    def reads_images(self) -> bool:
+        """Whether the model takes image (and video) parts: its adapter has a vision path
+        (:attr:`Adapter.reads_images`); a toy model (a loader, no adapter) unless its family is plain text."""
+        return self.adapter.reads_images if self.adapter is not None else self.family != "text"
 
     @property
     def repo_dir(self) -> str:

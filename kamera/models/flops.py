@@ -2,8 +2,8 @@
 :class:`ItemShape`, window items :class:`WindowShape`) and a model's FLOPs per token (:class:`ModelFlops`) from
 its full published config.
 
-Model FLOPs come from the full published config (the shaped writer's spec, or the loader's own copy of
-config.json): per token, 2 × the decoder's active weights (attention projections, MLA's low-rank ones
+Model FLOPs come from the full published config (``kamera/models/shaped/configs/<model>.json``, the file the
+shaped writer and the remote-code loaders read): per token, 2 × the decoder's active weights (attention projections, MLA's low-rank ones
 included; dense MLP or the routed top-k experts, shared experts and router) plus the attention scores over
 the context (QKᵀ and AV, 2 FLOPs per multiply-add each); for each image token the vision tower's 2 × weights
 per patch (``merge²`` patches per token). The LM head runs once per forward. A Gated DeltaNet layer (Qwen3.5's
@@ -183,7 +183,7 @@ def model_flops(name: str, config: dict) -> ModelFlops:
                       int(_get(t, "sliding_window", 0) or 0) if sliding else 0, linear)
 
 def published_config(name: str) -> dict:
-    """A paper model's full published config, as transformers reads it: its shaped-checkpoint spec's config, or
+    """A paper model's full published config, as transformers reads it: ``configs/<name>.json``, or
     for a remote-code config (``model_type`` transformers does not know, e.g. Kimi-VL's ``kimi_vl``) the native
     config its loader module maps it to (``native_config``). ValueError naming why not."""
     import importlib
@@ -191,9 +191,12 @@ def published_config(name: str) -> dict:
     from transformers import CONFIG_MAPPING
 
     from kamera.models.registry import entry
-    from kamera.models.shaped import shaped_writer
+    from kamera.models.shaped.writer import published_json
 
-    config = shaped_writer(name).spec.config
+    try:
+        config = published_json(name)
+    except FileNotFoundError:
+        raise ValueError(f"{name} has no published config (kamera/models/shaped/configs/{name}.json)") from None
     if config.get("model_type") in CONFIG_MAPPING:
         return config
     loader = entry(name).loader

@@ -35,6 +35,25 @@ ATTENTION = ("sdpa", "eager", "flash_attention_2")
 SENTINEL = "KAMERASENTINEL"  # a plain word every template passes through unchanged
 
 
+# model.dtype's spellings → the torch dtype (a job's identity and rows use its canonical name, :func:`dtype_name`)
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """The torch dtype a spelling of :data:`DTYPES` names (a dtype as it is); ValueError listing the spellings."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def dtype_name(dtype: str | torch.dtype) -> str:
+    """The canonical name of a dtype spelling: "float32", "bfloat16" or "float16" (fp32 and float32 are one job)."""
+    return str(parse_dtype(dtype)).removeprefix("torch.")
+
+
 def resolve_device(device: str) -> str:
     """"cpu", "cuda[:i]" (checked to exist) or "auto" (kept only when CUDA is there, else "cpu")."""
     if device == "auto":
@@ -77,6 +96,35 @@ def read_json(path: Path) -> dict:
 def is_gguf(ckpt: str | Path) -> bool:
     """Whether a checkpoint is one GGUF file rather than a transformers directory."""
     return Path(ckpt).suffix == ".gguf" and Path(ckpt).is_file()
+
+
+def gguf_config(path: Path) -> dict:
+    """The transformers config a GGUF file's metadata gives (``model_type`` from ``general.architecture``, the
+    sizes from its ``<arch>.*`` keys), read by transformers' own GGUF reader without dequantising any tensor
+    (``transformers/modeling_gguf_pytorch_utils.py:load_gguf_checkpoint``). ValueError naming the file when the
+    ``gguf`` package is missing or the file is not a GGUF transformers can read."""
+    try:
+        import gguf  # noqa: F401  (transformers' reader needs it; say so here rather than deep in a load)
+    except ImportError as err:
+        raise ValueError(f"{path}: reading a GGUF checkpoint needs the gguf package (pip install gguf)") from err
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    try:
+        return dict(load_gguf_checkpoint(str(path), return_tensors=False)["config"])
+    except Exception as err:  # a truncated file, another magic, an architecture transformers cannot map
+        raise ValueError(f"{path}: not a GGUF checkpoint transformers can read ({type(err).__name__}: {err})") from err
+
+
+def checkpoint_config(ckpt: str | Path) -> dict:
+    """The checkpoint's config: config.json, or a GGUF file's metadata (:func:`gguf_config`)."""
+    return gguf_config(Path(ckpt)) if is_gguf(ckpt) else read_json(Path(ckpt) / "config.json")
+
+
+def checkpoint_model_type(ckpt: str | Path) -> str | None:
+    """The ``model_type`` a checkpoint's config states (None when it states none); ValueError naming the
+    file when it is not valid JSON (or not a readable GGUF)."""
+    kind = checkpoint_config(ckpt).get("model_type")
+    return kind if isinstance(kind, str) and kind else None
 
 
 def stored_dtype(ckpt: Path) -> torch.dtype | None:
@@ -211,8 +259,8 @@ def load_native(
     if e.submodule:
         model = getattr(model, e.submodule)
     tokenizer = tf.AutoTokenizer.from_pretrained(where, **gguf)
-    reads_images = e.adapter._pixels is not Adapter._pixels  # a text decoder has no image processor to build
-    image_processor = tf.AutoImageProcessor.from_pretrained(ckpt, backend="pil") if reads_images else None
+    # a text decoder has no image processor to build
+    image_processor = tf.AutoImageProcessor.from_pretrained(ckpt, backend="pil") if e.reads_images else None
     adapter = e.adapter(model, tokenizer, image_processor, name=e.name)
     if widen:
         upcast_except_vocab(adapter, dtype)

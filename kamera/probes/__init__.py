@@ -3,13 +3,9 @@
 Importing this package imports every probe module, so ``PROBES`` lists them all.
 """
 
-import importlib
-import pkgutil
-
+from kamera.discover import import_all
 from kamera.probes.base import PROBES, Probe, UnknownProbeError, make_probe, register
 
-for _mod in pkgutil.iter_modules(__path__):
-    if _mod.name != "base":
-        importlib.import_module(f"{__name__}.{_mod.name}")
+import_all(__name__)  # every module registers its plugin (kamera.discover)
 
 __all__ = ["PROBES", "Probe", "UnknownProbeError", "make_probe", "register"]

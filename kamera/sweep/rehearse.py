@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kamera.data import BENCHMARKS, load_items, make_fixture
-from kamera.models.registry import entry, image_problems, reads_images
+from kamera.models import entry, image_problems
 from kamera.models.shaped import models_root
 from kamera.sweep.cost import experiment_hours
 from kamera.sweep.expand import compose_config, composed, paper_experiments
-from kamera.window.bench import WINDOW_BENCHES
+from kamera.window.benches import WINDOW_BENCHES
 
 # Probes that only time on a GPU, and the CPU probe a rehearsal runs in their place (same code, other device).
 CPU_STANDINS = {"ttft_cuda": "ttft"}
@@ -88,7 +88,7 @@ def data_benchmark(bench: str) -> str | None:
 def unreadable(job: SweepJob, data: Path) -> str | None:
     """Why ``job``'s model cannot read its benchmark (preflight's line for a text-only model on items with images,
     read off the first fixture item), or None; window benchmarks are not checked here."""
-    if reads_images(entry(job.model)) or job.bench not in BENCHMARKS:
+    if entry(job.model).reads_images or job.bench not in BENCHMARKS:
         return None
     spec = BENCHMARKS[job.bench]
     items = load_items(job.bench, root=data / spec.dir_name if spec.dir_name else None, n_items=1, seed=0)

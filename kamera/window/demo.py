@@ -20,7 +20,7 @@ import torch
 
 from kamera.models import load_model
 from kamera.toy.window_task import window_items as toy_items
-from kamera.window import synthetic
+from kamera.window.benches import synthetic
 from kamera.window.probes import make_probe
 from kamera.window.summary import (
     format_curve,

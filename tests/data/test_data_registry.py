@@ -1,4 +1,5 @@
-"""Benchmarks are declared once: a module of kamera.data with a ``SPEC``, and its conf/bench file(s)."""
+"""Benchmarks are declared once: a module of a benchmark folder (kamera.data, kamera.window.benches) with a ``SPEC``,
+and its conf/bench file(s)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import importlib
 import pkgutil
 from pathlib import Path
 
+import pytest
 import yaml
 
-import kamera.data
 from kamera.data import BENCHMARKS
 from kamera.data.base import Benchmark
 from kamera.job.arm_shape import MODEL_ITEM_SOURCES
-from kamera.window.bench import WINDOW_BENCHES
+from kamera.window.benches import WINDOW_BENCHES, WindowBench
 
 CONF_BENCH = Path(__file__).resolve().parents[2] / "conf" / "bench"
 
@@ -22,18 +23,21 @@ def _conf_names() -> dict[str, str]:
     return {p.stem: yaml.safe_load(p.read_text())["name"] for p in sorted(CONF_BENCH.glob("*.yaml"))}
 
 
-def test_every_module_with_a_spec_is_registered():
+@pytest.mark.parametrize("package, kind, registry", [("kamera.data", Benchmark, BENCHMARKS),
+                                                     ("kamera.window.benches", WindowBench, WINDOW_BENCHES)])
+def test_every_module_with_a_spec_is_registered(package, kind, registry):
     specs = {}
-    for mod in pkgutil.iter_modules(kamera.data.__path__):
-        spec = getattr(importlib.import_module(f"kamera.data.{mod.name}"), "SPEC", None)
-        if isinstance(spec, Benchmark):
+    for mod in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        spec = getattr(importlib.import_module(f"{package}.{mod.name}"), "SPEC", None)
+        if isinstance(spec, kind):
             specs[spec.name] = spec
-    assert specs and {n: s for n, s in BENCHMARKS.items()} == specs
+    assert specs and dict(registry) == specs
 
 
 def test_every_benchmark_has_its_conf_file():
     named = set(_conf_names().values())
-    assert sorted(set(BENCHMARKS) - named) == [], "benchmarks without a conf/bench/<name>.yaml"
+    missing = sorted((set(BENCHMARKS) | set(WINDOW_BENCHES)) - named)
+    assert missing == [], "benchmarks without a conf/bench/<name>.yaml"
 
 
 def test_every_conf_bench_file_names_a_registered_benchmark():

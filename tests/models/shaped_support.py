@@ -17,7 +17,6 @@ from kamera.core import ChunkKV
 from kamera.items.spans import Clip, Span
 from kamera.models import entry
 from kamera.models.base import EncodedSpan
-from kamera.models.registry import reads_images
 from kamera.models.shaped import shaped_models, tokenizer_base
 
 # Models whose float32 copy does not fit this suite's memory: the identities run in bf16 at real dimensions and
@@ -65,7 +64,7 @@ def item_spans(name: str) -> list[Span]:
     """[prefix, A (image + caption), B (image + caption), query]: an item with two images. SmolVLM2 gets 4:1
     pictures (its processor upsamples every image to a 1536-px long edge and tiles it by 384 px: 5 tiles
     rather than 17), the others squares; a model served text-only gets the item in words."""
-    if not reads_images(entry(name)):  # a decoder served without its vision tower (Gemma-3n): the item in words
+    if not entry(name).reads_images:  # a decoder served without its vision tower (Gemma-3n): the item in words
         return [
             Span("prefix", ("Answer with one letter.",)),
             Span("A", ("The key is under the red cup. The coin is under the blue cup.",)),

@@ -20,9 +20,8 @@ from PIL import Image
 from kamera.core import ChunkKV, relocate, rotate
 from kamera.items.spans import Audio, Span
 from kamera.metrics import eta, kl
-from kamera.models import load_model, place
+from kamera.models import image_problems, load_model, place
 from kamera.models.gemma3n import AUDIO_REASON
-from kamera.models.registry import image_problems
 from kamera.models.shaped import ensure
 from kamera.reuse.context import ReuseContext
 

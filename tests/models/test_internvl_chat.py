@@ -31,7 +31,7 @@ from kamera.items.spans import Span
 from kamera.metrics import eta, kl
 from kamera.models import entry, load_model, place
 from kamera.models.hub_checkpoint import CheckpointMismatchError, HubCheckpoint
-from kamera.models.shaped.internvl_chat import INTERNVL_CHAT_V1_1_SPEC
+from kamera.models.shaped import shaped_spec
 from kamera.models.shaped.writer import write
 from kamera.reuse.context import ReuseContext
 
@@ -56,10 +56,11 @@ def tiny_config() -> dict:
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
     """The tiny twin: the real writer and file layout, small widths, 3 InternViT layers of which 2 are read."""
+    real = shaped_spec("internvl_chat_v1_1")
     spec = dataclasses.replace(
-        INTERNVL_CHAT_V1_1_SPEC, config=tiny_config(),
-        files=INTERNVL_CHAT_V1_1_SPEC.files | {"preprocessor_config.json": ivc.HUB_PREPROCESSOR | {"size": 56, "crop_size": 56}},
-        tokenizer=dataclasses.replace(INTERNVL_CHAT_V1_1_SPEC.tokenizer, base=None))
+        real, config=tiny_config(),
+        files=real.files | {"preprocessor_config.json": ivc.HUB_PREPROCESSOR | {"size": 56, "crop_size": 56}},
+        tokenizer=dataclasses.replace(real.tokenizer, base=None))
     return write(spec, tmp_path_factory.mktemp("tiny") / "InternVL-Chat-V1-1", layers=2, vision_layers=3)
 
 

@@ -56,12 +56,13 @@ def test_full_size_layout_is_the_shaped_writers():
     """The uncut 300M tower's state dict (no buffers) is, name for name and shape for shape, what the shaped writer
     lays out for ``model.vision_tower.timm_model.``; it has timm's stage lengths 3 / 5 / 37 / 39 and its parameter
     count (294,126,912: timm 1.0.31's ``mobilenetv5_300m_enc``, which the timm test below re-counts)."""
-    from kamera.models.shaped.gemma3n import GEMMA3N_E4B_SPEC
+    from kamera.models.shaped import shaped_spec
 
-    cfg = GEMMA3N_E4B_SPEC.shaped_config(2, 40)
+    spec = shaped_spec("gemma3n_e4b")
+    cfg = spec.shaped_config(2, 40)
     assert cfg["vision_config"]["model_args"] is None  # deep enough: the published tower, uncut
     prefix = "model.vision_tower.timm_model."
-    written = {k.removeprefix(prefix): s for k, (s, _) in GEMMA3N_E4B_SPEC.tensors(cfg, 40).items() if k.startswith(prefix)}
+    written = {k.removeprefix(prefix): s for k, (s, _) in spec.tensors(cfg, 40).items() if k.startswith(prefix)}
     with torch.device("meta"):
         ours = MobileNetV5Encoder()
     assert [len(s) for s in MOBILENETV5_300M] == [3, 5, 37, 39]

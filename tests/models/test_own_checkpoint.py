@@ -21,9 +21,9 @@ from shaped_fixtures import shaped_marks
 from kamera.data import make_fixture
 from kamera.job import checkpoint_fingerprint, preflight
 from kamera.job.identity import config_key
-from kamera.models import entry, load_model
+from kamera.models import UnsupportedCheckpointError, entry, load_model, model_problems, own_entry
+from kamera.models.checkpoints import served_families, supported_model_types
 from kamera.models.loading import chat_with_content
-from kamera.models.registry import UnsupportedCheckpointError, model_problems, supported_model_types
 from kamera.models.standin_tokenizer import standin_tokenizer, write_standin_tokenizer
 from kamera.run import runner
 from kamera.sweep import compose_config
@@ -105,11 +105,15 @@ def test_a_text_checkpoint_runs_by_path_with_full_rank_equal_to_reprefill(tmp_pa
     check_identities(rows)
 
 
-@pytest.mark.parametrize("twin, bench", [("tiny_qwen2_5_vl", "synthetic"), ("tiny_qwen3_vl", "synthetic"),
-                                         ("tiny_llava", "synthetic"), ("tiny_deepseek_v2", "musique"),
-                                         ("tiny_gdn_hybrid", "synthetic")])
-def test_a_checkpoint_of_a_served_family_runs_by_path(tmp_path, musique, twin, bench):
+# a checkpoint of every family whose served entry is a tiny twin, and of three with a paper model too
+TWINS = sorted({e.name for e in served_families().values() if e.kind == "tiny"}
+               | {"tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_llava", "tiny_gdn_hybrid"})
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_a_checkpoint_of_a_served_family_runs_by_path(tmp_path, musique, twin):
     ckpt = twin_checkpoint(tmp_path / twin, twin)
+    bench = "synthetic" if entry(twin).reads_images else "musique"
     where = [f"bench.root={musique}"] if bench == "musique" else []
     cfg = job(tmp_path, "model=hf", f"model.path={ckpt}", f"bench={bench}", *where,
               "arms=[reprefill,blind,patch_full]", "n_items=2", "eta_floor=0")
@@ -279,17 +283,24 @@ def test_binding_words_runs_on_a_text_checkpoint(tmp_path, model_type):
     check_identities(rows[rows.arm != "cacheblend"])
 
 
-# ----- item 1: the served VL families without a tiny twin, by their published config and shaped checkpoint ---
-NO_TWIN = {"internvl": "internvl3_8b", "smolvlm": "smolvlm2", "deepseek_vl_hybrid": "deepseek_vl_7b",
-           "qwen3_omni_moe": "qwen3_omni_30b_a3b", "qwen2_5_omni": "qwen2_5_omni_7b", "qwen3_5": "gdn_hybrid",
-           "gemma3n": "gemma3n_e4b"}
+# ----- item 1: the families a paper model serves, by its published config and shaped checkpoint ---------------
+PAPER_SERVED = {kind: e.name for kind, e in served_families().items() if e.kind == "paper"}
 
 
-@pytest.mark.parametrize("model_type, paper", sorted(NO_TWIN.items()))
+def test_the_served_families_are_the_model_files_families():
+    """model=hf serves a model_type exactly when a conf/model file of that family loads natively (the map is derived,
+    not kept by hand): a paper model's entry before its tiny twin's, the text decoders beside them."""
+    assert set(PAPER_SERVED) >= {"qwen2_5_vl", "qwen3_vl", "llava", "internvl", "smolvlm", "deepseek_vl_hybrid",
+                                 "qwen3_omni_moe", "qwen2_5_omni", "qwen3_5", "gemma3n"}
+    assert PAPER_SERVED["qwen2_5_vl"] == "qwen2_5_vl_7b" and served_families()["deepseek_v2"].name == "tiny_deepseek_v2"
+    assert not {"kimi_vl", "phi3_v", "internvl_chat", "text", "auto"} & set(served_families())  # own loaders; toy; hf
+    assert {"llama", "qwen2", "olmo2"} <= set(supported_model_types())
+
+
+@pytest.mark.parametrize("model_type, paper", sorted(PAPER_SERVED.items()))
 def test_a_published_config_maps_onto_the_paper_models_adapter(tmp_path, model_type, paper):
     """The checkpoint's config.json (here: the one the paper model publishes) picks the paper model's adapter,
     class and load options, without loading anything."""
-    from kamera.models.registry import own_entry
     from kamera.models.shaped.writer import published_json
 
     config = published_json(paper)

@@ -92,15 +92,15 @@ def test_bad_input_fails_with_one_line(tmp_path, capsys):
 def test_a_killed_writer_leaves_no_checkpoint(tmp_path, monkeypatch):
     """Written into a hidden sibling and renamed: a failure mid-way leaves neither a partial checkpoint nor the
     temporary directory."""
+    from kamera.models.shaped import shaped_spec
     from kamera.models.shaped import writer as w
-    from kamera.models.shaped.smolvlm import SMOLVLM2_SPEC
 
     def boom(*a, **k):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(w, "write_tokenizer", boom)
     with pytest.raises(KeyboardInterrupt):
-        w.write(SMOLVLM2_SPEC, tmp_path / "ckpt", layers=1, vision_layers=1)
+        w.write(shaped_spec("smolvlm2"), tmp_path / "ckpt", layers=1, vision_layers=1)
     assert list(tmp_path.iterdir()) == []
 
 

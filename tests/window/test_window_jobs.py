@@ -24,7 +24,7 @@ from kamera.sweep import compose_config, status
 from kamera.sweep import main as sweep
 from kamera.toy.window_task import window_item
 from kamera.window import WindowContext, make_probe
-from kamera.window import bench as window_bench
+from kamera.window.benches import toy as window_toy
 
 
 def job_config(tmp_path, *overrides: str):
@@ -117,14 +117,14 @@ def test_resume_computes_only_the_missing_item_probe_pairs(tmp_path, monkeypatch
 
 
 def test_an_item_that_cannot_be_built_fails_alone_and_the_job_says_so(tmp_path, monkeypatch):
-    real = window_bench._toy_build
+    real = window_toy._toy_build
 
     def build(kind, i, seed, n_states, adapter):
         if (kind, i) == ("recall", 1):
             raise ValueError("a chunk is empty")
         return real(kind, i, seed, n_states, adapter)
 
-    monkeypatch.setattr(window_bench, "_toy_build", build)
+    monkeypatch.setattr(window_toy, "_toy_build", build)
     runner.run(job_config(tmp_path, *TOY))  # a failed item is a recorded reason, as for arm jobs
     (shard,) = shards(tmp_path / "raw", "table1_tiny")
     assert shard.meta()["failed"] == {"recall-0-1": "window item recall-0-1 cannot be encoded by toy_window: "

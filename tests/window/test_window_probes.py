@@ -16,11 +16,11 @@ import torch
 from kamera.core import ChunkKV, Patch, deficit, max_rel_diff
 from kamera.metrics import kl
 from kamera.window import Layout, WindowContext, make_probe
+from kamera.window.benches.synthetic import window_items
 from kamera.window.context import overwrite
 from kamera.window.probes import ProbeRefusal
 from kamera.window.probes.recall import recall_stream
 from kamera.window.probes.reorder import orbit_patch
-from kamera.window.synthetic import window_items
 
 FAMILIES = ("tiny_qwen2_5_vl", "tiny_kimi", "tiny_llava")
 K = 3

@@ -4,7 +4,8 @@ a few layers, loadable exactly as the real checkpoint (``load_model(name, models
     python -m kamera.models.shaped qwen2_5_vl_7b --out /tmp/models          # writes /tmp/models/Qwen2.5-VL-7B-Instruct/
     python -m kamera.models.shaped all --out /tmp/models --tokenizers DIR    # every paper model with a writer
 
-Writers are registered per model (``ModelEntry.shaped``); :func:`ensure` keeps one copy per (model,
+Specs are one function per family (``ModelEntry.shaped``: ``fn(model, sources) -> ShapedSpec``), fed each model's
+published config (``configs/<model>.json``) and its file's ``shaped_sources``; :func:`ensure` keeps one copy per (model,
 layers, vision layers, seed, writer spec, real-or-stand-in tokenizer) in a cache folder, so tests and rehearsals build
 each once.
 """
@@ -12,15 +13,17 @@ each once.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import importlib.metadata as md
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kamera.models.entry import resolve
 from kamera.models.registry import entry, model_names
+from kamera.models.shaped.writer import ShapedSpec, writer_for
 
 
 def shaped_models() -> list[str]:
@@ -28,15 +31,28 @@ def shaped_models() -> list[str]:
     return [n for n in model_names("paper") if entry(n).shaped]
 
 
-def shaped_writer(name: str):
-    """The model's writer ``fn(out, *, layers, vision_layers, seed) -> Path``; ValueError if it has none."""
+@functools.cache
+def shaped_spec(name: str) -> ShapedSpec:
+    """The model's :class:`ShapedSpec`: its family's spec (``entry.shaped``, ``fn(model, sources)``) for its published
+    config and its file's ``shaped_sources``; ValueError if it has none (or the family's function returns another
+    model's spec)."""
     e = entry(name)
     if e.kind != "paper":
         raise ValueError(f"{name} is a {e.kind} model; shaped checkpoints are written for paper models")
     if not e.shaped:
         raise ValueError(f"{name} has no shaped-checkpoint writer registered ({e.notes or 'no adapter yet'}); "
                          f"models with one: {', '.join(shaped_models())}")
-    return resolve(e.shaped, f"{name} shaped writer")
+    spec = resolve(e.shaped, f"{name} shaped writer")(name, dict(e.shaped_sources))
+    if not isinstance(spec, ShapedSpec) or spec.model != name:
+        raise ValueError(f"{name}: {e.shaped} returned {type(spec).__name__} for {getattr(spec, 'model', None)!r}, "
+                         f"not the ShapedSpec of {name}")
+    return spec
+
+
+def shaped_writer(name: str) -> Callable[..., Path]:
+    """The model's writer ``fn(out, *, layers, vision_layers, seed) -> Path`` (its spec: ``.spec``); ValueError if it
+    has none."""
+    return writer_for(shaped_spec(name))
 
 
 def writer_digest() -> str:
@@ -66,7 +82,7 @@ def default_cache() -> Path:
 def tokenizer_base(name: str) -> str | None:
     """The folder of real tokenizer files the model's writer reads under ``$KAMERA_TOKENIZERS`` ("qwen2",
     "llama2"), or None when it always writes a stand-in (Kimi-VL, DeepSeek-VL, SmolVLM2)."""
-    return shaped_writer(name).spec.tokenizer.base
+    return shaped_spec(name).tokenizer.base
 
 
 def cache_key(name: str, layers: int, vision_layers: int, seed: int) -> str:
@@ -76,7 +92,7 @@ def cache_key(name: str, layers: int, vision_layers: int, seed: int) -> str:
     base = tokenizer_base(name)
     tokens = os.environ.get("KAMERA_TOKENIZERS") or ""
     real = bool(base and tokens and (Path(tokens) / base / "tokenizer.json").is_file())
-    digest = hashlib.sha256(f"{shaped_writer(name).spec.fingerprint()}|{real}".encode()).hexdigest()[:10]
+    digest = hashlib.sha256(f"{shaped_spec(name).fingerprint()}|{real}".encode()).hexdigest()[:10]
     return f"{name}-L{layers}-V{vision_layers}-s{seed}-{digest}"
 
 

@@ -9,24 +9,12 @@ conversion script for this checkpoint; the config leaves the rest at the config 
 
 from __future__ import annotations
 
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, writer_for
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 CONVERTER = "huggingface/transformers src/transformers/models/deepseek_vl_hybrid/convert_deepseek_vl_hybrid_weights_to_hf.py"
 
-SOURCES = {
-    "config.json": f"{CONVERTER} (convert_model: text, SigLIP and SAM sizes); huggingface.co/deepseek-community/"
-                   "deepseek-vl-7b-chat/blob/main/config.json",
-    "preprocessor_config.json": f"{CONVERTER} (ImageNet-standard mean/std at 384 px bilinear, CLIP mean/std at 1024 px)",
-    "processor": "huggingface/transformers src/transformers/models/deepseek_vl_hybrid/processing_deepseek_vl_hybrid.py "
-                 "(576 <image_placeholder> tokens per image)",
-    "chat_template": f"{CONVERTER} (CHAT_TEMPLATE, adopted from deepseek-ai/DeepSeek-VL deepseek_vl/utils/conversation.py)",
-    "tokenizer": "stand-in: DeepSeek-LLM's 102,400-token vocabulary with <｜begin▁of▁sentence｜> 100000, "
-                 "<｜end▁of▁sentence｜> 100001 and <image_placeholder> 100015 (image_token_id of the config class)",
-}
-
-DEEPSEEK_VL_7B = published_json("deepseek_vl_7b")  # configs/deepseek_vl_7b.json
 
 
 def _remap(cfg: dict, layers: int, vision_layers: int) -> None:
@@ -51,33 +39,34 @@ TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 
-DEEPSEEK_VL_7B_SPEC = ShapedSpec(
-    model="deepseek_vl_7b",
-    model_class="DeepseekVLHybridForConditionalGeneration",
-    config=DEEPSEEK_VL_7B,
-    sources=SOURCES,
-    text_layers=("text_config.num_hidden_layers",),
-    vision_layers=("vision_config.num_hidden_layers", "high_res_vision_config.num_hidden_layers"),
-    remap=_remap,
-    files={
-        "preprocessor_config.json": {
-            "image_processor_type": "DeepseekVLHybridImageProcessor", "processor_class": "DeepseekVLHybridProcessor",
-            "do_resize": True, "size": {"height": 384, "width": 384}, "high_res_size": {"height": 1024, "width": 1024},
-            "resample": 2, "high_res_resample": 3, "min_size": 14, "do_rescale": True, "rescale_factor": 1 / 255,
-            "do_normalize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-            "high_res_image_mean": CLIP_MEAN, "high_res_image_std": CLIP_STD, "do_convert_rgb": True,
+def deepseek_vl_hybrid(model: str, sources: dict[str, str]) -> ShapedSpec:
+    """A DeepSeek-VL (hybrid: SigLIP + SAM) checkpoint in its transformers layout, a stand-in tokenizer."""
+    config = published_json(model)
+    return ShapedSpec(
+        model=model,
+        model_class="DeepseekVLHybridForConditionalGeneration",
+        config=config,
+        sources=sources,
+        text_layers=("text_config.num_hidden_layers",),
+        vision_layers=("vision_config.num_hidden_layers", "high_res_vision_config.num_hidden_layers"),
+        remap=_remap,
+        files={
+            "preprocessor_config.json": {
+                "image_processor_type": "DeepseekVLHybridImageProcessor", "processor_class": "DeepseekVLHybridProcessor",
+                "do_resize": True, "size": {"height": 384, "width": 384}, "high_res_size": {"height": 1024, "width": 1024},
+                "resample": 2, "high_res_resample": 3, "min_size": 14, "do_rescale": True, "rescale_factor": 1 / 255,
+                "do_normalize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+                "high_res_image_mean": CLIP_MEAN, "high_res_image_std": CLIP_STD, "do_convert_rgb": True,
+            },
+            "processor_config.json": {"num_image_tokens": 576, "processor_class": "DeepseekVLHybridProcessor"},
+            "generation_config.json": {"bos_token_id": 100000, "eos_token_id": 100001, "pad_token_id": 100001},
         },
-        "processor_config.json": {"num_image_tokens": 576, "processor_class": "DeepseekVLHybridProcessor"},
-        "generation_config.json": {"bos_token_id": 100000, "eos_token_id": 100001, "pad_token_id": 100001},
-    },
-    chat_template=TEMPLATE,
-    tokenizer=TokenizerSpec(
-        None, 102400,
-        {"<｜begin▁of▁sentence｜>": 100000, "<｜end▁of▁sentence｜>": 100001, "<image_placeholder>": 100015},
-        {"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": True, "bos_token": "<｜begin▁of▁sentence｜>",
-         "eos_token": "<｜end▁of▁sentence｜>", "pad_token": "<｜end▁of▁sentence｜>",
-         "extra_special_tokens": {"image_token": "<image_placeholder>"}, "model_max_length": 16384},
-    ),
-)
-
-deepseek_vl_7b = writer_for(DEEPSEEK_VL_7B_SPEC)
+        chat_template=TEMPLATE,
+        tokenizer=TokenizerSpec(
+            None, config["text_config"]["vocab_size"],
+            {"<｜begin▁of▁sentence｜>": 100000, "<｜end▁of▁sentence｜>": 100001, "<image_placeholder>": 100015},
+            {"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": True, "bos_token": "<｜begin▁of▁sentence｜>",
+             "eos_token": "<｜end▁of▁sentence｜>", "pad_token": "<｜end▁of▁sentence｜>",
+             "extra_special_tokens": {"image_token": "<image_placeholder>"}, "model_max_length": 16384},
+        ),
+    )

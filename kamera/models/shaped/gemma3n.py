@@ -3,7 +3,7 @@ of 256, per-layer inputs of 256, AltUp × 4, LAuReL rank 64, sliding window 512 
 layers KV-shared, final logits soft-capped at 30), vocabulary 262,400 (per-layer inputs: 262,144).
 
 The published config.json cannot be fetched here; ``configs/gemma3n_e4b.json`` is reconstructed from public
-sources (``SOURCES``): its numbers are transformers' ``Gemma3nTextConfig`` / ``Gemma3nAudioConfig`` /
+sources (its conf/model file's ``shaped_sources``): its numbers are transformers' ``Gemma3nTextConfig`` / ``Gemma3nAudioConfig`` /
 ``Gemma3nConfig`` defaults, which their docstrings call the E4B configuration, and its field names (``rope_theta`` /
 ``rope_local_base_freq``, ``query_pre_attn_scalar``, ``altup_lr_multiplier``, the vision config's ``label_names``) are
 those public readers of the published file parse.
@@ -25,37 +25,11 @@ strided UIR, an MQA block and a UIR; from V = 38 the tower is whole and ``model_
 
 from __future__ import annotations
 
+from functools import partial
+
 import kamera.models.gemma3n  # noqa: F401  (registers the native MobileNetV5 tower the weights are laid out from)
 from kamera.models.mobilenetv5 import ARCHITECTURES
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, writer_for
-
-SOURCES = {
-    "config.json": (
-        "huggingface.co/google/gemma-3n-E4B-it/blob/main/config.json, reconstructed: the numbers are the defaults of "
-        "huggingface/transformers src/transformers/models/gemma3n/configuration_gemma3n.py (Gemma3nTextConfig, "
-        "Gemma3nAudioConfig, Gemma3nConfig: 'gemma3n_text-E4B style', checkpoint google/gemma-3n-E4B), restated for "
-        "E4B (35 layers, 15 KV-shared, intermediate 16384, vocab 262400 / 262144) in docs/source/en/model_doc/gemma3n.md; "
-        "the published field names as ollama/ollama convert/convert_gemma3n.go reads them (text_config, vision_config, "
-        "altup_lr_multiplier, rope_local_base_freq, query_pre_attn_scalar)"
-    ),
-    "generation_config.json": "huggingface.co/google/gemma-3n-E4B-it/blob/main/generation_config.json "
-                              "(bos 2, pad 0, eos [1, 106]: <eos> and <end_of_turn>)",
-    "chat_template": "huggingface.co/google/gemma-3n-E4B-it/blob/main/chat_template.jinja (<bos>, <start_of_turn>user / "
-                     "model turns, text trimmed, <image_soft_token> / <audio_soft_token> per part, a system turn "
-                     "prefixed to the first user turn)",
-    "preprocessor_config.json": "huggingface/transformers src/transformers/models/gemma3n/convert_gemma3n_weights.py "
-                                "(SiglipImageProcessorFast: 768 × 768, bilinear, rescale 1/255, do_normalize false, "
-                                "mean / std 0.5, image_seq_length 256; Gemma3nProcessor); the audio feature "
-                                "extractor's fields are not written (audio is not served)",
-    "vision tower": "github.com/huggingface/pytorch-image-models timm/models/mobilenetv5.py (mobilenetv5_300m_enc): "
-                    "tensor names and shapes, as kamera.models.mobilenetv5 restates them",
-    "tokenizer": "stand-in: Gemma's 262,144-entry SentencePiece vocabulary is not shipped; the specials at their ids "
-                 "(<pad> 0, <eos> 1, <bos> 2, <unk> 3, <mask> 4, <start_of_turn> 105, <end_of_turn> 106, "
-                 "<start_of_image> 255999, <start_of_audio> 256000, <end_of_image> 262144, <image_soft_token> 262145, "
-                 "<end_of_audio> 262272, <audio_soft_token> 262273: Gemma3nConfig's token ids)",
-}
-
-GEMMA3N_E4B = published_json("gemma3n_e4b")  # configs/gemma3n_e4b.json
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
 TEMPLATE = (
     "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
@@ -77,10 +51,10 @@ SPECIALS = {
     "<end_of_audio>": 262272, "<audio_soft_token>": 262273,
 }
 
-def _remap(cfg: dict, layers: int, vision_layers: int) -> None:
-    """The per-layer lists and the KV-sharing span for ``layers`` decoder layers (module docstring)."""
+def _remap(full: dict, cfg: dict, layers: int, vision_layers: int) -> None:
+    """The per-layer lists and the KV-sharing span for ``layers`` decoder layers (module docstring), from the
+    published text config ``full``."""
     text = cfg["text_config"]
-    full = GEMMA3N_E4B["text_config"]
     shared = 2 * round((layers // 2) * full["num_kv_shared_layers"] / full["num_hidden_layers"])
     sparse = round(layers * sum(1 for s in full["activation_sparsity_pattern"] if s > 0) / full["num_hidden_layers"])
     text["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
@@ -93,35 +67,36 @@ def _remap(cfg: dict, layers: int, vision_layers: int) -> None:
         cfg["vision_config"]["model_args"] = {"stage_depths": depths}
 
 
-GEMMA3N_E4B_SPEC = ShapedSpec(
-    model="gemma3n_e4b",
-    model_class="Gemma3nForConditionalGeneration",
-    config=GEMMA3N_E4B,
-    sources=SOURCES,
-    text_layers=("text_config.num_hidden_layers",),
-    vision_layers=("audio_config.conf_num_hidden_layers",),
-    remap=_remap,
-    files={
-        "generation_config.json": {"bos_token_id": 2, "pad_token_id": 0, "eos_token_id": [1, 106]},
-        "preprocessor_config.json": {
-            "image_processor_type": "SiglipImageProcessorFast", "processor_class": "Gemma3nProcessor",
-            "do_convert_rgb": None, "do_resize": True, "size": {"height": 768, "width": 768}, "resample": 2,
-            "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": False, "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5], "image_seq_length": 256,
+def gemma3n(model: str, sources: dict[str, str]) -> ShapedSpec:
+    """A Gemma-3n checkpoint: per-layer lists and KV sharing for the short stack (module docstring), a stand-in tokenizer."""
+    config = published_json(model)
+    return ShapedSpec(
+        model=model,
+        model_class="Gemma3nForConditionalGeneration",
+        config=config,
+        sources=sources,
+        text_layers=("text_config.num_hidden_layers",),
+        vision_layers=("audio_config.conf_num_hidden_layers",),
+        remap=partial(_remap, config["text_config"]),
+        files={
+            "generation_config.json": {"bos_token_id": 2, "pad_token_id": 0, "eos_token_id": [1, 106]},
+            "preprocessor_config.json": {
+                "image_processor_type": "SiglipImageProcessorFast", "processor_class": "Gemma3nProcessor",
+                "do_convert_rgb": None, "do_resize": True, "size": {"height": 768, "width": 768}, "resample": 2,
+                "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": False, "image_mean": [0.5, 0.5, 0.5],
+                "image_std": [0.5, 0.5, 0.5], "image_seq_length": 256,
+            },
         },
-    },
-    chat_template=TEMPLATE,
-    tokenizer=TokenizerSpec(
-        None, 262400, SPECIALS,
-        {"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
-         "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False, "model_max_length": 32768,
-         "padding_side": "left", "image_token": "<image_soft_token>", "audio_token": "<audio_soft_token>",
-         "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "boa_token": "<start_of_audio>",
-         "eoa_token": "<end_of_audio>"},
-    ),
-    omitted="the KV-shared layers' unused K/V projections, if the published file holds them (transformers builds "
-            "none for those layers)",
-    min_vision_layers=1,
-)
-
-gemma3n_e4b = writer_for(GEMMA3N_E4B_SPEC)
+        chat_template=TEMPLATE,
+        tokenizer=TokenizerSpec(
+            None, config["text_config"]["vocab_size"], SPECIALS,
+            {"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
+             "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False, "model_max_length": 32768,
+             "padding_side": "left", "image_token": "<image_soft_token>", "audio_token": "<audio_soft_token>",
+             "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "boa_token": "<start_of_audio>",
+             "eoa_token": "<end_of_audio>"},
+        ),
+        omitted="the KV-shared layers' unused K/V projections, if the published file holds them (transformers builds "
+                "none for those layers)",
+        min_vision_layers=1,
+    )

@@ -16,23 +16,12 @@ import torch
 
 from kamera.models.kimi_vl import (
     CHAT_TEMPLATE,
-    HUB_CONFIG,
     HUB_PREPROCESSOR,
     RESERVED,
     SPECIALS,
     hub_tensor_shapes,
 )
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
-
-SOURCES = {
-    "config.json": "Hub revision 398eede0 as recorded in github.com/joshuahickscorp/hawking "
-                   "receipts/headless/ARCHITECTURE_RECOGNIZER_FIXTURES.json (with the 5,679 tensor names)",
-    "preprocessor_config.json": "in_token_limit, patch and merge size, pad_input as recorded for kimi-vl-a3b-instruct by "
-                                "a public eval harness; mean/std 0.5 (transformers' kimi_k25 processor)",
-    "chat_template": "vLLM examples/offline_inference/vision_language.py run_kimi_vl",
-    "tokenizer": "stand-in: 163,840 ids, specials 163584-163839 at the Moonshot tokenizer's ids (SGLang "
-                 "multimodal_processors/kimi_vl.py for the media tokens)",
-}
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
 
 def _inv_freq(cfg: dict) -> dict[str, torch.Tensor]:
@@ -44,26 +33,27 @@ def _inv_freq(cfg: dict) -> dict[str, torch.Tensor]:
             for i in range(t["num_hidden_layers"])}
 
 
-KIMI_VL_A3B_SPEC = ShapedSpec(
-    model="kimi_vl_a3b",
-    model_class="",
-    config=HUB_CONFIG,
-    sources=SOURCES,
-    text_layers=("text_config.num_hidden_layers",),
-    vision_layers=("vision_config.num_hidden_layers",),
-    files={
-        "preprocessor_config.json": HUB_PREPROCESSOR,
-        "generation_config.json": {k: HUB_CONFIG["text_config"][k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")},
-    },
-    chat_template=CHAT_TEMPLATE,
-    tokenizer=TokenizerSpec(
-        None, HUB_CONFIG["vocab_size"],
-        {f"<|reserved_token_{i}|>": i for i in RESERVED if i not in set(SPECIALS.values())} | SPECIALS,
-        {"bos_token": "[BOS]", "eos_token": "[EOS]", "pad_token": "[PAD]", "unk_token": "[UNK]", "model_max_length": 131072},
-    ),
-    layout=lambda cfg, vision_layers: hub_tensor_shapes(cfg),  # the vision depth is in cfg
-    fixed=_inv_freq,
-    shard_bytes=1 << 29,  # the published checkpoint is sharded; 512 MiB shards keep the shaped one sharded too
-)
-
-kimi_vl_a3b = writer_for(KIMI_VL_A3B_SPEC)
+def kimi_vl(model: str, sources: dict[str, str]) -> ShapedSpec:
+    """A Kimi-VL (remote code) checkpoint: the adapter module's tensor layout, stored rotary inv_freq, a stand-in tokenizer."""
+    config = published_json(model)
+    return ShapedSpec(
+        model=model,
+        model_class="",
+        config=config,
+        sources=sources,
+        text_layers=("text_config.num_hidden_layers",),
+        vision_layers=("vision_config.num_hidden_layers",),
+        files={
+            "preprocessor_config.json": HUB_PREPROCESSOR,
+            "generation_config.json": {k: config["text_config"][k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")},
+        },
+        chat_template=CHAT_TEMPLATE,
+        tokenizer=TokenizerSpec(
+            None, config["vocab_size"],
+            {f"<|reserved_token_{i}|>": i for i in RESERVED if i not in set(SPECIALS.values())} | SPECIALS,
+            {"bos_token": "[BOS]", "eos_token": "[EOS]", "pad_token": "[PAD]", "unk_token": "[UNK]", "model_max_length": 131072},
+        ),
+        layout=lambda cfg, vision_layers: hub_tensor_shapes(cfg),  # the vision depth is in cfg
+        fixed=_inv_freq,
+        shard_bytes=1 << 29,  # the published checkpoint is sharded; 512 MiB shards keep the shaped one sharded too
+    )

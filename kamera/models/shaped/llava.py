@@ -9,24 +9,11 @@ config sets ``num_hidden_layers`` explicitly. Weights are stored in float16, as 
 from __future__ import annotations
 
 from kamera.models.shaped.tokenizers import LLAMA_SPECIALS
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, writer_for
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
-SOURCES = {
-    "config.json": "huggingface.co/llava-hf/llava-1.5-7b-hf/blob/main/config.json; the vision and projector "
-                   "defaults of huggingface/transformers src/transformers/models/llava/configuration_llava.py "
-                   "(LlavaConfig, documented as llava-1.5-7b) agree",
-    "preprocessor_config.json": "huggingface.co/llava-hf/llava-1.5-7b-hf/blob/main/preprocessor_config.json "
-                                "(CLIP: shortest edge 336, center crop 336, bicubic, CLIP mean/std)",
-    "chat_template": "huggingface.co/llava-hf/llava-1.5-7b-hf/blob/main/chat_template.json "
-                     "(USER: <image>\\n… ASSISTANT:)",
-    "tokenizer": "Llama-2 SentencePiece BPE (32,000 tokens) plus <image> 32000 and <pad> 32001 "
-                 "(huggingface.co/llava-hf/llava-1.5-7b-hf/blob/main/tokenizer_config.json)",
-}
-
-LLAVA_1_5_7B = published_json("llava_1_5_7b")  # configs/llava_1_5_7b.json
 
 # one user turn: the images first ("<image>\n" each), then the texts each followed by a space
 TEMPLATE = (
@@ -36,32 +23,33 @@ TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
 )
 
-LLAVA_1_5_7B_SPEC = ShapedSpec(
-    model="llava_1_5_7b",
-    model_class="LlavaForConditionalGeneration",
-    config=LLAVA_1_5_7B,
-    sources=SOURCES,
-    text_layers=("text_config.num_hidden_layers",),
-    vision_layers=("vision_config.num_hidden_layers",),
-    files={
-        "preprocessor_config.json": {
-            "crop_size": {"height": 336, "width": 336}, "do_center_crop": True, "do_convert_rgb": True,
-            "do_normalize": True, "do_rescale": True, "do_resize": True, "image_mean": CLIP_MEAN, "image_std": CLIP_STD,
-            "image_processor_type": "CLIPImageProcessor", "processor_class": "LlavaProcessor", "resample": 3,
-            "rescale_factor": 0.00392156862745098, "size": {"shortest_edge": 336},
+def llava(model: str, sources: dict[str, str]) -> ShapedSpec:
+    """A LLaVA(-1.5) checkpoint: the Llama-2 tokenizer plus <image> and <pad>, at the config's vocabulary size."""
+    config = published_json(model)
+    return ShapedSpec(
+        model=model,
+        model_class="LlavaForConditionalGeneration",
+        config=config,
+        sources=sources,
+        text_layers=("text_config.num_hidden_layers",),
+        vision_layers=("vision_config.num_hidden_layers",),
+        files={
+            "preprocessor_config.json": {
+                "crop_size": {"height": 336, "width": 336}, "do_center_crop": True, "do_convert_rgb": True,
+                "do_normalize": True, "do_rescale": True, "do_resize": True, "image_mean": CLIP_MEAN, "image_std": CLIP_STD,
+                "image_processor_type": "CLIPImageProcessor", "processor_class": "LlavaProcessor", "resample": 3,
+                "rescale_factor": 0.00392156862745098, "size": {"shortest_edge": 336},
+            },
+            "processor_config.json": {"image_token": "<image>", "num_additional_image_tokens": 1, "patch_size": 14,
+                                      "processor_class": "LlavaProcessor", "vision_feature_select_strategy": "default"},
+            "generation_config.json": {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 32001},
         },
-        "processor_config.json": {"image_token": "<image>", "num_additional_image_tokens": 1, "patch_size": 14,
-                                  "processor_class": "LlavaProcessor", "vision_feature_select_strategy": "default"},
-        "generation_config.json": {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 32001},
-    },
-    chat_template=TEMPLATE,
-    tokenizer=TokenizerSpec(
-        "llama2", 32064, {"<image>": 32000, "<pad>": 32001},
-        {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
-         "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>", "legacy": True, "padding_side": "left",
-         "clean_up_tokenization_spaces": False, "spaces_between_special_tokens": False, "model_max_length": 4096},
-        base_specials=LLAMA_SPECIALS,
-    ),
-)
-
-llava_1_5_7b = writer_for(LLAVA_1_5_7B_SPEC)
+        chat_template=TEMPLATE,
+        tokenizer=TokenizerSpec(
+            "llama2", config["vocab_size"], {"<image>": 32000, "<pad>": 32001},
+            {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
+             "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>", "legacy": True, "padding_side": "left",
+             "clean_up_tokenization_spaces": False, "spaces_between_special_tokens": False, "model_max_length": 4096},
+            base_specials=LLAMA_SPECIALS,
+        ),
+    )

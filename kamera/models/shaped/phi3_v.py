@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from kamera.models.phi3_v import (
     CHAT_TEMPLATE,
-    HUB_CONFIG,
     HUB_PREPROCESSOR,
     IMAGE_ID,
     IMAGE_TOKEN,
@@ -26,43 +25,33 @@ from kamera.models.phi3_v import (
     hub_tensor_shapes,
 )
 from kamera.models.shaped.tokenizers import LLAMA_SPECIALS
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, writer_for
-
-SOURCES = {
-    "config.json": "github.com/sdpython/experimental-experiment experimental_experiment/torch_models/"
-                   "llm_model_helper.py get_phi_35_vision_instruct (the published config)",
-    "tensor names": "the Hub modeling_phi3_v.py (copy in the same repository, torch_models/fromhub/) and vLLM "
-                    "vllm/model_executor/models/phi3v.py",
-    "preprocessor_config.json": "num_crops 4, CLIP mean/std: the Hub processing_phi3_v.py (copy in github.com/g1y5x3/vlm-study)",
-    "tokenizer": "Llama-2 (real files when given) + Phi-3 chat specials 32000-32010 (pytorch/torchtune "
-                 "torchtune/models/phi3/_tokenizer.py) + <|image|> 32044 (vLLM phi3v.py _IMAGE_TOKEN_ID)",
-    "chat_template": "vLLM examples/offline_inference/vision_language.py run_phi3v",
-}
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
 _PLACEHOLDERS = {f"<|placeholder{k}|>": 32011 + k - 7 for k in range(7, 7 + IMAGE_ID - 32011)}
 
-PHI3_5_VISION_SPEC = ShapedSpec(
-    model="phi3_5_vision",
-    model_class="",
-    config=HUB_CONFIG,
-    sources=SOURCES,
-    text_layers=("num_hidden_layers",),
-    vision_layers=(),  # CLIP's depth is the tensors' (see the module docstring)
-    files={
-        "preprocessor_config.json": HUB_PREPROCESSOR,
-        "generation_config.json": {k: HUB_CONFIG[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")},
-    },
-    chat_template=CHAT_TEMPLATE,
-    tokenizer=TokenizerSpec(
-        "llama2", HUB_CONFIG["vocab_size"], SPECIALS | _PLACEHOLDERS | {IMAGE_TOKEN: IMAGE_ID},
-        {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
-         "eos_token": "</s>", "pad_token": "<|endoftext|>", "unk_token": "<unk>", "legacy": True,
-         "clean_up_tokenization_spaces": False, "spaces_between_special_tokens": False, "model_max_length": 131072},
-        base_specials=LLAMA_SPECIALS,
-    ),
-    layout=lambda cfg, vision_layers: hub_tensor_shapes(cfg, vision_layers),
-    shard_bytes=1 << 29,
-    min_vision_layers=2,  # the model reads hidden_states[-2]: the output of the second-to-last CLIP layer
-)
-
-phi3_5_vision = writer_for(PHI3_5_VISION_SPEC)
+def phi3_v(model: str, sources: dict[str, str]) -> ShapedSpec:
+    """A Phi-3(.5)-Vision (remote code) checkpoint: the adapter module's tensor layout, the Llama-2 tokenizer."""
+    config = published_json(model)
+    return ShapedSpec(
+        model=model,
+        model_class="",
+        config=config,
+        sources=sources,
+        text_layers=("num_hidden_layers",),
+        vision_layers=(),  # CLIP's depth is the tensors' (see the module docstring)
+        files={
+            "preprocessor_config.json": HUB_PREPROCESSOR,
+            "generation_config.json": {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")},
+        },
+        chat_template=CHAT_TEMPLATE,
+        tokenizer=TokenizerSpec(
+            "llama2", config["vocab_size"], SPECIALS | _PLACEHOLDERS | {IMAGE_TOKEN: IMAGE_ID},
+            {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
+             "eos_token": "</s>", "pad_token": "<|endoftext|>", "unk_token": "<unk>", "legacy": True,
+             "clean_up_tokenization_spaces": False, "spaces_between_special_tokens": False, "model_max_length": 131072},
+            base_specials=LLAMA_SPECIALS,
+        ),
+        layout=lambda cfg, vision_layers: hub_tensor_shapes(cfg, vision_layers),
+        shard_bytes=1 << 29,
+        min_vision_layers=2,  # the model reads hidden_states[-2]: the output of the second-to-last CLIP layer
+    )

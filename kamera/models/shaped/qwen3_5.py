@@ -1,7 +1,8 @@
 """Shaped Qwen3.5-27B (``gdn_hybrid``): the Gated DeltaNet hybrid's configuration and file layout, random weights.
 
 There is no Hub access here, so ``configs/gdn_hybrid.json`` is reconstructed from public restatements of the
-checkpoint's config.json, checked against transformers' ``Qwen3_5Config`` / ``Qwen3_5TextConfig`` (``SOURCES``).
+checkpoint's config.json, checked against transformers' ``Qwen3_5Config`` / ``Qwen3_5TextConfig`` (its conf/model
+file's ``shaped_sources``).
 The shortened stack keeps the hybrid: its ``layer_types`` are GDN except the last layer, which is full
 attention (2 layers: one of each), so both kinds of layer are exercised.
 
@@ -15,26 +16,10 @@ from __future__ import annotations
 
 from kamera.models.shaped.qwen import QWEN3_TEMPLATE
 from kamera.models.shaped.tokenizers import QWEN_SPECIALS, qwen_tokenizer_config
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, writer_for
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
 QWEN35_SPECIALS = {tok: i - 151643 + 248044 for tok, i in QWEN_SPECIALS.items()}
 
-SOURCES = {
-    "config.json": "huggingface.co/Qwen/Qwen3.5-27B/blob/main/config.json (not reachable here), reconstructed from "
-                   "public restatements: THUDM/slime scripts/models/qwen3.5-27B.sh (64 layers, hidden 5120, FFN 17408, "
-                   "24 heads / 4 KV groups of 256, partial rotary 0.25, rope base 1e7, vocab 248320, untied, output "
-                   "gate) and third-party Qwen3_5Config restatements (GDN 16 key / 48 value heads of 128, conv 4, "
-                   "full attention every 4th layer, interleaved M-RoPE 11/11/10, vision 27 x 1152 -> 5120, no "
-                   "deepstack, token ids 248044..248057); field names and defaults from transformers "
-                   "models/qwen3_5/configuration_qwen3_5.py",
-    "preprocessor_config.json": "as Qwen3-VL-8B's (the same vision tower: patch 16, merge 2, temporal 2, mean/std 0.5)",
-    "chat_template": "user turns rendered as Qwen3-VL's template does (im_start / im_end, vision pads); the published "
-                     "template's thinking and tool branches are not reproduced",
-    "tokenizer": "stand-in: the real Qwen3.5 vocabulary (248,320 rows) is not among the shipped tokenizer files; "
-                 "specials at their published ids (the Qwen list from 248044)",
-}
-
-GDN_HYBRID = published_json("gdn_hybrid")  # configs/gdn_hybrid.json
 
 
 def _hybrid_layers(cfg: dict, layers: int, vision_layers: int) -> None:
@@ -42,24 +27,25 @@ def _hybrid_layers(cfg: dict, layers: int, vision_layers: int) -> None:
     cfg["text_config"]["layer_types"] = ["linear_attention"] * (layers - 1) + ["full_attention"]
 
 
-GDN_HYBRID_SPEC = ShapedSpec(
-    model="gdn_hybrid",
-    model_class="Qwen3_5ForConditionalGeneration",
-    config=GDN_HYBRID,
-    sources=SOURCES,
-    text_layers=("text_config.num_hidden_layers",),
-    vision_layers=("vision_config.depth",),
-    remap=_hybrid_layers,
-    files={
-        "preprocessor_config.json": {
-            "size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16, "temporal_patch_size": 2,
-            "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-            "image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor",
+def qwen3_5(model: str, sources: dict[str, str]) -> ShapedSpec:
+    """A Qwen3.5 (Gated DeltaNet hybrid) checkpoint: the short stack's last layer full attention, a stand-in tokenizer."""
+    config = published_json(model)
+    return ShapedSpec(
+        model=model,
+        model_class="Qwen3_5ForConditionalGeneration",
+        config=config,
+        sources=sources,
+        text_layers=("text_config.num_hidden_layers",),
+        vision_layers=("vision_config.depth",),
+        remap=_hybrid_layers,
+        files={
+            "preprocessor_config.json": {
+                "size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16, "temporal_patch_size": 2,
+                "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+                "image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor",
+            },
+            "generation_config.json": {"bos_token_id": 248044, "pad_token_id": 248044, "eos_token_id": [248046, 248044]},
         },
-        "generation_config.json": {"bos_token_id": 248044, "pad_token_id": 248044, "eos_token_id": [248046, 248044]},
-    },
-    chat_template=QWEN3_TEMPLATE,
-    tokenizer=TokenizerSpec(None, 248320, QWEN35_SPECIALS, qwen_tokenizer_config(model_max_length=262144)),
-)
-
-gdn_hybrid = writer_for(GDN_HYBRID_SPEC)
+        chat_template=QWEN3_TEMPLATE,
+        tokenizer=TokenizerSpec(None, config["text_config"]["vocab_size"], QWEN35_SPECIALS, qwen_tokenizer_config(model_max_length=262144)),
+    )

@@ -7,20 +7,7 @@ Images are split into up to 4 × 4 tiles of 384 px (longest edge resized to 1536
 
 from __future__ import annotations
 
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, writer_for
-
-SOURCES = {
-    "config.json": "huggingface.co/HuggingFaceTB/SmolVLM2-2.2B-Instruct/blob/main/config.json",
-    "preprocessor_config.json": "huggingface.co/HuggingFaceTB/SmolVLM2-2.2B-Instruct/blob/main/preprocessor_config.json "
-                                "(split into 384-px tiles, longest edge 1536, mean/std 0.5)",
-    "processor": "huggingface/transformers src/transformers/models/smolvlm/processing_smolvlm.py (tile and global-view "
-                 "token layout; its DEFAULT_CHAT_TEMPLATE is the published template)",
-    "tokenizer": "stand-in: SmolLM2's 49,152 tokens plus <global-img> 49152, <row_r_col_c> 49153-49188, "
-                 "<fake_token_around_image> 49189, <image> 49190 and <end_of_utterance> 49279 "
-                 "(huggingface.co/HuggingFaceTB/SmolVLM2-2.2B-Instruct/blob/main/tokenizer.json)",
-}
-
-SMOLVLM2_2_2B = published_json("smolvlm2")  # configs/smolvlm2.json
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
 TEMPLATE = (
     "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
@@ -38,33 +25,34 @@ SPECIALS = {
     "<fake_token_around_image>": 49189, "<image>": 49190, "<end_of_utterance>": 49279,
 }
 
-SMOLVLM2_SPEC = ShapedSpec(
-    model="smolvlm2",
-    model_class="SmolVLMForConditionalGeneration",
-    config=SMOLVLM2_2_2B,
-    sources=SOURCES,
-    text_layers=("text_config.num_hidden_layers",),
-    vision_layers=("vision_config.num_hidden_layers",),
-    files={
-        "preprocessor_config.json": {
-            "image_processor_type": "SmolVLMImageProcessor", "processor_class": "SmolVLMProcessor",
-            "do_image_splitting": True, "do_resize": True, "size": {"longest_edge": 1536},
-            "max_image_size": {"longest_edge": 384}, "resample": 1, "do_rescale": True, "rescale_factor": 1 / 255,
-            "do_normalize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-            "do_convert_rgb": True, "do_pad": True,
+def smolvlm(model: str, sources: dict[str, str]) -> ShapedSpec:
+    """A SmolVLM checkpoint: a stand-in tokenizer with the published specials at the config's vocabulary size."""
+    config = published_json(model)
+    return ShapedSpec(
+        model=model,
+        model_class="SmolVLMForConditionalGeneration",
+        config=config,
+        sources=sources,
+        text_layers=("text_config.num_hidden_layers",),
+        vision_layers=("vision_config.num_hidden_layers",),
+        files={
+            "preprocessor_config.json": {
+                "image_processor_type": "SmolVLMImageProcessor", "processor_class": "SmolVLMProcessor",
+                "do_image_splitting": True, "do_resize": True, "size": {"longest_edge": 1536},
+                "max_image_size": {"longest_edge": 384}, "resample": 1, "do_rescale": True, "rescale_factor": 1 / 255,
+                "do_normalize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+                "do_convert_rgb": True, "do_pad": True,
+            },
+            "processor_config.json": {"image_seq_len": 81, "processor_class": "SmolVLMProcessor"},
+            "generation_config.json": {"bos_token_id": 1, "eos_token_id": [2, 49279], "pad_token_id": 2},
         },
-        "processor_config.json": {"image_seq_len": 81, "processor_class": "SmolVLMProcessor"},
-        "generation_config.json": {"bos_token_id": 1, "eos_token_id": [2, 49279], "pad_token_id": 2},
-    },
-    chat_template=TEMPLATE,
-    tokenizer=TokenizerSpec(
-        None, 49280, SPECIALS,
-        {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|im_start|>", "eos_token": "<end_of_utterance>",
-         "pad_token": "<|im_end|>", "unk_token": "<|endoftext|>", "add_bos_token": False,
-         "extra_special_tokens": {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
-                                  "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>"},
-         "model_max_length": 16384},
-    ),
-)
-
-smolvlm2 = writer_for(SMOLVLM2_SPEC)
+        chat_template=TEMPLATE,
+        tokenizer=TokenizerSpec(
+            None, config["vocab_size"], SPECIALS,
+            {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|im_start|>", "eos_token": "<end_of_utterance>",
+             "pad_token": "<|im_end|>", "unk_token": "<|endoftext|>", "add_bos_token": False,
+             "extra_special_tokens": {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
+                                      "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>"},
+             "model_max_length": 16384},
+        ),
+    )

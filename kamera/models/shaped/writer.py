@@ -57,7 +57,7 @@ NORM = re.compile(r"(norm|layernorm|layer_norm|ln_q|ln_post|ln_pre|(^|\.)ln\d?)[
 
 def published_json(model: str) -> dict:
     """``configs/<model>.json``: the model's ``config.json`` as published on the Hub (every number the model has,
-    the layer counts included), read by its :class:`ShapedSpec` and, through it, the cost model."""
+    the layer counts included), read by its family's :class:`ShapedSpec`, the cost model and the remote-code loaders."""
     path = CONFIGS / f"{model}.json"
     try:
         return json.loads(path.read_text(encoding="utf-8"))

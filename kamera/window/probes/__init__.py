@@ -4,9 +4,7 @@ Importing this package imports every probe module, so :data:`PROBES` lists them 
 kind of :class:`kamera.reuse.plugin.Registry`); :func:`make_probe` builds one by name and knobs.
 """
 
-import importlib
-import pkgutil
-
+from kamera.discover import import_all
 from kamera.window.probes.base import (
     PROBES,
     ProbeRefusal,
@@ -16,8 +14,6 @@ from kamera.window.probes.base import (
     register,
 )
 
-for _mod in pkgutil.iter_modules(__path__):
-    if _mod.name != "base":
-        importlib.import_module(f"{__name__}.{_mod.name}")
+import_all(__name__)  # every module registers its plugin (kamera.discover)
 
 __all__ = ["PROBES", "ProbeRefusal", "UnknownProbeError", "WindowProbe", "make_probe", "register"]

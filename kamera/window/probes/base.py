@@ -41,6 +41,9 @@ class WindowProbe(Plugin):
     every row it makes (bump it when a change changes a stored number, as for arms)."""
 
     version: ClassVar[int] = 1
+    # the kind of stream it reads (kamera/toy/window_task.py builds one per kind): the toy window benchmark serves a
+    # probe only items of its stream (None: no stream is built for it)
+    stream: ClassVar[str | None] = None
 
     def run(self, wctx: WindowContext) -> list[dict]:
         raise NotImplementedError

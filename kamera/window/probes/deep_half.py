@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 @dataclass
 class DeepHalfProbe(WindowProbe):
     name = "deep_half"
+    stream = "recall"
     rank: int | None = 32
     fraction: float = 0.5
 

@@ -30,6 +30,7 @@ from kamera.window.probes.revert import query_live
 @dataclass
 class DisposabilityProbe(WindowProbe):
     name = "disposability"
+    stream = "recall"
     rank: int | None = 32
     max_new_tokens: int = 8
 

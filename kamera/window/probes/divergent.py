@@ -54,6 +54,7 @@ def divergence(wctx: WindowContext, a: tuple[int, ...], b: tuple[int, ...]) -> f
 @dataclass
 class DivergentProbe(WindowProbe):
     name = "divergent"
+    stream = "divergent"
     n_chunks: int = 3
     rank: int | None = 32
     perturbations: tuple[str, ...] = PERTURBATIONS

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 @dataclass
 class ExcessProbe(WindowProbe):
     name = "excess"
+    stream = "excess"
     distractors: int = 3
     rank: int | None = 32
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 @dataclass
 class ForksProbe(WindowProbe):
     name = "forks"
+    stream = "recall"
     rank: int | None = 32
 
     def __post_init__(self) -> None:

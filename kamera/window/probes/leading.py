@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 @dataclass
 class LeadingProbe(WindowProbe):
     name = "leading"
+    stream = "recall"
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
         """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). One layout of k

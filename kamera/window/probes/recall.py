@@ -47,6 +47,7 @@ def recall_stream(k: int) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
 @dataclass
 class RecallProbe(WindowProbe):
     name = "recall"
+    stream = "recall"
     taus: tuple[float, ...] = TAUS
     rank: int | None = 32
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 @dataclass
 class RefreshProbe(WindowProbe):
     name = "refresh"
+    stream = "refresh"
     n_chunks: int = 4
     swaps: tuple[int, ...] = (0, 1, 2, 3)
     rank: int | None = 32

@@ -74,6 +74,7 @@ def deficit_distance(a: WindowView, b: WindowView) -> float:
 @dataclass
 class ReorderProbe(WindowProbe):
     name = "reorder"
+    stream = "reorder"
     n_chunks: int = 3
     rank: int | None = 16
     exhaustive_up_to: int = 4

@@ -51,6 +51,7 @@ def query_live(view: WindowView, live, tag: str) -> ForwardOut:
 @dataclass
 class RevertProbe(WindowProbe):
     name = "revert"
+    stream = "recall"
     rank: int | None = 32
 
     def __post_init__(self) -> None:

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 @dataclass
 class SurvivorProbe(WindowProbe):
     name = "survivor"
+    stream = "survivor"
     survivor: int = -2
     rank: int | None = 64
     energy: float = 0.9

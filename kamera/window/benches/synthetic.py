@@ -1,4 +1,4 @@
-"""Synthetic window items for tiny random models: seeded noise frames with captions, no files.
+"""``window_synthetic``: synthetic window items for tiny random models, seeded noise frames with captions, no files.
 
 A stream of ``n_history`` frames (a 4-letter multiple-choice query after them) and ``n_foreign``
 frames of "another clip" (other seeds), each frame a random RGB image and a caption, or a caption
@@ -8,12 +8,18 @@ probes' identities and costs, not the paper's effects (the trained toy window mo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import numpy as np
 from PIL import Image
 
+from kamera.items.selection import Selection
 from kamera.items.spans import Span
-from kamera.items.window import WindowItem
+from kamera.items.window import WindowEntry, WindowItem
+from kamera.knobs import is_int
 from kamera.models.base import Adapter
+from kamera.window.benches.base import Read, WindowBench
 
 LETTERS = ("A", "B", "C", "D")
 
@@ -24,11 +30,6 @@ def frame(seed: tuple[int, ...], size: int) -> Image.Image:
     return Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8))
 
 
-def takes_images(adapter: Adapter) -> bool:
-    """Whether the adapter encodes image parts (its family has a vision tower)."""
-    return adapter.image_processor is not None or getattr(adapter.model.config, "vision_config", None) is not None
-
-
 def window_item(adapter: Adapter, i: int, window: int = 5, n_history: int | None = None, n_foreign: int = 4,
                 seed: int = 0, image_size: int = 112) -> WindowItem:
     """Synthetic window item i for ``adapter`` (history of 2·window + 1 frames by default: enough for every
@@ -36,7 +37,7 @@ def window_item(adapter: Adapter, i: int, window: int = 5, n_history: int | None
     if i < 0 or window < 1:
         raise ValueError(f"need i ≥ 0 and window ≥ 1, got i = {i}, window = {window}")
     n_history = 2 * window + 1 if n_history is None else n_history
-    images = takes_images(adapter)
+    images = adapter.reads_images
 
     def chunk(j: int, clip: int) -> Span:
         caption = f"{'ab'[clip]}{j}: frame {j} of the clip."  # 1 token a byte on tiny models: n_B > 32 at 112 px
@@ -66,3 +67,30 @@ def window_items(adapter: Adapter, n: int, window: int = 5, n_history: int | Non
     if n < 0:
         raise ValueError(f"need n ≥ 0, got n = {n}")
     return [window_item(adapter, i, window, n_history, n_foreign, seed, image_size) for i in range(n)]
+
+
+def _build(i: int, seed: int, opts: dict, adapter: Adapter) -> WindowItem:
+    return window_item(adapter, i, opts["window"], opts["n_history"], opts["n_foreign"], seed, opts["image_size"])
+
+
+@dataclass(frozen=True)
+class SyntheticWindowBench(WindowBench):
+    """Seeded noise frames with captions (text captions alone for text-only families)."""
+
+    def problems(self, model: str, opts: dict) -> list[str]:
+        p = [f"bench.kwargs.{k}={opts[k]!r}: must be an integer >= {low}"
+             for k, low in (("window", 1), ("n_foreign", 0), ("image_size", 28)) if not is_int(opts[k], low)]
+        if opts["n_history"] is not None and not is_int(opts["n_history"], 2):
+            p.append(f"bench.kwargs.n_history={opts['n_history']!r}: must be null (2·window + 1) or an integer >= 2")
+        return p
+
+    def select(self, subsets: list[str], split: str, seed: int, n: int | None, opts: dict, read: Read) -> Selection:
+        (subset,) = subsets
+        count = 8 if n is None else n
+        entries = [WindowEntry(item_id(seed, i), subset, split, item_id(seed, i),
+                               partial(_build, i, seed, opts)) for i in range(count)]
+        return Selection(entries, n_requested=n, report=f"{count} synthetic window streams")
+
+
+SPEC = SyntheticWindowBench("window_synthetic", ("synthetic",), ("synthetic",), "synthetic",
+                            {"window": 5, "n_history": None, "n_foreign": 4, "image_size": 112})

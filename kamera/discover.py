@@ -1,0 +1,39 @@
+"""The one discovery rule: a plugin folder is a package whose modules each declare one plugin, found by walking
+the folder, so adding an arm, a probe or a benchmark is adding its file (and its ``conf/`` file), never an edit to
+a list. Arms and probes register themselves when imported (:func:`import_all`); a benchmark is its module's
+``SPEC`` (:func:`declared`): data benchmarks in :mod:`kamera.data`, window benchmarks in
+:mod:`kamera.window.benches`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterable
+from types import ModuleType
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def import_all(package: str, skip: Iterable[str] = ("base",)) -> list[ModuleType]:
+    """Every module of ``package`` but those named in ``skip``, imported, in name order."""
+    path = importlib.import_module(package).__path__
+    return [importlib.import_module(f"{package}.{m.name}") for m in pkgutil.iter_modules(path) if m.name not in skip]
+
+
+def declared(package: str, kind: type[T], attr: str = "SPEC", skip: Iterable[str] = ("base",)) -> dict[str, T]:
+    """The module-level ``attr`` of each module of ``package`` that has one, by its ``name``, in module order;
+    TypeError when one is not a ``kind``, ValueError when two modules declare one name."""
+    found: dict[str, T] = {}
+    for module in import_all(package, skip):
+        spec = getattr(module, attr, None)
+        if spec is None:
+            continue
+        if not isinstance(spec, kind):
+            raise TypeError(f"{module.__name__}.{attr} is a {type(spec).__name__}, not a {kind.__name__}")
+        name = spec.name  # type: ignore[attr-defined]
+        if name in found:
+            raise ValueError(f"{kind.__name__} {name!r} is declared twice ({module.__name__} and an earlier module)")
+        found[name] = spec
+    return found
