@@ -188,12 +188,14 @@ def render(rows: pd.DataFrame, group: str, tables: Path, figures: Path, footer: 
     gated = gate(rows, paper)
     if gated.empty:
         return md, [*paths, *figure_paths]
+    stated = paper_or(paper, "appd").get("gate", {})
+    quoted = "; ".join(f"{m}: false-reuse {v['false_reuse']} at any useful coverage, safe / unsafe divergence "
+                       f"medians {v['medians']}" for m, v in stated.items())
     gate_notes = [f"The gate: reuse the stored patch behind A′ iff the divergence is ≤ t, t set to reuse the given "
                   f"coverage of the divergent probe's cases (item × perturbation with a measurable η); a case is "
                   f"safe when the stored patch's η is within {SAFE_MARGIN} of the recomputed patch's "
-                  "(kamera.metrics.transfer_safe); false-reuse = unsafe among the reused. Paper (App. D): \"false-"
-                  "reuse 24–47% at any useful coverage\", safe / unsafe divergence medians 0.016 vs 0.12 (GQA), "
-                  "0.008 vs 0.024 (MLA): a soft prioritization hint, not a gate."]
+                  f"(kamera.metrics.transfer_safe); false-reuse = unsafe among the reused. Paper (App. D): {quoted}: a "
+                  "soft prioritization hint, not a gate."]
     gate_md, gate_paths = table_outputs(gated, suffixed(tables, "_gate"),
                                         f"App. D ({group}) — the divergence gate: reuse or refresh{tag}",
                                         f"The divergence gate's decisions against the measured η ({group}).",

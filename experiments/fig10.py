@@ -25,18 +25,18 @@ from experiments.common import (
     ERRORBAR,
     FULL_WIDTH,
     STYLE,
+    arm_order,
     cli,
     figure_outputs,
     interval,
     markdown_table,
     natural_order,
     paper_or,
+    paper_values,
     partial_tag,
     require_rows,
 )
 from kamera.sweep.status import why_missing
-
-ARMS = ["reprefill", "blind", "patch_r64", "oracle4d"]
 
 
 def matches(rows: pd.DataFrame, spec: dict) -> pd.Series:
@@ -92,15 +92,16 @@ def plot(acc: pd.DataFrame, order: list[str], arms: list[str], missing: dict[str
 
 def to_markdown(acc: pd.DataFrame, order: list[str], arms: list[str], missing: dict[str, str], title: str,
                 footer: str, paper: dict | None = None) -> str:
-    """The data table, the paper's accuracies (conf/experiment/fig10.yaml ``paper``) beside ours."""
-    values = paper_or(paper, "fig10")
+    """The data table, the paper's accuracies beside ours: a vision-doc setting's are Table 4's two-page cells of the
+    model conf/experiment/fig10.yaml's ``paper.table4`` names (conf/experiment/table4.yaml ``paper.accuracy``)."""
+    values, table4 = paper_or(paper, "fig10"), paper_values("table4")["accuracy"]
     table = {}
     for setting in order:
         g = acc[acc["setting"] == setting].set_index("arm")
         if g.empty:
             table[setting] = {"models": "–", "n": "–", **dict.fromkeys(arms, "missing: " + missing.get(setting, "no rows"))}
             continue
-        paper = values.get("settings", {}).get(setting, {})
+        paper = table4.get(values.get("table4", {}).get(setting), {}).get("two_page", {})
         line = {"models": ", ".join(sorted(set(", ".join(g["models"]).split(", ")))), "n": str(int(g["n"].max()))}
         for arm in arms:
             cell = "–" if arm not in g.index else f"{g.at[arm, 'acc']:.2f} [{g.at[arm, 'lo']:.2f}, {g.at[arm, 'hi']:.2f}]"
@@ -112,14 +113,14 @@ def to_markdown(acc: pd.DataFrame, order: list[str], arms: list[str], missing: d
 
 
 def render(rows: pd.DataFrame, settings: list[dict], missing: dict[str, str], group: str, stem: Path,
-           footer: str = "", paper: dict | None = None) -> tuple[str, list[Path]]:
+           footer: str = "", paper: dict | None = None, arms: list[str] | None = None) -> tuple[str, list[Path]]:
     """``settings``: the config's ``settings`` list; ``missing``: why a setting without rows has none."""
     require_rows(rows, group)
     bad = [s for s in settings if not isinstance(s, dict) or not {"label", "model", "bench"} <= set(s)]
     if bad:
         raise SystemExit(f"{group}: settings entries need label, model and bench (subset optional): {bad}")
     acc, order = accuracy(rows, settings)
-    arms = natural_order(rows["arm"], ARMS)
+    arms = natural_order(rows["arm"], arm_order(arms, "fig10"))
     title = f"Fig. 10 ({group}{partial_tag(footer)})"
     md = to_markdown(acc, order, arms, missing, title, footer, paper)
     return figure_outputs(plot(acc, order, arms, missing, title), md, stem, footer)
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         settings = OmegaConf.to_container(exp.jobs[0].cfg.get("settings") or [], resolve=True)
         present = set(zip(exp.rows["model"], exp.rows["bench"], strict=True)) if not exp.rows.empty else set()
         missing = {s["label"]: why_missing(s["model"]) for s in settings if (s["model"], s["bench"]) not in present}
-        return render(exp.rows, settings, missing, exp.name, exp.stem("figure"), exp.footer, exp.paper)
+        return render(exp.rows, settings, missing, exp.name, exp.stem("figure"), exp.footer, exp.paper, exp.arms)
 
     cli(__doc__, "fig10", draw, argv)
 

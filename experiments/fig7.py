@@ -26,6 +26,7 @@ from experiments.common import (
     ERRORBAR,
     FULL_WIDTH,
     STYLE,
+    arm_order,
     cli,
     document,
     figure_outputs,
@@ -37,7 +38,6 @@ from experiments.common import (
     require_rows,
 )
 
-ARMS = ["patch_r64", "cacheblend", "mpic", "epic", "vlcache", "blind"]
 KL_FLOOR = 1e-12
 
 
@@ -137,10 +137,10 @@ def kl_quantiles(rows: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
 
 
 def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+           paper: dict | None = None, arms: list[str] | None = None) -> tuple[str, list[Path]]:
     require_rows(rows, group)
     paper = paper_or(paper, "fig7")
-    arms = natural_order([a for a in rows["arm"].unique() if a != "reprefill"], ARMS)
+    arms = natural_order([a for a in rows["arm"].unique() if a != "reprefill"], arm_order(arms, "fig7"))
     a_data, b_data = closed(rows, [x for x in arms if x != "blind"]), flips(rows, arms, paper)
     title = f"Fig. 7 ({group}{partial_tag(footer)})"
     md = to_markdown(a_data, b_data, kl_quantiles(rows, arms), title, footer, paper["note"])
@@ -148,7 +148,7 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "fig7", lambda exp: render(exp.rows, exp.name, exp.stem("figure"), exp.footer, exp.paper), argv)
+    cli(__doc__, "fig7", lambda exp: render(exp.rows, exp.name, exp.stem("figure"), exp.footer, exp.paper, exp.arms), argv)
 
 
 if __name__ == "__main__":

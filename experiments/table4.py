@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common import (
+    arm_order,
     arm_table,
     cli,
     natural_order,
@@ -30,7 +31,6 @@ from experiments.common import (
     with_paper,
 )
 
-ARMS = ["reprefill", "blind", "patch_r16", "patch_r64", "cross_mass", "nystrom"]
 SUBSETS = {"two_page": "multi-hop", "one_page": "single-hop", "two_hop": "multi-hop", "bind": "multi-hop",
            "control_b": "single-hop (B)", "control": "single-hop (A)"}
 
@@ -39,12 +39,12 @@ def subset_label(subset: str) -> str:
     return f"{SUBSETS[subset]} ({subset})" if subset in SUBSETS else subset
 
 
-def wide(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
+def wide(rows: pd.DataFrame, paper: dict | None = None, arms: list[str] | None = None) -> pd.DataFrame:
     """Arms × (model, accuracy per subset | bytes) cells, and an n row (items per column); the paper's values
     (conf/experiment/table4.yaml ``paper``) beside ours."""
     paper = paper_or(paper, "table4")
     accuracy, paper_bytes = paper.get("accuracy", {}), paper.get("bytes", {})
-    arms = natural_order(rows["arm"], ARMS)
+    arms = natural_order(rows["arm"], arm_order(arms, "table4"))
     columns, n = {}, {}
     for model, m in rows.groupby("model", sort=True):
         # multi-hop columns first, then the controls
@@ -65,17 +65,17 @@ def wide(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
 
 
 def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+           paper: dict | None = None, arms: list[str] | None = None) -> tuple[str, list[Path]]:
     require_rows(rows, group)
     paper, tag = paper_or(paper, "table4"), partial_tag(footer)
-    return table_outputs(wide(rows, paper), stem, f"Table 4 ({group}{tag}) — accuracy, mean [95% cluster-bootstrap CI]; "
+    return table_outputs(wide(rows, paper, arms), stem, f"Table 4 ({group}{tag}) — accuracy, mean [95% cluster-bootstrap CI]; "
                          "KV bytes for B as % of its page",
                          f"Two-page multi-hop accuracy and KV bytes per arm ({group}{tag}); mean and 95% "
                          "cluster-bootstrap CI over documents.", f"tab:{group}", footer, [paper["note"]])
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "table4", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper), argv)
+    cli(__doc__, "table4", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper, exp.arms), argv)
 
 
 if __name__ == "__main__":

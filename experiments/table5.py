@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common import (
+    arm_order,
     arm_table,
     cli,
     kl_fmt,
@@ -30,16 +31,15 @@ from experiments.common import (
     with_paper,
 )
 
-ARMS = ["reprefill", "patch_r64", "vlcache", "cacheblend", "sink", "shallow_reprefill", "shallow_reprefill_l1", "blind"]
 SHORT = {"ActionSequence": "AS", "ActionPrediction": "AP", "ObjectShuffle": "OS", "StateChange": "SC"}
 POOLED, KL = "pooled", "mean KL"
 
 
-def wide(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
+def wide(rows: pd.DataFrame, paper: dict | None = None, arms: list[str] | None = None) -> pd.DataFrame:
     """Arms × (model, subset | pooled | mean KL) cells, and an n row; the paper's values (conf/experiment/
     table5.yaml ``paper``: arm → subset | pooled | mean KL) beside the paper model's."""
     values = paper_or(paper, "table5")
-    arms = natural_order(rows["arm"], ARMS)
+    arms = natural_order(rows["arm"], arm_order(arms, "table5"))
     columns, n = {}, {}
     for model, m in rows.groupby("model", sort=True):
         paper = values.get("arms", {}) if model == values.get("model") else {}
@@ -57,17 +57,17 @@ def wide(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
 
 
 def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+           paper: dict | None = None, arms: list[str] | None = None) -> tuple[str, list[Path]]:
     require_rows(rows, group)
     paper, tag = paper_or(paper, "table5"), partial_tag(footer)
-    return table_outputs(wide(rows, paper), stem, f"Table 5 ({group}{tag}) — flip-recover on the items blind reuse flips, "
+    return table_outputs(wide(rows, paper, arms), stem, f"Table 5 ({group}{tag}) — flip-recover on the items blind reuse flips, "
                          "mean [95% cluster-bootstrap CI]; mean KL to re-prefill",
                          f"Answer-flip recovery per subset and pooled, and mean KL ({group}{tag}); mean and 95% "
                          "cluster-bootstrap CI over flipped items.", f"tab:{group}", footer, [paper["note"]])
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "table5", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper), argv)
+    cli(__doc__, "table5", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper, exp.arms), argv)
 
 
 if __name__ == "__main__":

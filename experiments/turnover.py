@@ -1,6 +1,6 @@
 """The turnover curve: η of the stale and the fresh patch against the window's turnover τ, per model (§5, App. B).
 
-    python -m experiments.turnover experiment=turnover        # paper scale (the paper's τ = 1 values marked)
+    python -m experiments.turnover experiment=turnover        # paper scale (Table 1's τ = 1 values marked)
     python -m experiments.turnover experiment=turnover_tiny
 
 Reads the ``recall`` window rows of exactly the experiment's jobs; writes <paths.figures>/<experiment>.pdf
@@ -18,7 +18,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from experiments.common import STYLE, cli, document, figure_outputs, paper_or, partial_tag
+from experiments.common import STYLE, cli, document, figure_outputs, paper_or, paper_values, partial_tag
 from experiments.windows import models, num, records
 from kamera.window.summary import turnover_curve
 
@@ -30,8 +30,13 @@ def curves(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def plot(frame: pd.DataFrame, title: str, paper: dict | None = None) -> plt.Figure:
-    full = paper_or(paper, "turnover").get("full_turnover", {})  # model → (stale, fresh) η at τ = 1
+def full_turnover() -> dict[str, tuple[float, float]]:
+    """The paper's (stale, fresh) η at τ = 1 per model: Table 1's (conf/experiment/table1.yaml ``paper.models``)."""
+    return {m: (v["stale"], v["fresh"]) for m, v in paper_values("table1").get("models", {}).items()}
+
+
+def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
+    full = full_turnover()
     with plt.style.context(str(STYLE)):
         fig, axes = plt.subplots(1, 2, figsize=(6.5, 2.4), sharex=True)
         for ax, stat, name in ((axes[0], "", "mean"), (axes[1], "_median", "median")):
@@ -53,7 +58,7 @@ def plot(frame: pd.DataFrame, title: str, paper: dict | None = None) -> plt.Figu
 
 def to_markdown(frame: pd.DataFrame, group: str, footer: str = "", paper: dict | None = None) -> str:
     paper = paper_or(paper, "turnover")
-    full = paper.get("full_turnover", {})
+    full = full_turnover()
     lines = [f"**Turnover ({group})** — η = 1 − KL/KL_blind of the recalled chunk vs turnover τ; mean / median over "
              "items with a measurable deficit", "",
              "| model | τ | n | stale η mean | stale η median | fresh η mean | fresh η median | stale KL | blind KL | "
@@ -76,7 +81,7 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
         raise SystemExit(f"{group} has no recall window rows")
     paper = paper_or(paper, "turnover")
     md = to_markdown(frame, group, footer, paper)
-    return figure_outputs(plot(frame, f"Turnover ({group}{partial_tag(footer)})", paper), md, stem, footer)
+    return figure_outputs(plot(frame, f"Turnover ({group}{partial_tag(footer)})"), md, stem, footer)
 
 
 def main(argv: list[str] | None = None) -> None:

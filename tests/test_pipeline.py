@@ -78,9 +78,30 @@ def test_rows_follow_an_arm_files_knobs(tmp_path, monkeypatch):
         (arm_dir / p.name).write_text(p.read_text())
     monkeypatch.setattr(job.spec, "CONF_DIR", tmp_path / "conf")
     before = build_specs("arm", ["patch_r16"])[0]
-    (arm_dir / "patch_r16.yaml").write_text("name: patch\nrank: 17\n")
+    family = arm_dir / "patch.yaml"  # patch_r16 is a label of the patch family's file
+    family.write_text(family.read_text().replace("patch_r16: {rank: 16}", "patch_r16: {rank: 17}"))
     after = build_specs("arm", ["patch_r16"])[0]
     assert before.label == after.label and before.key != after.key  # the same label with new knobs is a new arm
+    assert after.plugin.rank == 17 and after.knobs["layers"] == "all"  # the label's knobs over the file's
+
+
+def test_a_family_file_defines_its_labels_once(tmp_path, monkeypatch):
+    """A variant family is one file: its labels: each the file's knobs with their own over them; a label two files
+    define, or a labels: that is not a mapping of knobs, is one line naming the files."""
+    arm_dir = tmp_path / "conf" / "arm"
+    arm_dir.mkdir(parents=True)
+    monkeypatch.setattr(job.spec, "CONF_DIR", tmp_path / "conf")
+    (arm_dir / "fam.yaml").write_text("name: patch\nlayers: all\nlabels:\n  p_a: {rank: 3}\n  p_b: {rank: 5, layers: deep_half}\n")
+    a, b = build_specs("arm", ["p_a", "p_b"])
+    assert (a.plugin.rank, a.knobs["layers"], b.plugin.rank, b.knobs["layers"]) == (3, "all", 5, "deep_half")
+    assert job.conf_labels("arm") == ["p_a", "p_b"]  # the file's own stem is not a label: it lists its labels
+    (arm_dir / "p_a.yaml").write_text("name: patch\nrank: 4\n")
+    with pytest.raises(ValueError, match=r"conf/arm defines 'p_a' twice \(fam.yaml and p_a.yaml\)"):
+        build_specs("arm", ["p_b"])
+    (arm_dir / "p_a.yaml").unlink()
+    (arm_dir / "fam.yaml").write_text("name: patch\nlabels: [p_a, p_b]\n")
+    with pytest.raises(ValueError, match=r"fam\.yaml: labels: must map each label"):
+        job.conf_labels("arm")
 
 
 def test_bad_names_and_missing_paths_fail_before_any_forward(tmp_path, monkeypatch):

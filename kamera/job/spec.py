@@ -1,9 +1,9 @@
 """A job's plugin lists and vocabulary: the conf directory, ``arms`` / ``probes`` / ``window_probes`` entries
 built into :class:`Spec` s, the dtype spellings, and :class:`JobError`.
 
-An entry is a conf file's label (``patch_r16`` → conf/arm/patch_r16.yaml), that file with knobs overridden
-(``{patch_r16: {rank: 24}}``) or an inline plugin (``{name: cacheblend, ratio: 0.2}``); every bad entry of a
-list is reported at once.
+An entry is a conf label (``patch_r16``: a file's stem, or a label a family file lists, :func:`conf_index`), that
+label with knobs overridden (``{patch_r16: {rank: 24}}``) or an inline plugin (``{name: cacheblend, ratio: 0.2}``);
+every bad entry of a list is reported at once.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class JobError(RuntimeError):
 class Spec:
     """One entry of ``arms`` or ``probes``: its row label, its knobs (``name`` included), the built plugin.
 
-    Entries are a conf file's label (``patch_r16`` → conf/arm/patch_r16.yaml), that file with knobs
+    Entries are a conf label (``patch_r16``, listed in conf/arm/patch.yaml's ``labels:``), that label with knobs
     overridden (``{patch_r16: {rank: 24}}``, label ``patch_r16[rank=24]``) or an inline plugin
     (``{name: cacheblend, ratio: 0.2}``, label ``cacheblend[ratio=0.2]``); on the command line
     ``'arms=[blind,{patch_r16:{rank:24}},{name:cacheblend,ratio:0.2}]'``.
@@ -62,9 +62,30 @@ def expected_of(arms: list[Spec], probes: list[Spec]) -> Expected:
     """What a job asks of each item, as the store matches it."""
     return Expected(tuple((s.label, s.key, s.stamp) for s in arms), tuple((s.label, s.key, s.stamp) for s in probes))
 
+def conf_index(kind: str) -> dict[str, tuple[Path, dict]]:
+    """Every label of conf/<kind>, with its file and the knobs it sets over the file's: a file defines its own stem, or,
+    when it maps ``labels:`` (a variant family in one file, as lm-evaluation-harness writes variants by ``include:``),
+    exactly the labels listed there, each the file's knobs with its own over them. ValueError naming a label two files
+    define, or a ``labels:`` that is not a mapping of labels to knob mappings."""
+    index: dict[str, tuple[Path, dict]] = {}
+    for path in sorted((CONF_DIR / kind).glob("*.yaml")):
+        try:
+            family = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("labels") if path.is_file() else None
+        except (yaml.YAMLError, AttributeError):
+            family = None  # a malformed file is reported, naming it, when its label is built
+        if family is not None and not (isinstance(family, dict) and all(
+                isinstance(k, str) and (v is None or isinstance(v, dict)) for k, v in family.items())):
+            raise ValueError(f"{path}: labels: must map each label this file defines to its knobs ({{}} for none)")
+        for label, knobs in (family or {path.stem: {}}).items():
+            if label in index:
+                raise ValueError(f"conf/{kind} defines {label!r} twice ({index[label][0].name} and {path.name})")
+            index[label] = (path, knobs or {})
+    return index
+
+
 def conf_labels(kind: str) -> list[str]:
-    """The conf/<kind>/<label>.yaml files available."""
-    return sorted(p.stem for p in (CONF_DIR / kind).glob("*.yaml"))
+    """The conf/<kind> labels available (:func:`conf_index`)."""
+    return sorted(conf_index(kind))
 
 def _knob_text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
@@ -86,9 +107,10 @@ def _spec(kind: str, entry: object) -> Spec:
                          f"nor {{name: <registered {kind}>, knob: value}}")
     knobs = {}
     if base is not None:
-        path = CONF_DIR / kind / f"{base}.yaml"
-        if not path.is_file():
-            raise ValueError(f"unknown {kind} {base!r}; conf/{kind} has: {', '.join(conf_labels(kind))}")
+        index = conf_index(kind)
+        if base not in index:
+            raise ValueError(f"unknown {kind} {base!r}; conf/{kind} has: {', '.join(sorted(index))}")
+        path, variant = index[base]
         try:
             knobs = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
         except yaml.YAMLError as err:  # one line naming the file and where it stops parsing
@@ -98,6 +120,8 @@ def _spec(kind: str, entry: object) -> Spec:
             raise ValueError(f"{path} is not valid YAML{where}: {problem}") from None
         if not isinstance(knobs, dict) or not knobs.get("name"):
             raise ValueError(f"{path} must map `name:` (the registered {kind} it configures) and its knobs")
+        knobs.pop("labels", None)
+        knobs.update(variant)
     knobs = {**knobs, **overrides}
     plugin = make(knobs.pop("name") if "name" in knobs else "", **knobs)
     version = plugin.version

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from omegaconf import OmegaConf
 from test_exp_configs import PAPER
 from test_exp_twins import TWINS
 
-from experiments.common import DOCS, EXPERIMENTS, artifacts, docs_table, paper_values
+from experiments.common import DOCS, EXPERIMENTS, PROSE, artifacts, docs_table, paper_prose, paper_values
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -59,3 +60,37 @@ def test_docs_reproduction_is_current():
     assert docs_table(text) == text, "stale: run python -m experiments.common --docs"
     for name in artifacts():
         assert f"| `{name}` | `{name}`, `{name}_tiny` | {paper_values(name)['summary']} |" in text
+
+
+def test_paper_prose_is_filled_from_the_blocks_own_values():
+    block = {"title": "T", "models": {"a": {"eta": -0.68, "acc": 0.41}, "b": {"eta": 0.29, "acc": 0.3}},
+             "by_rank": {16: 0.82}, "word": "≈ 1e-3",
+             "summary": "{models.*.eta!m:+.2f}; {models.a.acc!z:.2f}; {models.*.acc:.2f}; {by_rank.16}; {word}; {{x}}; "
+                        "{models.*.acc!M:.2f}; {models.*.eta!R:.1f}",
+             "note": "Paper: {summary}."}
+    out = paper_prose(block)
+    assert out["summary"] == "−0.68 / +0.29; .41; 0.41 / 0.30; 0.82; ≈ 1e-3; {x}; 0.41; -0.7–0.3"
+    assert out["note"] == f"Paper: {out['summary']}." and out["models"] == block["models"]
+    with pytest.raises(ValueError, match=r"paper\.note of 'T': .*no value at 'nope'"):
+        paper_prose({**block, "note": "{models.a.nope}"})
+
+
+@pytest.mark.parametrize("name", artifacts())
+def test_no_paper_sentence_restates_a_value_of_its_block(name):
+    """Each number is written once: a decimal the summary or note spells out is not one of the block's values
+    (it is a {field} of it instead), so the sentence and the cell cannot drift apart."""
+    raw = OmegaConf.to_container(OmegaConf.load(EXPERIMENTS / f"{name}.yaml").get("paper"), resolve=True)
+
+    def numbers(node: object) -> set[float]:
+        if isinstance(node, dict):
+            return set().union(*map(numbers, node.values())) if node else set()
+        if isinstance(node, list):
+            return set().union(*map(numbers, node)) if node else set()
+        if isinstance(node, float):
+            return {round(node, 4)}
+        return {round(float(x), 4) for x in re.findall(r"\d+\.\d+", node)} if isinstance(node, str) else set()
+
+    values = numbers({k: v for k, v in raw.items() if k not in PROSE})
+    for key in PROSE:
+        literal = {round(float(x), 4) for x in re.findall(r"(?<![\w{.])\d*\.\d+", re.sub(r"\{[^}]*\}", "", raw.get(key, "")))}
+        assert not literal & values, f"{name}: paper.{key} writes {sorted(literal & values)} again; use a {{field}}"

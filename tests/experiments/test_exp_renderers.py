@@ -19,6 +19,7 @@ import pytest
 from rows_support import frame, probe_record, row
 
 from experiments import fig6, fig7, fig9, fig10, table4, table5, table6, table7, table8
+from experiments.common import arm_order
 from kamera.sweep.status import why_missing
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -45,15 +46,16 @@ def rendered_twice(render, *args) -> str:
 
 # ----- Table 4 -----------------------------------------------------------------------------------------
 def table4_rows() -> pd.DataFrame:
+    arms = arm_order(None, "table4")  # the experiment's arms, in its order
     rows = []
     for i in range(4):  # kimi: two documents of two items each (clusters), both subsets
         for subset in ("two_page", "one_page"):
-            for arm in table4.ARMS:
+            for arm in arms:
                 correct = float(subset == "one_page" or arm != "blind" or i == 0) if arm != "nystrom" else float(i % 2)
                 rows.append(row("kimi_vl_a3b", f"k{subset}{i}", arm, subset=subset, cluster_key=f"doc{i // 2}",
                                 correct=correct, bytes_frac={"patch_r16": 0.06, "patch_r64": 0.25, "reprefill": 1.0,
                                                              "cross_mass": 0.25, "nystrom": 0.13}.get(arm, 0.0)))
-    for arm in table4.ARMS[:-1]:  # the tiny model: one item, no Nyström row
+    for arm in arms[:-1]:  # the tiny model: one item, no Nyström row
         rows.append(row("tiny_qwen2_5_vl", "t0", arm, subset="bind", correct=float(arm != "blind"),
                         bytes_frac=0.5 if arm.startswith("patch") else 0.0))
     return frame(rows)
