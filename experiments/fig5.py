@@ -22,12 +22,16 @@ the choice costs: one extra line per k_pe rule and MLA model (the bytes over the
 arms' rows on GQA / MHA models are left out (there the rotary channel is K, not the k_pe band).
 
 **Plateau (App. C.2).** "rank-32 closes 94% of the KL gap to the rank-64 floor; a held-out split selects the
-same plateau (bootstrap 95% CI [32, 128])": per model, m⋆ = the smallest requested rank whose mean KL closes
-:data:`kamera.metrics.PLATEAU_SHARE` (0.9) of the gap between blind reuse and the rank-64 patch
-(:func:`kamera.metrics.plateau_rank`; the largest rank ≤ 64 where 64 did not run), with its 95% cluster-
-bootstrap CI (the rule rerun on each resample; inverted-CDF quantiles, so the bounds are ranks of the sweep),
-the share closed at m⋆, and the held-out check: the clusters split in two halves (seeded), m⋆ selected on
-one, the share it closes on the other, and the m⋆ the other selects.
+same plateau (bootstrap 95% CI [32, 128])": per model, m⋆ = the smallest swept rank whose mean KL closes
+:data:`kamera.metrics.PLATEAU_SHARE` (0.9) of the gap between blind reuse and the top of the sweep (the full-rank
+patch where it ran, else the largest rank; :func:`kamera.metrics.plateau_rank`), so m⋆ can be any swept rank,
+128 and full included (a rank-64 reference capped it at 64 on every resample). Its 95% cluster-bootstrap CI
+reruns the rule on each resample (inverted-CDF quantiles, so the bounds are ranks of the sweep). Held out: over
+200 seeded random halvings of the clusters, m⋆ is selected on one half and the share of the gap it closes is
+scored on the other (median selected rank and mean share, each with its 2.5 / 97.5% split quantiles). "Rank 32
+closes y of the gap to rank 64" is its own statistic beside it, with its cluster-bootstrap CI. Not chosen: "the
+smallest m whose doubling closes < x of the remaining gap" divides differences of KLs that sit at the float floor
+past the knee, so its selection is noise there.
 
 Each line is the mean KL over items with its 95% bootstrap band (items sharing a ``cluster_key`` resampled
 together, ``kamera.metrics.bootstrap_ci``), and the median beside it (dotted, × markers); the data table gives
@@ -55,12 +59,13 @@ from experiments.common import (
     paper_or,
     partial_tag,
 )
-from kamera.metrics import PLATEAU_SHARE, bootstrap_draws, gap_closed, plateau_rank
+from kamera.metrics import PLATEAU_SHARE, bootstrap_ci, bootstrap_draws, gap_closed, plateau_rank
 
 FULL = "full"
 AUTO = "auto"
-REFERENCE_RANK = 64  # App. C.2's "rank-64 floor"
+FULL_RANK = math.inf  # the full-rank patch in a sweep of numeric ranks (the top of every sweep that runs it)
 SPLIT_SEED = 0
+N_SPLITS = 200  # seeded random halvings of the clusters for the held-out selection
 
 
 def rotary_rule(rotary_rank: object, rank: float) -> str:
@@ -163,24 +168,30 @@ def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
 
 
 # ----- App. C.2's plateau ----------------------------------------------------------------------------
+def sweep_matrix(g: pd.DataFrame) -> tuple[list[float], pd.DataFrame]:
+    """One model's plain patch rows (default k_pe rule) as items × ranks KL, columns ascending, the full-rank patch
+    last as rank ``inf``; only the items that ran every rank."""
+    kl = g.pivot_table(index="item_id", columns="m", values="kl", aggfunc="first")
+    ranks = sorted(FULL_RANK if m == FULL else float(m) for m in kl.columns)
+    kl = kl[[FULL if m == FULL_RANK else str(int(m)) for m in ranks]].dropna()
+    return ranks, kl
+
+
 def plateau(rows: pd.DataFrame, share: float = PLATEAU_SHARE) -> pd.DataFrame:
     """Per (model, subset), the default k_pe rule only: the plateau rank m⋆ (:func:`kamera.metrics.plateau_rank`)
-    over the items with every requested rank and blind reuse, its 95% cluster-bootstrap CI, the share of the gap
-    to the reference rank it closes, and the held-out check (module docstring)."""
+    against the top of the sweep (the full-rank patch where it ran, else the largest rank), over the items with
+    every swept rank and blind reuse, its 95% cluster-bootstrap CI, the share of the gap it closes, the held-out
+    selection (:func:`held_out`), and "rank 32 closes y of the gap to rank 64" (module docstring)."""
     patch = plain_patches(rows)
-    patch = patch[(patch["rotary"] == AUTO) & (patch["m"] != FULL)]
     out = []
-    for (model, subset), g in patch.groupby(["model", "subset"], sort=True):
-        kl = g.pivot_table(index="item_id", columns="m", values="kl", aggfunc="first")
-        ranks = sorted(int(m) for m in kl.columns)
-        kl = kl[[str(m) for m in ranks]]
+    for (model, subset), g in patch[patch["rotary"] == AUTO].groupby(["model", "subset"], sort=True):
+        ranks, kl = sweep_matrix(g)
         blind = rows[(rows["model"] == model) & (rows["subset"] == subset) & (rows["arm"] == "blind")]
         blind = blind.drop_duplicates("item_id").set_index("item_id")["kl"]
-        kl = kl.dropna()
         kl = kl[kl.index.isin(blind.index)]
-        ref = max((m for m in ranks if m <= REFERENCE_RANK), default=None)
-        if ref is None or kl.empty:
+        if len(ranks) < 2 or kl.empty:
             continue
+        ref = ranks[-1]
         matrix, floor = kl.to_numpy(), blind.loc[kl.index].to_numpy()
         items = g.drop_duplicates("item_id").set_index("item_id").loc[kl.index].reset_index()
         clusters = cluster_labels(items)
@@ -188,51 +199,89 @@ def plateau(rows: pd.DataFrame, share: float = PLATEAU_SHARE) -> pd.DataFrame:
         def select(idx: np.ndarray, m=matrix, f=floor, r=ranks, ref=ref) -> float:
             return plateau_rank(r, m[idx.astype(int)], f[idx.astype(int)], ref, share)
 
+        def closes(idx: np.ndarray, rank: float, m=matrix, f=floor, r=ranks, ref=ref) -> float:
+            means = m[idx.astype(int)].mean(axis=0)
+            return gap_closed(means[r.index(rank)], f[idx.astype(int)].mean(), means[r.index(ref)])
+
         star, draws = bootstrap_draws(np.arange(len(kl)), select, clusters=clusters)
         draws = draws[~np.isnan(draws)]
         lo, hi = np.quantile(draws, [0.025, 0.975], method="inverted_cdf") if draws.size else (math.nan, math.nan)
-        means = matrix.mean(axis=0)
-        closed = gap_closed(means[ranks.index(int(star))], floor.mean(), means[ranks.index(ref)]) \
-            if not math.isnan(star) else math.nan
-        fit, held = halves(clusters)
-        fit_star = select(fit)
-        held_means = matrix[held].mean(axis=0)
-        held_closed = gap_closed(held_means[ranks.index(int(fit_star))], floor[held].mean(),
-                                 held_means[ranks.index(ref)]) if not math.isnan(fit_star) else math.nan
+        everyone = np.arange(len(kl))
+        fit, held = held_out(clusters, select, closes)
+        r32 = (bootstrap_ci(everyone, lambda i: pair_gap(ranks, matrix[i.astype(int)], floor[i.astype(int)]),
+                            clusters=clusters) if {32.0, 64.0} <= set(ranks) else (math.nan,) * 3)
         out.append({"model": model, "subset": subset, "n": len(kl), "clusters": len(set(clusters)), "ref": ref,
-                    "m_star": star, "lo": lo, "hi": hi, "closed": closed, "fit_star": fit_star,
-                    "held_closed": held_closed, "held_star": select(held)})
+                    "m_star": star, "lo": lo, "hi": hi,
+                    "closed": closes(everyone, star) if not math.isnan(star) else math.nan,
+                    "fit_star": fit[0], "fit_lo": fit[1], "fit_hi": fit[2], "held_closed": held[0],
+                    "held_lo": held[1], "held_hi": held[2], "r32": r32[0], "r32_lo": r32[1], "r32_hi": r32[2]})
     return pd.DataFrame(out)
 
 
-def halves(clusters: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices of a seeded split of the clusters in two halves (the fit half and the held-out half)."""
+def pair_gap(ranks: list[float], kl: np.ndarray, kl_blind: np.ndarray, low: float = 32.0, high: float = 64.0) -> float:
+    """The share of the gap from blind reuse to the rank-``high`` patch that the rank-``low`` patch closes (App. C.2:
+    "rank-32 closes 94% of the KL gap to the rank-64 floor"), on mean KL."""
+    means = kl.mean(axis=0)
+    return gap_closed(means[ranks.index(low)], float(kl_blind.mean()), means[ranks.index(high)])
+
+
+def held_out(clusters: list[str], select, closes, n_splits: int = N_SPLITS) -> tuple[tuple, tuple]:
+    """Selection on one half of the clusters, scored on the other, over ``n_splits`` seeded random halvings:
+    ((median m⋆ selected on the fit half, its 2.5 / 97.5% split quantiles), (mean share of the gap the fit half's
+    m⋆ closes on the held-out half, its 2.5 / 97.5% split quantiles)). Ranks are quantiled by inverted CDF, so the
+    bounds are ranks of the sweep."""
     names = list(dict.fromkeys(clusters))
-    order = np.random.default_rng(SPLIT_SEED).permutation(len(names))
-    fit = {names[i] for i in order[: (len(names) + 1) // 2]}
-    idx = np.arange(len(clusters))
-    mask = np.array([c in fit for c in clusters])
-    return idx[mask], idx[~mask]
+    if len(names) < 2:
+        return (math.nan,) * 3, (math.nan,) * 3
+    rng = np.random.default_rng(SPLIT_SEED)
+    labels = np.array([names.index(c) for c in clusters])
+    stars, shares = [], []
+    for _ in range(n_splits):
+        fit_names = rng.permutation(len(names))[: (len(names) + 1) // 2]
+        mask = np.isin(labels, fit_names)
+        fit, held = np.flatnonzero(mask), np.flatnonzero(~mask)
+        star = select(fit)
+        if math.isnan(star):
+            continue
+        stars.append(star)
+        shares.append(closes(held, star))
+    if not stars:
+        return (math.nan,) * 3, (math.nan,) * 3
+    s, c = np.array(stars), np.array(shares, dtype=float)
+    c = c[~np.isnan(c)]
+    rank_q = tuple(float(x) for x in np.quantile(s, [0.5, 0.025, 0.975], method="inverted_cdf"))
+    share_q = (float(c.mean()), *np.quantile(c, [0.025, 0.975])) if c.size else (math.nan,) * 3
+    return rank_q, share_q
 
 
 def rank_text(m: float) -> str:
-    return "–" if m is None or math.isnan(m) else str(int(m))
+    if m is None or math.isnan(m):
+        return "–"
+    return FULL if math.isinf(m) else str(int(m))
+
+
+def share_text(v: float, lo: float = math.nan, hi: float = math.nan) -> str:
+    if math.isnan(v):
+        return "–"
+    return f"{v:.2f}" + ("" if math.isnan(lo) else f" [{lo:.2f}, {hi:.2f}]")
 
 
 def plateau_lines(table: pd.DataFrame, share: float = PLATEAU_SHARE) -> list[str]:
     if table.empty:
-        return ["", "*Plateau (App. C.2)*: no model ran the ranks up to the reference with blind reuse"]
+        return ["", "*Plateau (App. C.2)*: no model ran two ranks or more with blind reuse"]
     body = [[r.model if table["model"].value_counts()[r.model] == 1 else f"{r.model} · {r.subset}", r.n, r.clusters,
-             r.ref, f"{rank_text(r.m_star)} [{rank_text(r.lo)}, {rank_text(r.hi)}]",
-             "–" if math.isnan(r.closed) else f"{r.closed:.2f}", rank_text(r.fit_star),
-             "–" if math.isnan(r.held_closed) else f"{r.held_closed:.2f}", rank_text(r.held_star)]
+             rank_text(r.ref), f"{rank_text(r.m_star)} [{rank_text(r.lo)}, {rank_text(r.hi)}]", share_text(r.closed),
+             f"{rank_text(r.fit_star)} [{rank_text(r.fit_lo)}, {rank_text(r.fit_hi)}]",
+             share_text(r.held_closed, r.held_lo, r.held_hi), share_text(r.r32, r.r32_lo, r.r32_hi)]
             for r in table.itertuples(index=False)]
-    head = ["model", "n", "clusters", "ref rank", "m⋆ [95% CI]", "closed at m⋆", "m⋆ (fit half)",
-            "closed on held-out", "m⋆ (held-out half)"]
-    return ["", f"*Plateau (App. C.2)*: m⋆ = the smallest rank whose mean KL closes ≥ {share:.0%} of the gap from "
-            "blind reuse to the reference-rank patch; CI: the rule rerun on 2000 cluster-bootstrap resamples; held "
-            "out: clusters split in halves (seeded), m⋆ selected on one, its share closed on the other", "",
-            *markdown_rows(head, body)]
+    head = ["model", "n", "clusters", "ref rank", "m⋆ [95% CI]", "closed at m⋆", "m⋆ on fit half [split 95%]",
+            "closed on held-out half [split 95%]", "rank 32 closes of the gap to 64 [95% CI]"]
+    return ["", f"*Plateau (App. C.2)*: m⋆ = the smallest swept rank whose mean KL closes ≥ {share:.0%} of the gap "
+            "from blind reuse to the top of the sweep (ref rank: the full-rank patch where it ran, else the largest "
+            "rank), so m⋆ can be any swept rank; CI: the rule rerun on 2000 cluster-bootstrap resamples; held out: "
+            f"{N_SPLITS} seeded random halvings of the clusters, m⋆ selected on one half and the share of the gap it "
+            "closes scored on the other; rank 32 → 64: the share of the blind → rank-64 gap rank 32 closes (mean "
+            "KL), its own statistic", "", *markdown_rows(head, body)]
 
 
 def cell(kl: float, lo: float, hi: float, m: str, m_eff: float, r_eff: float = math.nan) -> str:

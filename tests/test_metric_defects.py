@@ -414,16 +414,17 @@ def test_fig5_draws_the_ranks_clamped_to_full_rank_once_and_hollow():
 
 
 def plateau_rows(share_at: dict[int, float], n_items: int = 8, wobble: float = 0.02) -> pd.DataFrame:
-    """Items whose patch closes ``share_at[m]`` of the blind → rank-64 gap at rank m (± item noise), clustered
-    in pairs."""
+    """Items whose patch closes ``share_at[m]`` of the blind gap at rank m (± item noise; m = None: the full-rank
+    patch), clustered in pairs."""
     out = []
     for i in range(n_items):
         blind = 1.0 + 0.1 * i
         out.append(row("qwen2_5_vl_7b", f"i{i}", "blind", kl=blind, cluster_key=f"doc{i // 2}"))
         for m, closed in share_at.items():
             noise = wobble * ((i % 3) - 1)
-            out.append(row("qwen2_5_vl_7b", f"i{i}", f"patch_r{m}", kl=blind * (1 - min(closed + noise, 1.0)),
-                           kl_blind=blind, rank=float(m), effective_rank=float(m), cluster_key=f"doc{i // 2}",
+            out.append(row("qwen2_5_vl_7b", f"i{i}", f"patch_r{m}" if m else "patch_full",
+                           kl=blind * (1 - min(closed + noise, 1.0)), kl_blind=blind,
+                           rank=float(m) if m else math.nan, effective_rank=float(m or 24), cluster_key=f"doc{i // 2}",
                            params={"rank": m}))
     return frame(out)
 
@@ -432,15 +433,32 @@ def test_the_plateau_is_the_smallest_rank_closing_the_stated_share_with_a_ci_of_
     from experiments import fig5
 
     p = fig5.plateau(plateau_rows({8: 0.6, 16: 0.85, 32: 0.94, 64: 1.0, 128: 1.0})).iloc[0]
-    assert p["ref"] == 64 and p["m_star"] == 32 and p["closed"] == pytest.approx(0.94, abs=0.02)
+    assert p["ref"] == 128 and p["m_star"] == 32 and p["closed"] == pytest.approx(0.94, abs=0.02)
     assert {p["lo"], p["hi"]} <= {8, 16, 32, 64, 128} and p["lo"] <= 32 <= p["hi"]
-    assert p["fit_star"] == 32 and p["held_star"] == 32 and p["held_closed"] > 0.9
+    assert p["fit_star"] == 32 and p["held_closed"] > 0.9 and p["held_lo"] <= p["held_closed"] <= p["held_hi"]
     assert p["clusters"] == 4
+    assert p["r32"] == pytest.approx(0.94, abs=0.02) and p["r32_lo"] <= p["r32"] <= p["r32_hi"]
     md = fig5.to_markdown(fig5.curve(plateau_rows({16: 0.85, 32: 0.94, 64: 1.0})), "g",
                           plateaus=fig5.plateau(plateau_rows({16: 0.85, 32: 0.94, 64: 1.0})))
-    assert "| qwen2_5_vl_7b | 8 | 4 | 64 | 32 [" in md
+    assert "| qwen2_5_vl_7b | 8 | 4 | 64 | 32 [" in md and "rank 32 closes of the gap to 64" in md
     unsure = fig5.plateau(plateau_rows({16: 0.895, 32: 0.905, 64: 1.0}, wobble=0.08)).iloc[0]  # straddles 0.9
     assert unsure["lo"] < unsure["hi"]
+
+
+def test_the_plateau_ci_reaches_past_64_where_the_curve_still_falls():
+    """A curve whose rank-64 patch closes 0.85 of the gap to rank 128 (rank 128's KL far below rank 64's): the
+    plateau must be 128, on the whole sample and on the resamples. A rank-64 reference (the old rule) could never
+    select above 64."""
+    from experiments import fig5
+
+    p = fig5.plateau(plateau_rows({8: 0.5, 16: 0.6, 32: 0.7, 64: 0.85, 128: 1.0})).iloc[0]
+    assert p["ref"] == 128 and p["m_star"] == 128 and p["hi"] == 128 and p["fit_star"] == 128
+    straddle = fig5.plateau(plateau_rows({32: 0.7, 64: 0.9, 128: 1.0}, wobble=0.08)).iloc[0]
+    assert straddle["lo"] == 64 and straddle["hi"] == 128  # the CI spans the two ranks the rule hesitates between
+    full = plateau_rows({32: 0.7, 64: 0.85, 128: 0.88, None: 1.0})
+    top = fig5.plateau(full).iloc[0]
+    assert math.isinf(top["ref"]) and math.isinf(top["m_star"])  # nothing below full closes 0.9 of the gap to it
+    assert "full [full, full]" in fig5.plateau_lines(fig5.plateau(full))[-1]
 
 
 def test_plateau_rank_rule_and_its_bad_inputs():
