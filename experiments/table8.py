@@ -6,12 +6,16 @@
 Per model (η = 1 − KL_arm / KL_blind over the items whose blind reuse measurably loses):
 
 - patch η@m: the mean η of the rank-m patch, with its 95% cluster-bootstrap CI (one column pair per rank);
-- re-prefill to match: the re-run fraction of layers at which shallow re-prefill first reaches that η
+- re-prefill to match: the fraction of B's layers a partial forward *computes* when it first reaches that η
   (Table 8 caption: "the re-run fraction at which a partial forward first reaches the patch's η"). The
-  shallow arms' mean η is taken at their *effective* fraction (L − ℓ)/L (``rerun_fraction_effective``;
-  knobs that round to one layer count pool), with η = 0 at 0 (blind reuse) and η = 1 at 1 (re-prefill) as
-  the ends, and interpolated linearly between sweep points; "–" without shallow rows. Its CI resamples
-  items (clusters) and recomputes curve and crossing;
+  shallow arms' mean η is taken at their computed fraction (``computed_fraction``: the (row, layer) cells
+  they ran over n_B · L; knobs that give one layer count pool), with η = 0 at 0 (blind reuse) and η = 1 at
+  1 (re-prefill) as the ends, and interpolated linearly between sweep points; "–" without shallow rows.
+  Its CI resamples items (clusters) and recomputes curve and crossing. Why computed, not (L − ℓ)/L: resuming
+  at ℓ re-runs layer ℓ − 1 for B's rows (the lead-in that gives layer ℓ its context), so ℓ reused layers
+  compute (L − ℓ + 1)/L of the stack, and ℓ = 1 already is re-prefill; on the (L − ℓ)/L axis the sweep topped
+  out at (L − 1)/L and a method that needs every layer printed (L − 1)/L (0.75 on a 4-layer model) by
+  construction;
 - token η@0.5: the mean η of oracle top-p token recompute at p = 0.5.
 
 The sweep itself (η vs re-run fraction, the patch's η dashed) is the companion figure
@@ -51,14 +55,14 @@ def measured(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweep_matrix(m: pd.DataFrame) -> tuple[list[str], np.ndarray, list[float]]:
-    """Items × sweep points η (NaN where an item lacks a point): the shallow arms pooled by their effective
-    re-run fraction, between the ends η = 0 at 0 (blind reuse) and η = 1 at 1 (re-prefill), which hold by
+    """Items × sweep points η (NaN where an item lacks a point): the shallow arms pooled by the fraction of
+    layers they computed, between the ends η = 0 at 0 (blind reuse) and η = 1 at 1 (re-prefill), which hold by
     definition wherever a sweep point does not measure them; returns (items, matrix, fractions). No
     shallow rows: no sweep (empty)."""
     shallow = m[m["arm_name"] == "shallow_reprefill"]
     if shallow.empty:
         return [], np.empty((0, 0)), []
-    x = pd.Series([q["rerun_fraction_effective"] for q in params(shallow)], index=shallow.index, dtype=float)
+    x = pd.Series([q["computed_fraction"] for q in params(shallow)], index=shallow.index, dtype=float)
     table = shallow.assign(x=x).pivot_table(index="item_id", columns="x", values="eta", aggfunc="mean")
     for end, value in ((0.0, 0.0), (1.0, 1.0)):
         if end not in table.columns:
@@ -81,7 +85,7 @@ def crossing(curve: np.ndarray, xs: list[float], target: float) -> float:
 
 
 def frontier(m: pd.DataFrame, rank: float) -> tuple[float, float, float]:
-    """(fraction, low, high): the re-run fraction matching the rank-m patch's mean η, with its item bootstrap."""
+    """(fraction, low, high): the computed fraction of layers matching the rank-m patch's mean η, with its item bootstrap."""
     items, matrix, xs = sweep_matrix(m)
     patch = m[(m["arm_name"] == "patch") & (m["rank"] == rank)].drop_duplicates("item_id").set_index("item_id")["eta"]
     keep = [i for i, item in enumerate(items) if item in patch.index]
@@ -147,7 +151,7 @@ def sweep_band(m: pd.DataFrame) -> tuple[list[float], list[tuple[float, float, f
 
 
 def plot(rows: pd.DataFrame, title: str) -> plt.Figure:
-    """η vs effective re-run fraction per model (mean, 95% cluster-bootstrap band), the rank-m patch's mean η
+    """η vs computed fraction of layers per model (mean, 95% cluster-bootstrap band), the rank-m patch's mean η
     dashed."""
     with plt.style.context(str(STYLE)):
         fig, ax = plt.subplots()
@@ -161,7 +165,7 @@ def plot(rows: pd.DataFrame, title: str) -> plt.Figure:
             for rank in sorted(m.loc[m["arm_name"] == "patch", "rank"].dropna().unique()):
                 level = m[(m["arm_name"] == "patch") & (m["rank"] == rank)]["eta"].mean()
                 ax.axhline(level, color=colour, linestyle="--", linewidth=0.8)
-        ax.set_xlabel("re-run fraction of layers (shallow re-prefill)")
+        ax.set_xlabel("fraction of B's layers computed (shallow re-prefill, lead-in layer included)")
         ax.set_ylabel("η (share of the blind gap closed)")
         ax.set_title(title + " (dashed: patch η)")
         ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
@@ -173,8 +177,8 @@ def render(rows: pd.DataFrame, group: str, stem: Path, figure_stem: Path, footer
     require_rows(rows, group)
     paper, tag = paper_or(paper, "table8"), partial_tag(footer)
     md, paths = table_outputs(table(rows, paper), stem, f"Table 8 ({group}{tag}) — the repair frontier: mean η [95% "
-                              "cluster-bootstrap CI]; re-prefill to match = re-run fraction of layers where shallow "
-                              f"re-prefill first reaches the patch's η (sweep: {figure_stem.name}.pdf)",
+                              "cluster-bootstrap CI]; re-prefill to match = fraction of B's layers computed (lead-in "
+                              f"layer included) where shallow re-prefill first reaches the patch's η (sweep: {figure_stem.name}.pdf)",
                               f"The repair frontier ({group}{tag}); mean η and 95% cluster-bootstrap CIs.",
                               f"tab:{group}", footer, [paper["note"]])
     return md, [*paths, *save_figure(plot(rows, f"Table 8 sweep ({group}{tag})"), figure_stem, footer)]

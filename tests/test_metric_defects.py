@@ -271,7 +271,7 @@ def test_table8_sweep_band_resamples_clusters():
     def rows(share: bool) -> pd.DataFrame:
         return pd.DataFrame([{"model": "m", "item_id": item, "cluster_key": cluster if share else None,
                               "arm_name": "shallow_reprefill", "eta": v,
-                              "params": json.dumps({"rerun_fraction_effective": 0.5})}
+                              "params": json.dumps({"rerun_fraction_effective": 0.5, "computed_fraction": 0.75})}
                              for item, cluster, v in clustered({0: 0.2, 1: 0.9, 2: 0.4, 3: 0.7})])
 
     (_, clustered_ci, _), (_, row_ci, _) = (table8.sweep_band(rows(s))[1] for s in (True, False))

@@ -172,7 +172,9 @@ def test_table7_ctrl_kl_comes_only_from_the_prefix_job():
 # ----- Table 8 -----------------------------------------------------------------------------------------
 def shallow(model: str, item: str, f: float, eta: float, n_layers: int = 28, **kw) -> dict:
     reused = n_layers - round(f * n_layers)
-    params = {"rerun_fraction": f, "rerun_fraction_effective": (n_layers - reused) / n_layers, "reused_layers": reused}
+    computed = 0.0 if reused == n_layers else min(1.0, (n_layers - reused + 1) / n_layers)  # the lead-in layer too
+    params = {"rerun_fraction": f, "rerun_fraction_effective": (n_layers - reused) / n_layers, "reused_layers": reused,
+              "computed_fraction": computed}
     return row(model, item, f"shallow_reprefill_f{round(100 * f)}", kl=1 - eta, kl_blind=1.0, params=params, **kw)
 
 
@@ -209,12 +211,23 @@ def test_table8_golden_and_sweep_figure(tmp_path):
     golden("table8.md", md)
     golden("table8.tex", paths[1].read_text())
     qwen = next(line for line in md.splitlines() if line.startswith("| qwen2_5_vl_7b"))
-    assert "| GQA (28) | 3 | 0.90 [0.90, 0.90] (paper 0.96) | 0.87 [0.87, 0.87] (paper 0.86) | 0.60 [" in qwen  # 0.875 − float rounding
+    # 28 layers: f = 0.75 reuses 7 and computes 22 (0.786) at η 0.8, then re-prefill: 0.786 + 0.214 · 0.5 = 0.89
+    assert "| GQA (28) | 3 | 0.90 [0.90, 0.90] (paper 0.96) | 0.89 [0.89, 0.89] (paper 0.86) | 0.60 [" in qwen
     kimi = next(line for line in md.splitlines() if line.startswith("| kimi_vl_a3b"))
-    # 27 layers: f = 0.5 re-runs 14 (0.519) at η 0.2, then re-prefill: 0.519 + 0.481 · (0.95 − 0.2) / 0.8 = 0.97
+    # 27 layers: f = 0.5 reuses 13 and computes 15 (0.556) at η 0.2, then: 0.556 + 0.444 · (0.95 − 0.2) / 0.8 = 0.97
     assert "| MLA (27) | 1 | 0.95 [0.95, 0.95] (paper 0.91) | 0.97 [0.97, 0.97] (paper 0.89) | – |" in kimi
     _, again = table8.render(table8_rows(), "golden", tmp_path / "u8", tmp_path / "u8_sweep")
     assert paths[2].read_bytes() == again[2].read_bytes() and paths[2].suffix == ".pdf"
+
+
+def test_table8_a_patch_only_full_recompute_matches_prints_one_not_l_minus_one_over_l():
+    """A 4-layer model whose shallow sweep reaches the patch's η (1.0) only at ℓ = 1: ℓ = 1 computes every layer
+    (the lead-in runs layer 0), so the match is 1.00; on the old (L − ℓ)/L axis it was 0.75 by construction."""
+    rows = [row("tiny", f"t{i}", arm, kl=kl) for i in range(2) for arm, kl in (("blind", 1.0), ("patch_r4", 0.0))]
+    rows += [shallow("tiny", f"t{i}", f, eta, n_layers=4) for i in range(2)
+             for f, eta in ((0.25, 0.1), (0.5, 0.3), (0.75, 1 - 1e-9))]
+    line = table8.table(frame(rows)).loc["tiny"]
+    assert line["re-prefill to match r4"].startswith("1.00 [1.00, 1.00]"), line["re-prefill to match r4"]
 
 
 # ----- Fig. 6 ------------------------------------------------------------------------------------------
