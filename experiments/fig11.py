@@ -179,7 +179,8 @@ def to_markdown(points: pd.DataFrame, dropped: int, t: pd.DataFrame, cum: pd.Dat
         lines.append("no rows with bytes")
     else:
         body = [[r.model, r.bench, str(r.subset), r.arm, str(r.n), cell(r.bytes / 2**20, ".4g"), cell(r.bytes_frac, ".3f"),
-                 r.cell, paper.get("bytes", {}).get(r.arm, "–")] for r in points.itertuples(index=False)]
+                 r.cell, paper.get("bytes", {}).get(r.arm, "–") if r.model == paper.get("model") else "–"]
+                for r in points.itertuples(index=False)]
         lines += markdown_rows(["model", "bench", "subset", "arm", "n", "MB", "of B's page", "accuracy [95% CI]",
                                 "paper"], body)
         if dropped:

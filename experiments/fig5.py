@@ -208,8 +208,11 @@ def plateau(rows: pd.DataFrame, share: float = PLATEAU_SHARE) -> pd.DataFrame:
         lo, hi = np.quantile(draws, [0.025, 0.975], method="inverted_cdf") if draws.size else (math.nan, math.nan)
         everyone = np.arange(len(kl))
         fit, held = held_out(clusters, select, closes)
-        r32 = (bootstrap_ci(everyone, lambda i: pair_gap(ranks, matrix[i.astype(int)], floor[i.astype(int)]),
-                            clusters=clusters) if {32.0, 64.0} <= set(ranks) else (math.nan,) * 3)
+        def r32_of(idx: np.ndarray, m=matrix, f=floor, r=ranks) -> float:
+            return pair_gap(r, m[idx.astype(int)], f[idx.astype(int)])
+
+        r32 = (bootstrap_ci(everyone, r32_of, clusters=clusters) if {32.0, 64.0} <= set(ranks)
+               else (math.nan,) * 3)
         out.append({"model": model, "subset": subset, "n": len(kl), "clusters": len(set(clusters)), "ref": ref,
                     "m_star": star, "lo": lo, "hi": hi,
                     "closed": closes(everyone, star) if not math.isnan(star) else math.nan,

@@ -14,7 +14,8 @@ and the fidelity (η = 1 − KL/KL_blind, and the KL to the operation's re-prefi
     reorder orbit-patch            reorder / orbit             (K = 3, rank 16, the test ordering held out)
     deep-half patch                deep_half / patch_deep      (and its η and bytes as fractions of the full patch's)
     reversible eviction: survivor  survivor / keep_as_is       (relocate only)
-    reversible eviction: recall    recall / fresh_patch, τ = 1 (rank 32 on the fixed earlier context)
+    reversible eviction: recall    recall / fresh_patch, τ = 1 (the stored rank-32 patch on the fixed earlier
+                                                              context, replayed: no forward at the recall)
     partial forward                refresh / deep_refresh, d ≥ 1 (bottom quarter reused, deep three quarters
                                                               re-prefilled in context after d antecedents changed)
 

@@ -211,6 +211,17 @@ def test_fig11_bytes_points_are_per_subset_and_the_axis_says_what_it_plots(tmp_p
     assert sorted(x for c in fig.axes[0].collections for x in c.get_offsets()[:, 0]) == [0.06, 0.06, 1.0, 1.0]
 
 
+def test_fig11_paper_bytes_print_beside_the_papers_model_only(tmp_path):
+    """The paper's Fig. 11(a) values are Kimi-VL's: a toy or tiny model's rows print "–" beside them."""
+    from experiments import fig11
+
+    rows = pd.concat([fig11_rows(), fig11_rows().assign(model="toy_binding")])
+    md, _ = fig11.render(rows, pd.DataFrame(), "g", tmp_path / "f")
+    kimi = next(line for line in md.splitlines() if line.startswith("| kimi_vl_a3b | mmlongbench_doc | multi_hop | patch_r16"))
+    toy = next(line for line in md.splitlines() if line.startswith("| toy_binding | mmlongbench_doc | multi_hop | patch_r16"))
+    assert kimi.endswith("| 6.2 MB (2.1%) |") and toy.endswith("| – |")
+
+
 # ----- defect 5: CIs over clustered rows resample the clusters ----------------------------------------
 CLUSTERS, PER_CLUSTER = 4, 5
 

@@ -5,10 +5,10 @@ Sources (``docs/baselines.md`` §1):
   attend the full blended cache; tokens are chosen by KV deviation ("HKVD"); *gradual filtering*
   picks r1 % at layer 1, recomputes those at layer 2 and keeps r2 % < r1 %, "and so forth"; the
   loading controller's ratio is 15 %.
-- Public code: ``YaoJiayi/CacheBlend`` vllm_blend/vllm/model_executor/models/llama.py and
+- Public code: ``YaoJiayi/CacheBlend`` at 55ad026, vllm_blend/vllm/model_executor/models/llama.py and
   vllm/attention/backends/xformers.py (one check layer, index 1; ``recomp_ratio`` 0.16; deviation
   ‖V_new − V_old‖², top ``int(ratio · n)``), and its successor ``LMCache/LMCache``
-  lmcache/v1/compute/blend/blender.py (check layer 1, ratio 0.15, deviation ‖K_new − K_old‖² after
+  (the 0.5.6 release) lmcache/v1/compute/blend/blender.py (check layer 1, ratio 0.15, deviation ‖K_new − K_old‖² after
   RoPE). Neither codebase implements gradual filtering (LMCache#845).
 
 What this arm runs (:class:`kamera.reuse.recompute.PartialForward`): all of B's rows are run in context from
@@ -26,7 +26,21 @@ layers from ``check_layer``, the j-th keeping ``min(1, r + (checks − j)·step)
 is slightly above r and the last is r (the paper gives no schedule; ``step=0.02`` is ours).
 ``deviation="value"`` (default) scores the content channel as the original repository does (V; on
 MLA the latent c_KV, from which both keys and values are expanded); ``"key"`` scores the rotary
-channel as LMCache does (K after RoPE; on MLA the decoupled k_pe).
+channel as LMCache does (K after RoPE; on MLA the decoupled k_pe; LMCache's blend serves no MLA model,
+``infer_model_from_vllm`` takes Llama, Qwen2 and Qwen3 only, so on MLA "key" is our reading).
+
+What the ratio counts (``count``): ``"b"`` (default) keeps ``int(r · n_B)`` of B's rows, so budget 0 is blind
+reuse; ``"context"`` keeps ``int(r · n)`` with n the tokens of [prefix · A · B] (the original repository's
+``total_len − suffix_len``: the query left out); ``"prompt"`` counts the query too (LMCache's ``total_len``,
+the whole prompt). Both codebases choose by deviation over all n rows; here prefix and A carry the full
+prefill's KV and the query is computed by every arm (deviation 0: a recompute of them changes nothing), so
+that is the top ``min(int(r · n), n_B)`` of B. ``at_least_one`` is LMCache's ``max(topk_num, 1)``.
+``conf/arm/cacheblend_lmcache.yaml`` (key, prompt, at least one, 0.15) and ``cacheblend_original.yaml``
+(value, context, 0.16) are the two codebases' settings; ``tests/arms/
+test_parity.py`` checks the selection against each codebase's rule, restated line by line (docs/baselines.md
+§1). A third reading of gradual filtering, CONDUIT's CacheBlend baseline (``cpa2001/CONDUIT``
+nanovllm/engine/recompute.py ``build_cacheblend_layer_counts``: every token at layer 0, a monotone linear
+narrowing to a target mean budget), is named there, not run.
 
 Cost: ``bytes`` counts the K/V kept (the final selection on every layer, ``n_recomputed`` rows);
 ``computed_fraction`` counts every (row, layer) run, including the check-layer probe of rows later
@@ -48,6 +62,7 @@ from kamera.reuse.recompute import PartialForward
 
 FILTERINGS = ("single", "gradual")
 DEVIATIONS = ("value", "key")
+COUNTS = ("b", "context", "prompt")
 
 
 @register
@@ -62,6 +77,8 @@ class CacheBlendArm(Arm):
     deviation: str = "value"
     checks: int = 3
     step: float = 0.02
+    count: str = "b"
+    at_least_one: bool = False
 
     def __post_init__(self) -> None:
         check_fraction(self.name, "ratio", self.ratio)
@@ -72,6 +89,10 @@ class CacheBlendArm(Arm):
             raise ValueError(f"cacheblend: filtering must be one of {FILTERINGS}, got {self.filtering!r}")
         if self.deviation not in DEVIATIONS:
             raise ValueError(f"cacheblend: deviation must be one of {DEVIATIONS}, got {self.deviation!r}")
+        if self.count not in COUNTS:
+            raise ValueError(f"cacheblend: count must be one of {COUNTS}, got {self.count!r}")
+        if not isinstance(self.at_least_one, bool):
+            raise ValueError(f"cacheblend: at_least_one must be a bool, got {self.at_least_one!r}")
         if self.checks == 0:
             raise ValueError("cacheblend: checks must be at least 1")
 
@@ -96,6 +117,14 @@ class CacheBlendArm(Arm):
         ratios = [min(1.0, self.ratio + (n_checks - 1 - j) * self.step) for j in range(n_checks)]
         return {self.check_layer + j: r for j, r in enumerate(ratios)}
 
+    def kept(self, ratio: float, ctx: ReuseContext) -> int:
+        """How many rows a check layer keeps at ``ratio`` (``count``, ``at_least_one``), at most n_B."""
+        if self.count == "b":
+            k = count_of(ratio, ctx.n_b, "floor")
+        else:  # the authors' int() over [prefix · A · B] (context) or [prefix · A · B · query] (prompt)
+            k = int(ratio * ctx.ranges[ctx.b if self.count == "context" else -1][1])
+        return min(max(k, 1) if self.at_least_one else k, ctx.n_b)
+
     def run(self, ctx: ReuseContext) -> ArmOutput:
         n_layers, n_b = ctx.adapter.n_layers, ctx.n_b
         checks = self.schedule(n_layers)
@@ -112,7 +141,7 @@ class CacheBlendArm(Arm):
                 fresh = pf.current(l, cand)[channel].float()
                 old = pf.base.layers[l][channel][cand].float()
                 dev = (fresh - old).pow(2).flatten(1).sum(1)
-                keep = top_rows(dev, min(count_of(checks[l], n_b, "floor"), int(cand.numel())))
+                keep = top_rows(dev, min(self.kept(checks[l], ctx), int(cand.numel())))
                 dropped = torch.ones(cand.numel(), dtype=torch.bool, device=cand.device)
                 dropped[keep] = False
                 pf.restore(range(l + 1), cand[dropped])

@@ -1,6 +1,6 @@
 """VLCache (Qin et al., arXiv 2512.12977) as Table 5 runs it: a uniform per-layer recompute budget (10%).
 
-Source: the proof of concept ``Odysseusq/VLCache`` nanovllm/engine/block_manager.py
+Source: the proof of concept ``Odysseusq/VLCache`` at 59b871d, nanovllm/engine/block_manager.py
 ``try_partial_recompute``: ``R = math.ceil(recompute_ratio * N)``, the first R image tokens are
 recomputed together with all text around the image; the README's test uses ratio 0.1. The paper's
 layer-adaptive schedule ("dynamic, layer-aware recomputation", which layers to recompute) is not

@@ -9,7 +9,7 @@ from tinyfamilies import TINY, standard_spans
 from kamera.arms import ARMS, make_arm
 from kamera.reuse.context import ReuseContext
 
-SHARED = ("full", "solo", "blind", "oracle", "solo_hidden", "probe_cross", "probe_query")
+SHARED = ("full", "solo", "blind", "oracle", "solo_hidden", "probe_cross", "probe_query", "conduit_probe")
 # the arm set a table run would put on one item: defaults plus the variants that share per-item work
 VARIANTS = [
     *[(name, {}) for name in sorted(ARMS)],
@@ -25,7 +25,7 @@ VARIANTS = [
     ("cacheblend", {"filtering": "gradual"}),
     ("shallow_reprefill", {"rerun_fraction": 0.5}),
 ]
-REFUSED = {("mpic", "tiny_deepseek_v2"), ("vlcache", "tiny_deepseek_v2"),
+REFUSED = {("mpic", "tiny_deepseek_v2"), ("vlcache", "tiny_deepseek_v2"), ("conduit", "tiny_deepseek_v2"),
            ("shadowkv", "tiny_kimi"), ("shadowkv", "tiny_deepseek_v2")}
 
 

@@ -63,6 +63,20 @@ def test_cacheblend_keeps_the_top_deviation_rows_at_the_check_layer(tiny):
     assert key.params["n_recomputed"] == k
 
 
+def test_cacheblend_counts_and_their_bad_values(tiny):
+    """``count`` says what the ratio counts (B, the prompt without its query, the whole prompt), ``at_least_one``
+    LMCache's minimum of one row; a typo is refused when the arm is built."""
+    ctx = shared_ctx(tiny, "tiny_qwen2_5_vl")
+    n_context, n_prompt = ctx.ranges[ctx.b][1], ctx.ranges[-1][1]
+    for count, n in (("b", ctx.n_b), ("context", n_context), ("prompt", n_prompt)):
+        assert make_arm("cacheblend", ratio=0.1, count=count).kept(0.1, ctx) == min(int(0.1 * n), ctx.n_b)
+    assert make_arm("cacheblend", ratio=0.01, count="b", at_least_one=True).kept(0.01, ctx) == 1
+    with pytest.raises(ValueError, match="count must be one of"):
+        make_arm("cacheblend", count="all")
+    with pytest.raises(ValueError, match="at_least_one must be a bool"):
+        make_arm("cacheblend", at_least_one="yes")
+
+
 def test_cacheblend_gradual_schedule(tiny):
     ctx = shared_ctx(tiny, "tiny_kimi")
     arm = make_arm("cacheblend", ratio=0.15, filtering="gradual", checks=3, step=0.05)

@@ -72,6 +72,8 @@ def test_at_no_turnover_the_stale_patch_is_the_fresh_one(probed, name):
     s, f = pick(rows["recall"], "stale_patch", "tau=0")[0], pick(rows["recall"], "fresh_patch", "tau=0")[0]
     assert s["kl"] == f["kl"] and s["pred"] == f["pred"]
     assert all(r["kl"] > s["kl"] for r in pick(rows["recall"], "stale_patch") if r["tau"] > 0)  # it goes stale
+    for stored, exact in zip(pick(rows["recall"], "fresh_patch"), pick(rows["recall"], "fresh_exact"), strict=True):
+        assert stored["setting"] == exact["setting"] and stored["kl"] == exact["kl"]  # replayed where it was formed
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -174,7 +176,8 @@ def test_forks_share_one_canonical_and_pay_a_patch_each(probed, name):
 def test_forward_counts_per_probe(probed, name):
     _, rows, spent = probed[name]
     n_tau = len(TAUS)
-    assert spent["recall"] == {"full": n_tau, "solo": 1, "blind": n_tau, "stale_patch": n_tau, "fresh_patch": n_tau}
+    assert spent["recall"] == {"full": n_tau, "solo": 1, "blind": n_tau, "stale_patch": n_tau, "fresh_patch": n_tau,
+                               "fresh_exact": n_tau}
     assert spent["forks"] == {"fork": K + 1}  # every branch's re-prefill, canonical and blind were the recall's
     assert spent["survivor"] == {"full": 2, "solo": 1, "blind": 1, "keep_as_is": 1, "removal_patch": 1}
     tests = math.factorial(K) - 1  # the identity ordering is the recall's eviction-time window
@@ -185,7 +188,8 @@ def test_forward_counts_per_probe(probed, name):
     # the measured cost columns: what a variant pays at the operation, and what stored state it reads
     cost = {(r["variant"], r["setting"]): (r["forwards"], r["stored_forwards"]) for r in rows["recall"]}
     assert cost[("reprefill", "tau=1")] == (1, 0) and cost[("blind", "tau=1")] == (0, 1)
-    assert cost[("stale_patch", "tau=1")] == (0, 2) and cost[("fresh_patch", "tau=1")] == (1, 1)
+    assert cost[("stale_patch", "tau=1")] == (0, 2) and cost[("fresh_exact", "tau=1")] == (1, 1)
+    assert cost[("fresh_patch", "tau=1")] == (0, 2)  # the stored fresh patch: nothing paid at the recall
     orbit = pick(rows["reorder"], "orbit")[0]
     assert (orbit["forwards"], orbit["stored_forwards"]) == (0, math.factorial(K) - 1 + 1)
 

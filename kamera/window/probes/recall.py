@@ -12,10 +12,16 @@ formed then. After n = τ·k slides the window in front of x is ``old[n:] + new[
 - ``reprefill``: one forward over [prefix · window · x · query] (the reference).
 - ``blind``: R(δ)·KV(x|∅), no patch.
 - ``stale_patch``: the eviction-time patch, relocated to x's new position, replayed.
-- ``fresh_patch``: a rank-m patch formed on the window now in front of x. Choice: "the chunk's earlier
-  (now fixed) context" is read as the window the chunk is recalled behind (its context at recall,
-  fixed from then on), so the fresh patch costs one conditioned forward over [prefix · window · x],
-  the forward the re-prefill reference also runs (shared, counted once).
+- ``fresh_patch``: the paper's fresh patch, "conditioned on the chunk's now-fixed earlier context (hence itself
+  storable and never stale)", priced in Table 2 as a rank-32 patch with no forward at recall: the rank-m patch
+  on the context x is recalled behind, formed once when that context was fixed, stored beside the canonical,
+  relocated to x's position and replayed. At the recall it reads stored state only (its forward is a stored
+  forward, not one at the operation). Reading: "the chunk's now-fixed earlier context" is the window x is
+  recalled behind (fixed once it has been seen; the eviction-time window ``old`` is the stale patch's). It is
+  formed at the position it is replayed at here, so its relocation is by δ = 0 and its numbers are those of
+  ``fresh_exact``; what differs is where its forward is paid.
+- ``fresh_exact``: the same patch formed at the recall, paying its conditioned forward over [prefix · window · x]
+  at the operation (the forward the re-prefill reference also runs, shared, counted once).
 
 Choices: τ must be a multiple of 1/k (the paper's 0.2 steps are k = 5). The chunks other than x keep
 the re-prefill's KV, so every variant differs from the reference in x's KV alone. At τ = 0 the
@@ -48,6 +54,7 @@ def recall_stream(k: int) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
 class RecallProbe(WindowProbe):
     name = "recall"
     stream = "recall"
+    version = 2  # 2: fresh_patch is the stored patch (no forward at recall), fresh_exact the one formed at recall
     taus: tuple[float, ...] = TAUS
     rank: int | None = 32
 
@@ -66,10 +73,10 @@ class RecallProbe(WindowProbe):
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
         """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). The
         eviction-time layout and each distinct turnover's layout (k + 1 chunks each), blind reuse per turnover layout
-        and the stale and fresh patches' queries per τ, the target's canonical."""
+        and the stale, stored fresh and exact fresh patches' queries per τ, the target's canonical."""
         k = shape.window
         turned = {turnover_count(t, k) for t in self.taus}
-        return [shape.layout(k + 1, len(turned | {0})), shape.query_over(k + 1, len(turned) + 2 * len(self.taus)),
+        return [shape.layout(k + 1, len(turned | {0})), shape.query_over(k + 1, len(turned) + 3 * len(self.taus)),
                 shape.canonical()]
 
     def run(self, wctx: WindowContext) -> list[dict]:
@@ -87,8 +94,11 @@ class RecallProbe(WindowProbe):
             rows.append(self.row(view, "stale_patch", view.query_patch(replayed, "stale_patch").logits,
                                  patch=replayed, stored=[view.canonical_key, evicted.full_key], **tag))
             fresh = self.at_rank(view.patch, wctx)
-            rows.append(self.row(view, "fresh_patch", view.query_patch(fresh, "fresh_patch").logits,
-                                 patch=fresh, paid=[view.full_key], stored=[view.canonical_key], **tag))
+            rows.append(self.row(view, "fresh_exact", view.query_patch(fresh, "fresh_exact").logits, patch=fresh,
+                                 paid=[view.full_key], stored=[view.canonical_key], **tag))
+            stored = view.carry_patch(fresh)  # the stored patch, replayed where it was formed (δ = 0)
+            rows.append(self.row(view, "fresh_patch", view.query_patch(stored, "fresh_patch").logits, patch=stored,
+                                 stored=[view.canonical_key, view.full_key], **tag))
         return rows
 
 
