@@ -5,7 +5,9 @@ matches the re-prefill answers.
 
 (a) per backbone, next-token KL to re-prefill of the chunk spliced without re-rotation
 (``unrotated``), with R(δ) only (``blind``) and with rank-8 / rank-64 patches, from rows
-(:func:`kamera.diagnostics.fidelity.kl_by_arm`: mean KL drawn, median and argmax flips in the table);
+(:func:`kamera.diagnostics.fidelity.kl_by_arm`: mean KL drawn, median and argmax flips in the table), with the
+dtype's KL floor dotted across each backbone (the full-rank patch in the model's dtype, ``patch_full``: bf16 at paper
+scale, the floor experiments/bf16_floor.py tabulates);
 (b) the relative error of relocated keys against keys prefilled at the new position, vs the
 distance moved, per RoPE scheme and dtype (``relocation`` probe; layer 0, which isolates
 relocation, median over items; the table adds the worst layer), with the bf16 storage floor of
@@ -50,6 +52,7 @@ from experiments.panels import blank, cell, of_probe, one_label
 from kamera.diagnostics.fidelity import FIG12A_ARMS, FIG12C_ARMS, REFERENCE, kl_by_arm, mc_agreement
 
 FLOOR_LAYER = 0
+KL_FLOOR_ARM = "patch_full"  # the full-rank patch in the model's dtype: its KL is what the dtype's rounding leaves
 ENGINE_ROWS = "KAMERA_ENGINE_ROWS"  # a folder of kamera.engine.fig12's rows.csv and timing.csv
 
 
@@ -114,7 +117,17 @@ def relocation_panel(records: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     return out.sort_values(keys).reset_index(drop=True), float(floor.median()) if len(floor) else float("nan")
 
 
-def plot(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFrame, title: str) -> plt.Figure:
+def kl_floor(rows: pd.DataFrame) -> pd.Series:
+    """Fig. 12(a)'s floor line per model label: the median KL to re-prefill of the full-rank patch in the model's dtype
+    (``patch_full``), the KL rounding alone leaves (bf16 at paper scale; experiments/bf16_floor.py's floor); empty
+    without those rows."""
+    if rows.empty:
+        return pd.Series(dtype=float)
+    return rows[rows["arm"] == KL_FLOOR_ARM].groupby("model")["kl"].median()
+
+
+def plot(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFrame, title: str,
+         kl_floors: pd.Series | None = None) -> plt.Figure:
     with plt.style.context(str(STYLE)):
         fig, (a, b, c) = plt.subplots(1, 3, figsize=(7.0, 3.4))
         if kl.empty:
@@ -127,6 +140,11 @@ def plot(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFram
                 v = kl[kl["arm"] == arm].set_index("model")["kl_mean"]
                 a.bar(np.arange(len(models)) + i * width, [max(v.get(m, np.nan), 1e-12) for m in models], width,
                       label=arm)
+            floors = pd.Series(dtype=float) if kl_floors is None else kl_floors
+            for j, m in enumerate(models):
+                if m in floors.index:
+                    a.hlines(max(float(floors[m]), 1e-12), j - width / 2, j + 0.8 - width / 2, colors="k",
+                             linestyles=":", linewidth=0.9, label="dtype floor (full-rank patch)" if j == 0 else None)
             a.set_yscale("log")
             a.set_xticks(np.arange(len(models)) + 0.4 - width / 2, models, rotation=30, ha="right", fontsize=4.5)
             a.set_ylabel("KL to re-prefill (mean)")
@@ -184,15 +202,19 @@ def plot(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFram
 
 
 def to_markdown(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFrame, title: str,
-                paper: dict) -> list[str]:
+                paper: dict, kl_floors: pd.Series | None = None) -> list[str]:
     lines = [f"**{title}** — the harness's own splice (the paper measures inside SGLang)", "",
-             "*(a) next-token KL to re-prefill*", ""]
+             "*(a) next-token KL to re-prefill; dtype floor = median KL of the full-rank patch in the model's dtype "
+             "(what rounding alone leaves: bf16 at paper scale), the dotted line*", ""]
     if kl.empty:
         lines.append(f"no rows of {', '.join(FIG12A_ARMS)}")
     else:
+        floors = pd.Series(dtype=float) if kl_floors is None else kl_floors
         body = [[r.model, r.arm, str(int(r.n)), cell(r.kl_mean, ".2e"), cell(r.kl_median, ".2e"), cell(r.argmax_flip, ".2f"),
-                 paper.get("kl", {}).get(r.arm, "–")] for r in kl.itertuples(index=False)]
-        lines += markdown_rows(["model", "arm", "n", "KL mean", "KL median", "argmax flips", "paper KL"], body)
+                 cell(floors.get(r.model, float("nan")), ".2e"), paper.get("kl", {}).get(r.arm, "–")]
+                for r in kl.itertuples(index=False)]
+        lines += markdown_rows(["model", "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor", "paper KL"],
+                               body)
     lines += ["", f"*(b) relative error of relocated keys (median over items); bf16 floor {cell(floor, '.2e')}*", ""]
     if reloc.empty:
         lines.append("no relocation records")
@@ -328,9 +350,10 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
     if kl.empty and agree.empty and reloc.empty:
         raise SystemExit(f"{group} has no rows of {', '.join(FIG12A_ARMS + FIG12C_ARMS)} and no relocation records")
     title = f"Fig. 12 ({group}{partial_tag(footer)})"
-    lines = to_markdown(kl, reloc, floor, agree, title, paper_or(paper, "fig12"))
+    floors = kl_floor(rows)
+    lines = to_markdown(kl, reloc, floor, agree, title, paper_or(paper, "fig12"), floors)
     extra: list[Path] = []
-    md, paths = figure_outputs(plot(kl, reloc, floor, agree, title), document(lines, footer), stem, footer,
+    md, paths = figure_outputs(plot(kl, reloc, floor, agree, title, floors), document(lines, footer), stem, footer,
                                place="figure")
     if engine is not None:
         panels, engine_footer = engine_panels(engine), engine_provenance(engine)

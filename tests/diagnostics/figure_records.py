@@ -124,7 +124,8 @@ def fig11_probes() -> pd.DataFrame:
 def fig12_rows() -> pd.DataFrame:
     """Two models × 4 items on multiple choice; qwen also has a float32 copy of its blind rows (two dtypes)."""
     out = []
-    arms = {"reprefill": 0.0, "unrotated": 0.3, "blind": 0.05, "patch_r8": 1e-3, "patch_r64": 1e-4, "patch_r256": 0.0}
+    arms = {"reprefill": 0.0, "unrotated": 0.3, "blind": 0.05, "patch_r8": 1e-3, "patch_r64": 1e-4, "patch_r256": 0.0,
+            "patch_full": 2e-5}
     for model in ("kimi_vl_a3b", "qwen2_5_vl_7b"):
         for i in range(4):
             for arm, kl in arms.items():

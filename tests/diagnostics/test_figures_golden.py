@@ -73,6 +73,23 @@ def test_partial_footer_and_missing_panels(tmp_path):
     assert "no rows with bytes" in md and "×prefill" in md
 
 
+def test_fig12_draws_the_dtype_kl_floor_per_backbone(tmp_path):
+    """Panel (a)'s dotted floor is each model's median KL of the full-rank patch in its dtype, drawn across its bars
+    and printed per row; without patch_full rows there is no floor (no line, "–")."""
+    rows = fig12_rows()
+    floors = fig12.kl_floor(fig12.labelled(rows))
+    assert floors.to_dict() == pytest.approx({"kimi_vl_a3b": 5e-5, "qwen2_5_vl_7b · bfloat16": 5e-5})  # 2e-5 · (1 + i)
+    md, _ = fig12.render(rows, EMPTY, "g", tmp_path / "f")
+    assert "| kimi_vl_a3b | blind | 4 | 1.25e-01 | 1.25e-01 | 0.50 | 5.00e-05 |" in md
+    fig = fig12.plot(fig12.kl_panel(fig12.labelled(rows)), pd.DataFrame(), float("nan"), pd.DataFrame(), "t", floors)
+    dotted = [c for c in fig.axes[0].collections if c.get_label() == "dtype floor (full-rank patch)"]
+    assert len(dotted) == 1 and [round(float(y), 9) for y in fig.axes[0].collections[-1].get_segments()[0][:, 1]]
+    without = rows[rows["arm"] != "patch_full"]
+    assert fig12.kl_floor(fig12.labelled(without)).empty
+    md, _ = fig12.render(without, EMPTY, "g", tmp_path / "w")
+    assert "| kimi_vl_a3b | blind | 4 | 1.25e-01 | 1.25e-01 | 0.50 | – |" in md
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_figure_without_any_data_is_an_error(name, tmp_path):
     render = CASES[name][0]
