@@ -12,11 +12,16 @@ basis can do for that item). Both are read from the stored top-k directions, so 
 bound where k is below Δ's rank. ``chance``: a random rank-r basis's expected share, r / width. Writes
 <paths.tables>/<experiment>.md and .tex: one line per (model, r), shares as means [95% bootstrap CI over the
 held-out items].
+
+Across content / task (§4's "transfers across content / task"): where a model's records span several tasks
+(benchmark · subset), the basis is fit on every item of one task and scored on every item of another, one line per
+ordered pair at the largest rank (``model · fit → held``).
 """
 
 from __future__ import annotations
 
 import json
+from itertools import permutations
 from pathlib import Path
 
 import numpy as np
@@ -97,10 +102,27 @@ def frame(records: pd.DataFrame, values: dict | None = None) -> pd.DataFrame:
             out[(model, r)] = [f"{len(train)} / {len(g)}", ci_cell(g["own"].tolist()), ci_cell(g["pooled"].tolist()),
                                ci_cell(ratio) + (f" (paper {values['ratio']})" if model in values.get("models", [])
                                                  else ""), f"{g['chance'].mean():.2f}"]
+        out.update(across_tasks(m, max(ranks)))
     columns = ["items fit / held out", "own SVD keeps", "pooled basis keeps", "pooled / own", "chance (r / width)"]
     table = pd.DataFrame.from_dict(out, orient="index", columns=columns)
     table.index = pd.MultiIndex.from_tuples(table.index, names=["model", "r"]) if len(table) else table.index
     return table
+
+
+def across_tasks(m: pd.DataFrame, r: int) -> dict[tuple[str, int], list[str]]:
+    """One model's transfer lines: per ordered pair of its tasks (bench · subset), the basis fit on every item of the
+    first and scored on every item of the second, at rank ``r``; none where the model ran one task."""
+    task = m["bench"].astype(str) + " · " + m["subset"].astype(str)
+    out = {}
+    for fit, held in permutations(sorted(task.unique()), 2):
+        got = shares(m[task == held], pooled_bases(m[task == fit], r), [r])
+        if got.empty:
+            continue
+        out[(f"{m['model'].iloc[0]} · {fit} → {held}", r)] = [
+            f"{m.loc[task == fit, 'item_id'].nunique()} / {len(got)}", ci_cell(got["own"].tolist()),
+            ci_cell(got["pooled"].tolist()), ci_cell((got["pooled"] / got["own"]).tolist()),
+            f"{got['chance'].mean():.2f}"]
+    return out
 
 
 def render(probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
@@ -115,7 +137,9 @@ def render(probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
     notes = ["Share of a held-out item's ‖Δ‖² (all layer-channels) that a rank-r basis keeps: the item's own top-r "
              "SVD (the best any rank-r basis can do for it) and a per-layer-channel basis pooled over the training "
              "half's items (top-r eigenvectors of Σ V diag(s²) Vᵀ); clusters split by a seeded permutation; mean "
-             "[95% bootstrap CI] over held-out items. Chance: a random rank-r basis (r / width)."]
+             "[95% bootstrap CI] over held-out items. Chance: a random rank-r basis (r / width). Lines "
+             "``model · fit → held``: the basis fit on every item of one task (benchmark · subset) and scored on "
+             "every item of another, at the largest rank (transfer across content / task)."]
     if any(m in values.get("models", []) for m in table.index.get_level_values(0)):
         notes.append(values["note"])
     return table_outputs(table, stem, f"Shared basis ({group}{tag}) — a pooled basis against each item's own SVD",

@@ -139,3 +139,22 @@ def test_basis_tiny_runs_and_renders(tmp_path):
     pooled = t["pooled basis keeps"].str.split(" ").str[0].astype(float)
     assert (pooled <= own + 1e-9).all() and (own.diff().dropna() > 0).all()
     assert "| tiny_qwen2_5_vl | 1 | 2 / 2 |" in (tmp_path / "basis.md").read_text()
+
+
+def test_a_basis_fit_on_one_task_is_scored_on_another():
+    """Two tasks of one model: where both tasks' deficits lie in one span the basis fit on either keeps all of the
+    other's (pooled / own 1), where each task has its own span it keeps nothing (0); one task: no transfer lines."""
+    def task(subset: str, axes: list[int]) -> pd.DataFrame:
+        rows = pd.DataFrame(records("qwen2_5_vl_7b", shared=True, n=4))
+        eye = np.eye(WIDTH)
+        rows["v"] = json.dumps(eye[axes].tolist())
+        return rows.assign(subset=subset, item_id=rows["item_id"] + subset)
+
+    same = basis.frame(pd.concat([task("a", [0, 1]), task("b", [0, 1])]))
+    moved = basis.frame(pd.concat([task("a", [0, 1]), task("b", [2, 3])]))
+    for pair in ("a → mmlongbench_doc · b", "b → mmlongbench_doc · a"):
+        label = f"qwen2_5_vl_7b · mmlongbench_doc · {pair}"
+        assert same.loc[(label, 2), "pooled / own"].startswith("1.00")
+        assert moved.loc[(label, 2), "pooled / own"].startswith("0.00")
+    alone = basis.frame(task("a", [0, 1]))
+    assert not any("→" in str(m) for m in alone.index.get_level_values(0))
