@@ -108,7 +108,7 @@ def test_a_window_job_grows_with_its_window_and_its_probes_layouts():
     full = window_forwards(WINDOW, recall, 28)
     only = window_forwards(WINDOW, plugins("window_probe", "recall_full_turnover"), 28)
     assert full[0] == WINDOW.layout(6, 6) and only[0] == WINDOW.layout(6, 2)
-    assert full[1].count == 6 + 2 * 6 and only[1].count == 1 + 2
+    assert full[1].count == 6 + 3 * 6 and only[1].count == 1 + 3  # blind + stale, stored and exact fresh per τ
     # reorder's orbit: 3! = 6 layouts of 4 chunks at K = 3, 4! = 24 of 5 at K = 4
     k3, k4 = (window_forwards(WINDOW, plugins("window_probe", p), 28)[0] for p in ("reorder", "reorder_k4"))
     assert (k3.count, k3.tokens, k4.count) == (6, WINDOW.layout(4).tokens, 24)

@@ -61,7 +61,7 @@ def test_a_window_job_stores_one_row_per_item_probe_setting_variant_with_the_arm
     assert not rows.duplicated(["item_id", "probe", "setting", "variant"]).any()
     recall = rows[rows["probe"] == "recall"]
     assert sorted(recall["item_id"].unique()) == ["recall-0-0", "recall-0-1"]
-    assert len(recall) == 2 * 6 * 4  # items × τ × (reprefill, blind, stale, fresh)
+    assert len(recall) == 2 * 6 * 5  # items × τ × (reprefill, blind, stale, fresh stored, fresh exact)
     assert (rows["context_bytes"] > 0).all() and (rows["seconds"] > 0).all()
     # a probe meets only the stream built for it; the other pairs are recorded refusals with the reason
     refused = {(r["item_id"], r["arm"]) for r in meta["refusals"]}
