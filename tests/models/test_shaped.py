@@ -32,6 +32,7 @@ from shaped_support import (
     rotary,
     video_item,
 )
+from test_adapters import model_inputs
 
 from kamera.core import ChunkKV, Deficit, Patch, relocate, rotate
 from kamera.items.spans import Span
@@ -156,6 +157,27 @@ def test_channels_and_patch_bytes_at_n_b_500(fp32):
         assert frac == pytest.approx(m * (n_b + width) / (n_b * width))
         if width == 512:
             assert (0.055 <= frac <= 0.065) if m == 16 else (0.23 <= frac <= 0.26)
+
+
+@pytest.mark.shaped
+def test_spanwise_encoding_is_the_models_own_forward(fp32, item):
+    """The item encoded span by span (vision features merged per image, the adapter's own M-RoPE positions,
+    deepstack features where the model has them) gives the logits of the checkpoint's own multimodal forward on
+    the whole item: what catches a loader or adapter that breaks a family's positions or visual injection, which
+    the identities (adapter against adapter) cannot see. The M-RoPE families; the others' own forwards are
+    checked on their tiny twins (tests/test_adapters.py) and, for remote code, against the public reference."""
+    if fp32.position_rows != 3:
+        pytest.skip(f"{fp32.name}: 1-D positions, checked on its tiny twin")
+    _, ids, kwargs = model_inputs(fp32, item_spans(fp32.name))
+    embedding = fp32.model.model.get_input_embeddings()
+    stored = embedding.weight  # kept bf16 in memory (kamera.models.loading): the model's own forward would merge
+    embedding.weight = torch.nn.Parameter(stored.float(), requires_grad=False)  # vision features in bf16
+    try:
+        with torch.no_grad():
+            ref = fp32.logits(fp32.model.model(input_ids=ids, **kwargs).last_hidden_state[0, -1])
+    finally:
+        embedding.weight = stored
+    torch.testing.assert_close(item.reprefill_logits, ref, rtol=0, atol=1e-4)
 
 
 # ----- relocation -------------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ from kamera.reuse.context import ReuseContext
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import remote_reference
 
-pytestmark = pytest.mark.shaped  # Kimi-VL (the MLA canary) in CI; Phi-3.5-V and the bf16 checks in make test-full
+pytestmark = pytest.mark.shaped  # Kimi-VL (the MLA canary) in CI, its mapping against the public reference included;
+# Phi-3.5-V and the bf16 checks in make test-full
 
 
 @pytest.fixture(scope="module", params=[pytest.param(n, marks=shaped_marks(n)) for n in ("kimi_vl_a3b", "phi3_5_vision")])
@@ -91,7 +92,6 @@ def test_cache_holds_what_the_paper_patches(fp32):
         assert [tuple(layer.keys.shape), tuple(layer.values.shape)] == shapes
 
 
-@pytest.mark.full
 def test_native_forward_matches_the_public_reference(fp32, shaped, name):
     """The native mapping vs an independent forward over the checkpoint's own tensors (remote semantics).
     Phi-3.5-V's runs through ``scripts/gpu_check.py`` in test_gpu_check.py (same comparison, not repeated)."""
