@@ -28,7 +28,6 @@ render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(partial)
 # rows first (ENGINE_OUT) and the render adds the engine panels (it reads KAMERA_ENGINE_ROWS).
 ENGINE ?=
 ENGINE_VENV ?= $(HOME)/.cache/kamera/venv-engine
-ENGINE_TORCH ?= torch==2.13.0
 ENGINE_OUT ?= results/raw/engine/fig12$(suffix)
 
 .PHONY: help test test-budget test-ci ci-pytest test-full test-shaped test-integration test-slow test-engine engine-venv engine-fig12 lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse
@@ -77,11 +76,11 @@ test-integration: ## subprocess CLIs, submitit, sbatch, make dry runs, Hydra mul
 test-slow: ## retrain the toy binding and window models from their committed configs and check the gates (~7 + 17 + 12 min)
 	$(PYTHON) -m pytest -m slow
 
-engine-venv: ## the engine tier's own venv at ENGINE_VENV: torch, kamera, vLLM via scripts/install_engine.sh (~4 min, 3.4 GB)
+engine-venv: ## the engine tier's own venv at ENGINE_VENV: torch + torchvision, kamera, vLLM via scripts/install_engine.sh (~6 min, 8 GB)
 	python3 -m venv $(ENGINE_VENV)
-	. $(ENGINE_VENV)/bin/activate && pip install $(ENGINE_TORCH) -e ".[dev]" && bash scripts/install_engine.sh $(ENGINE_KIND)
+	. $(ENGINE_VENV)/bin/activate && bash scripts/install_engine.sh $(ENGINE_KIND)
 
-test-engine: ## the engine tier in ENGINE_VENV: vLLM with the kamera KV connector (make engine-venv first; ~1 min)
+test-engine: ## the engine tier in ENGINE_VENV: vLLM with the kamera KV connector on 4 tiny families (make engine-venv first; ~5 min)
 	$(ENGINE_VENV)/bin/python -m pytest -m engine tests/engine
 
 # SCALE=paper: the paper's Fig. 12 backbones (conf/experiment/fig12.yaml) go through the connector's preflight

@@ -1,8 +1,14 @@
-"""The tiny checkpoints the engine tests and the tiny Fig. 12 serve: a random Qwen2 (GQA) and a random DeepSeek-V2 (MLA).
+"""The tiny checkpoints the engine tests and the tiny Fig. 12 serve: a random Qwen2 (GQA), a random DeepSeek-V2 (MLA),
+a random Qwen2.5-VL (sectioned M-RoPE) and a random Qwen3-VL (interleaved M-RoPE, deepstack).
 
 vLLM loads a model from a ``save_pretrained`` directory, so each tiny twin is written to disk once per
-(seed, dtype) under a folder whose name says all three; it has no tokenizer (the engine runs on token ids,
-``skip_tokenizer_init``). The Qwen2 has kamera's shared tiny decoder widths (:data:`kamera.models.tiny.TEXT`:
+(seed, dtype) under a folder whose name says all three. The text twins have no tokenizer (the engine runs on token
+ids, ``skip_tokenizer_init``). The VL twins are kamera's tiny Qwen2.5-VL / Qwen3-VL (:func:`kamera.models.tiny.
+qwen25_config`, :func:`~kamera.models.tiny.qwen3_config`: 4 decoder layers, a 2-block vision tower, at most 4 × 4
+merged tokens an image) saved with what vLLM's multimodal processor loads: the image processor
+(``qwen_pixels_14`` / ``_16``), a video processor, and a stand-in byte-level tokenizer of the twin's 512 ids with
+the Qwen special tokens at the twin's ids (:func:`kamera.models.standin_tokenizer.standin_tokenizer`), so no
+tokenizer file from outside is needed. The Qwen2 has kamera's shared tiny decoder widths (:data:`kamera.models.tiny.TEXT`:
 4 layers, 2 KV heads of 64, vocabulary 512), so rank 64 is below the K / V width of 128.
 
 The DeepSeek-V2 is kamera's tiny MLA twin (:data:`kamera.models.tiny.MLA_TEXT`: MoE with 4 routed experts and
@@ -17,26 +23,50 @@ grouped top-k and its CPU router asserts both are set (one group is plain greedy
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers as tf
 
+from kamera.models import tiny
+from kamera.models.standin_tokenizer import standin_tokenizer
 from kamera.models.tiny import MLA_TEXT, TEXT
 
 ROPE_THETA = 1e6
 MLA_ENGINE = {**MLA_TEXT, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "n_group": 1, "topk_group": 1}
 
 
-def _write(path: Path, seed: int, dtype: str, config: tf.PretrainedConfig, model_class: type) -> Path:
+def _write(path: Path, seed: int, dtype: str, config: tf.PretrainedConfig, model_class: type,
+           processor: Callable[[], Any] | None = None) -> Path:
     if (path / "config.json").is_file():
         return path
     torch.manual_seed(seed)
     model = model_class(config).to(getattr(torch, dtype))
     tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)  # a half-written copy of a killed run
     model.save_pretrained(tmp)
+    if processor is not None:
+        processor().save_pretrained(tmp)
     tmp.rename(path)
     return path
+
+
+def qwen_vl_processor(family: str) -> Any:
+    """The twin's processor: image processor, video processor and the stand-in tokenizer (module docstring)."""
+    specials = {"<|endoftext|>": tiny.TEXT["eos_token_id"], "<|im_start|>": 3, "<|im_end|>": 4,
+                "<|vision_start|>": tiny.VSTART, "<|vision_end|>": tiny.VEND, "<|image_pad|>": tiny.IMAGE,
+                "<|video_pad|>": tiny.VIDEO}
+    tok = standin_tokenizer(tiny.VOCAB, specials, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    patch = 14 if family == "qwen2_5_vl" else 16
+    image = tiny.qwen_pixels_14() if family == "qwen2_5_vl" else tiny.qwen_pixels_16()
+    if family == "qwen2_5_vl":
+        video = tf.Qwen2VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
+        return tf.Qwen2_5_VLProcessor(image_processor=image, tokenizer=tok, video_processor=video)
+    video = tf.Qwen3VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
+    return tf.Qwen3VLProcessor(image_processor=image, tokenizer=tok, video_processor=video)
 
 
 def tiny_qwen2(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
@@ -51,4 +81,22 @@ def tiny_deepseek_v2(root: str | Path, seed: int = 0, dtype: str = "float32") ->
     return _write(Path(root) / f"tiny_deepseek_v2-seed{seed}-{dtype}", seed, dtype, cfg, tf.DeepseekV2ForCausalLM)
 
 
-CHECKPOINTS = {"qwen2": tiny_qwen2, "deepseek_v2": tiny_deepseek_v2}  # engine family → its tiny checkpoint
+def tiny_qwen2_5_vl(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
+    """The tiny Qwen2.5-VL (sectioned M-RoPE 8/12/12) with its processor files, under ``root``."""
+    return _write(Path(root) / f"tiny_qwen2_5_vl-seed{seed}-{dtype}", seed, dtype, _dtyped(tiny.qwen25_config(), dtype),
+                  tf.Qwen2_5_VLForConditionalGeneration, lambda: qwen_vl_processor("qwen2_5_vl"))
+
+
+def tiny_qwen3_vl(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
+    """The tiny Qwen3-VL (interleaved M-RoPE 12/10/10, deepstack at both vision blocks) with its processor files."""
+    return _write(Path(root) / f"tiny_qwen3_vl-seed{seed}-{dtype}", seed, dtype, _dtyped(tiny.qwen3_config(), dtype),
+                  tf.Qwen3VLForConditionalGeneration, lambda: qwen_vl_processor("qwen3_vl"))
+
+
+def _dtyped(config: tf.PretrainedConfig, dtype: str) -> tf.PretrainedConfig:
+    config.dtype = dtype
+    return config
+
+
+CHECKPOINTS = {"qwen2": tiny_qwen2, "deepseek_v2": tiny_deepseek_v2, "qwen2_5_vl": tiny_qwen2_5_vl,
+               "qwen3_vl": tiny_qwen3_vl}  # engine family → its tiny checkpoint

@@ -4,15 +4,24 @@ The connector writes two page kinds:
 
 - **GQA / MHA** (``qwen2``, ``llama``, ``mistral``, ``qwen3``: default 1-D RoPE in the ``"half"`` pair
   layout): channels ``k`` (rotary) and ``v`` (content), [n, kv_heads, head_dim] each;
+- **GQA with M-RoPE** (``qwen2_5_vl``: sectioned t/h/w frequency bands; ``qwen3_vl``: interleaved bands, plus
+  deepstack): the same ``k`` / ``v`` page, positions [3, n] as vLLM's ``get_mrope_input_positions`` computes them.
+  A chunk moved whole shifts all three rows by one δ (text and image tokens alike: an image's rows are its
+  grid offsets plus the position after the text before it), so R(δ) turns every frequency pair by δ·θ_i
+  whichever row its band reads: the plain 1-D rotation in the rotate-half pair layout vLLM's
+  ``MRotaryEmbedding`` uses (``is_neox_style``). The connector refuses a segment whose rows do not move by
+  one δ. Deepstack's visual features are added to the hidden states of the image tokens only, so they are
+  inside the cached KV of those tokens and the query tokens after a cached image never read them;
 - **MLA** (``deepseek_v2``): the latent page vLLM keeps, channels ``c_kv`` (content: the latent after
   ``kv_a_layernorm``, [n, 1, kv_lora_rank], never rotated) and ``k_pe`` (rotary: the decoupled key,
   [n, 1, qk_rope_head_dim], rotated on ``"interleaved"`` pairs, as vLLM's DeepSeek-V2 does with
   ``is_neox_style=False``), so R(δ) turns k_pe alone.
 
-Refused here, in one line, before an engine starts: other MLA families (DeepSeek-V3 / Kimi: k_pe in another
-pair layout and, for Kimi-VL, image tokens), M-RoPE (Qwen2.5-VL / Qwen3-VL: cached image tokens need their 3-D
-positions and the vision encoder skipped), and scaled RoPE variants (R(δ) would not be a plain rotation of the
-stored keys; for MLA, DeepSeek's YaRN also rescales the softmax).
+Refused here, in one line, before an engine starts: other MLA families (DeepSeek-V3 / Kimi-VL: DeepSeek-V3's
+YaRN-scaled k_pe and, for Kimi-VL, a vision tower vLLM's CPU path has not been shown to serve), the Qwen-Omni
+thinkers (audio tokens' TMRoPE positions and the talker are not placed by the connector), and scaled RoPE
+variants (R(δ) would not be a plain rotation of the stored keys; for MLA, DeepSeek's YaRN also rescales the
+softmax).
 """
 
 from __future__ import annotations
@@ -25,8 +34,21 @@ from kamera.core import ChannelSpec, RotarySpec
 from kamera.engine.store import gqa_specs
 
 GQA_SERVED = ("qwen2", "llama", "mistral", "qwen3")  # GQA / MHA decoders with 1-D RoPE in "half" layout
+MROPE_SERVED = ("qwen2_5_vl", "qwen3_vl")  # GQA with M-RoPE (sectioned, interleaved) and image tokens
 MLA_SERVED = ("deepseek_v2",)  # MLA decoders whose k_pe vLLM rotates on interleaved pairs
-SERVED = GQA_SERVED + MLA_SERVED
+SERVED = GQA_SERVED + MROPE_SERVED + MLA_SERVED
+REFUSED = {  # families the connector does not serve yet, and why (one line each)
+    "qwen3_omni_moe": "the Qwen3-Omni thinker's audio tokens take TMRoPE positions in absolute seconds and the checkpoint "
+                      "carries a talker; the connector places image and text tokens of qwen2_5_vl / qwen3_vl only",
+    "qwen3_omni_moe_thinker": "the Qwen3-Omni thinker's audio tokens take TMRoPE positions in absolute seconds; the "
+                              "connector places image and text tokens of qwen2_5_vl / qwen3_vl only",
+    "qwen2_5_omni": "the Qwen2.5-Omni thinker's audio tokens take TMRoPE positions; the connector places image and text "
+                    "tokens of qwen2_5_vl / qwen3_vl only",
+    "kimi_vl": "Kimi-VL's decoder is DeepSeek-V3 MLA (YaRN-scaled k_pe) behind a MoonViT tower vLLM's CPU path has not "
+               "been shown to serve; the connector writes DeepSeek-V2's latent page only",
+    "kimi_k25": "Kimi-K2.5's decoder is DeepSeek-V3 MLA (YaRN-scaled k_pe); the connector writes DeepSeek-V2's latent "
+                "page only",
+}
 
 
 class EngineError(ValueError):
@@ -43,33 +65,45 @@ def attention(hf_config: Any) -> str:
     return "MLA" if getattr(_text(hf_config), "kv_lora_rank", None) is not None else "GQA"
 
 
+def mrope(hf_config: Any) -> bool:
+    """Whether the model places tokens with M-RoPE's three position rows (t, h, w)."""
+    return "mrope_section" in dict(getattr(_text(hf_config), "rope_parameters", None) or {})
+
+
 def preflight(hf_config: Any) -> None:
-    """Refuse a model the connector cannot splice into, in one line (other MLA, M-RoPE, scaled RoPE, ...)."""
+    """Refuse a model the connector cannot splice into, in one line (other MLA, Omni, scaled RoPE, ...)."""
     text = _text(hf_config)
     mtype = getattr(hf_config, "model_type", "?")
+    if mtype in REFUSED:
+        raise EngineError(f"model_type {mtype!r} is not served by the engine connector: {REFUSED[mtype]}")
     if attention(hf_config) == "MLA" and mtype not in MLA_SERVED:
         raise EngineError(f"model_type {mtype!r} is MLA but not DeepSeek-V2: the connector writes the latent + k_pe "
                           f"page of {', '.join(MLA_SERVED)} only (k_pe in interleaved pairs, text tokens)")
     if mtype not in SERVED:
         raise EngineError(f"model_type {mtype!r} is not served by the engine connector; it serves {', '.join(SERVED)}")
     rope = dict(getattr(text, "rope_parameters", None) or {})
-    if rope.get("rope_type", "default") != "default" or "mrope_section" in rope:
+    if rope.get("rope_type", "default") != "default":
         raise EngineError(f"model_type {mtype!r} uses RoPE {rope.get('rope_type')!r}: the connector re-rotates "
-                          "default 1-D RoPE only")
+                          "default RoPE (1-D or M-RoPE) only")
+    if mrope(hf_config) != (mtype in MROPE_SERVED):
+        raise EngineError(f"model_type {mtype!r} {'has' if mrope(hf_config) else 'lacks'} M-RoPE sections "
+                          f"(rope_parameters.mrope_section); the connector expects them on {', '.join(MROPE_SERVED)} only")
 
 
 def preflight_model(name: str) -> None:
     """Refuse a registry model (``conf/model/<name>.yaml``) the connector cannot serve, from its entry alone
-    (no checkpoint needed): every family but the text decoders of :data:`SERVED`."""
+    (no checkpoint needed): every family but :data:`SERVED`."""
     from kamera.models import entry
 
     e = entry(name)
+    if e.family in REFUSED:
+        raise EngineError(f"{name} ({e.family}) is not served by the engine connector: {REFUSED[e.family]}")
     if e.attention == "MLA" and e.family not in MLA_SERVED:
         raise EngineError(f"{name} ({e.family}) is MLA but not DeepSeek-V2: the connector writes the latent + k_pe "
                           f"page of {', '.join(MLA_SERVED)} only")
     if e.family not in SERVED:
-        raise EngineError(f"{name} ({e.family}) is not served by the engine connector; it serves the text decoders "
-                          f"{', '.join(SERVED)} (a multimodal family needs its M-RoPE positions and cached image tokens)")
+        raise EngineError(f"{name} ({e.family}) is not served by the engine connector; it serves "
+                          f"{', '.join(SERVED)}")
 
 
 def _inv_freq(theta: float, rot_dim: int) -> torch.Tensor:

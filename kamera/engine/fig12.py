@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import logging
 import platform
 import time
@@ -234,17 +235,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("results/raw/engine/fig12_tiny"),
                     help="the folder of the shards, the view (rows.csv, timing.csv, meta.json), checkpoints and page store")
     ap.add_argument("--model", type=Path, default=None, help="a checkpoint directory (default: the tiny checkpoints)")
-    ap.add_argument("--families", default=",".join(CHECKPOINTS), help="the tiny checkpoints to run, of "
-                    f"{', '.join(CHECKPOINTS)}")
-    ap.add_argument("--items", type=int, default=16)
+    ap.add_argument("--families", default=",".join(ADAPTERS), help="the tiny checkpoints to run, of "
+                    f"{', '.join(ADAPTERS)} (text items: the VL twins are served, tests/engine/test_mrope.py)")
+    ap.add_argument("--items", type=positive, default=16)
     ap.add_argument("--seed", type=int, default=0, help="the items' seed")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--dtypes", type=dtype_list, default="float32,bfloat16", help="of float32, bfloat16")
     ap.add_argument("--check", action="store_true", help="preflight the model for the engine path and stop")
     ap.add_argument("--models", nargs="+", default=[], help="with --check: registry models to preflight (conf/model)")
     ap.add_argument("--status", action="store_true", help="print each job's shard and how far it is, run nothing")
     args = ap.parse_args(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.check and importlib.util.find_spec("vllm") is None:
+        raise SystemExit("engine preflight: vLLM is not installed in this env, so nothing can be served: run it in the "
+                         "engine venv (make engine-venv; ~/.cache/kamera/venv-engine/bin/python)")
     if args.models:
         refused = []
         for name in args.models:
@@ -259,8 +263,25 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with folder_lock(args.out):  # the tiny checkpoints are written into the folder too
             run(args)
-    except (EngineRowsError, ShardCorruptError) as err:
-        raise SystemExit(str(err)) from None
+    except (EngineRowsError, ShardCorruptError, EngineError) as err:
+        raise SystemExit(f"engine: {err}") from None
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer ≥ 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of items")
+    return value
+
+
+def dtype_list(text: str) -> list[str]:
+    """argparse type: a comma-separated list of float32 / bfloat16."""
+    dtypes = [d.strip() for d in text.split(",") if d.strip()]
+    bad = [d for d in dtypes if d not in ("float32", "bfloat16")]
+    if bad or not dtypes:
+        raise argparse.ArgumentTypeError(f"{','.join(bad) or 'nothing'}: the engine rows run float32 and / or bfloat16")
+    return dtypes
 
 
 def run(args: argparse.Namespace) -> None:
@@ -268,18 +289,24 @@ def run(args: argparse.Namespace) -> None:
     from transformers import AutoConfig
 
     if args.model:
+        if not (args.model / "config.json").is_file():
+            raise SystemExit(f"--model {args.model}: not a checkpoint directory (no config.json)")
         models = {args.model.name: args.model}
     else:
-        unknown = set(args.families.split(",")) - set(CHECKPOINTS)
+        unknown = set(args.families.split(",")) - set(ADAPTERS)
         if unknown:
-            raise SystemExit(f"--families: {sorted(unknown)} unknown; the tiny checkpoints are {', '.join(CHECKPOINTS)}")
+            raise SystemExit(f"--families: {sorted(unknown)} unknown; the tiny checkpoints are {', '.join(ADAPTERS)}")
         models = {f"tiny_{f}": CHECKPOINTS[f](args.out / "checkpoints") for f in args.families.split(",")}
     for model in models.values():
-        preflight(AutoConfig.from_pretrained(model))
+        try:
+            config = AutoConfig.from_pretrained(model)
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"--model {model}: its config does not load: {str(err).splitlines()[0]}") from None
+        preflight(config)
     if args.check:
         print(f"{', '.join(map(str, models.values()))}: the engine connector serves it")
         return
-    dtypes = args.dtypes.split(",")
+    dtypes = args.dtypes
     if args.status:
         for p in plan(args.out, jobs_of(models, dtypes), items(args.items, args.seed), args.seed, ARMS):
             print(f"{p.shard.key} {p.job}: {p.state.summary()} ({p.shard.path})")

@@ -5,7 +5,9 @@ One entry is one safetensors file in the store's folder, named by its key:
 - a **page** (:func:`save_page` / :func:`load_page`): a :class:`~kamera.core.ChunkKV` of two channels per
   layer — GQA / MHA ``k`` (rotary) and ``v`` (content), [n, kv_heads, head_dim]; MLA ``c_kv`` (content,
   [n, 1, kv_lora_rank]) and ``k_pe`` (rotary, [n, 1, rope_dim]) — with its positions and the token ids it
-  was computed from, so a connector can refuse a chunk spliced under other tokens;
+  was computed from, so a connector can refuse a chunk spliced under other tokens, and its media (each image's
+  or video's full content digest and placeholder range: placeholder token ids are alike for every image, so
+  the digest is what tells two images apart);
 - a **patch** (:func:`save_patch` / :func:`load_patch`): the full SVD factors of a
   :class:`~kamera.core.Patch` (layer granularity), so a request picks its rank at load time with
   ``truncate`` and never re-decomposes.
@@ -68,8 +70,10 @@ def _check(meta: dict, key: str, kind: str, model: str) -> None:
 PAGE_CHANNELS = (("k", "v"), ("c_kv", "k_pe"))  # GQA / MHA, MLA
 
 
-def save_page(root: str | Path, key: str, page: ChunkKV, token_ids: torch.Tensor, model: str) -> Path:
-    """Write one page (channels ``k``, ``v`` or ``c_kv``, ``k_pe``) under ``key``; returns the file."""
+def save_page(root: str | Path, key: str, page: ChunkKV, token_ids: torch.Tensor, model: str,
+              media: list[dict] | None = None) -> Path:
+    """Write one page (channels ``k``, ``v`` or ``c_kv``, ``k_pe``) under ``key``, with its ``media``
+    (``{modality, digest, offset, length}`` each, :func:`kamera.engine.vllm.media_of`); returns the file."""
     names = tuple(s.name for s in page.specs)
     if names not in PAGE_CHANNELS:
         raise StoreError(f"a page holds channels k, v or c_kv, k_pe, got {list(names)}")
@@ -78,7 +82,7 @@ def save_page(root: str | Path, key: str, page: ChunkKV, token_ids: torch.Tensor
     tensors = {"positions": page.positions.contiguous(), "token_ids": token_ids.to(torch.int64).contiguous()}
     for l, chans in enumerate(page.layers):
         tensors |= {f"L{l}.{name}": t.contiguous() for name, t in zip(names, chans, strict=True)}
-    meta = {"kind": "page", "model": model, "n_layers": page.n_layers, "channels": list(names)}
+    meta = {"kind": "page", "model": model, "n_layers": page.n_layers, "channels": list(names), "media": media or []}
     path = _path(Path(root), key)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path), metadata={"kamera": json.dumps(meta)})
@@ -98,6 +102,12 @@ def load_page(root: str | Path, key: str, model: str, specs: tuple[ChannelSpec, 
     except ValueError as e:
         raise StoreError(f"store entry {key!r} does not fit the engine's layers: {e}") from None
     return page, f.get_tensor("token_ids")
+
+
+def page_media(root: str | Path, key: str) -> list[dict]:
+    """The media a page was captured with (none for a text page)."""
+    meta, _ = _meta(_path(Path(root), key))
+    return list(meta.get("media", []))
 
 
 def save_patch(root: str | Path, key: str, patch: Patch, model: str) -> Path:

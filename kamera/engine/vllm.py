@@ -43,6 +43,7 @@ splicing wrong KV.
 from __future__ import annotations
 
 import gc
+import inspect
 import json
 import os
 import re
@@ -58,9 +59,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
-from kamera.core import ChannelSpec, ChunkKV, concat, family_rank_view, relocate
-from kamera.engine.family import EngineError, attention, channels
-from kamera.engine.store import StoreError, load_page, load_patch, model_id, save_page
+from kamera.core import ChannelSpec, ChunkKV
+from kamera.engine.family import EngineError, attention, channels, mrope
+from kamera.engine.plan import PARAMS, Segment, check_plan, compose, media_of, segments
+from kamera.engine.store import StoreError, load_page, model_id, save_page
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -70,94 +72,8 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-PARAMS = "kamera"  # the key of kv_transfer_params a kamera request uses
 TIMING_FILE = "timing.jsonl"  # per splice: tokens written, seconds composing and writing (in the store folder)
 _LAYER = re.compile(r"layers\.(\d+)\.")
-
-
-# ----- one request's splice plan (checked on both sides) ------------------------------------------
-@dataclass(frozen=True)
-class Segment:
-    """Tokens ``[a, b)`` of page ``key`` placed at ``start`` (re-rotated unless ``rotate`` is False, patched if ``patch``)."""
-
-    key: str
-    a: int
-    b: int
-    start: int
-    rotate: bool = True
-    patch: str | None = None
-    rank: int | None = None
-
-    @property
-    def n(self) -> int:
-        return self.b - self.a
-
-
-def segments(params: dict | None) -> list[Segment]:
-    """The segments a request's ``kamera`` parameters name (empty for none), laid end to end from position 0."""
-    spec = (params or {}).get(PARAMS) or {}
-    out, at = [], 0
-    for i, s in enumerate(spec.get("segments") or []):
-        unknown = set(s) - {"key", "span", "start", "rotate", "patch", "rank"}
-        if unknown or "key" not in s or "span" not in s:
-            raise EngineError(f"segment {i} needs key and span (and may give start, rotate, patch, rank), got {sorted(s)}")
-        a, b = (int(x) for x in s["span"])
-        seg = Segment(str(s["key"]), a, b, int(s.get("start", at)), bool(s.get("rotate", True)), s.get("patch"),
-                      None if s.get("rank") is None else int(s["rank"]))
-        if not 0 <= a < b:
-            raise EngineError(f"segment {i} has an empty or negative span [{a}, {b})")
-        if seg.start != at:
-            raise EngineError(f"segment {i} starts at {seg.start}; segments must tile the prompt from 0 (next is {at})")
-        out.append(seg)
-        at += seg.n
-    return out
-
-
-def check_plan(segs: list[Segment], prompt: list[int] | torch.Tensor, store: Path, model: str,
-               specs: tuple[ChannelSpec, ...], max_model_len: int) -> int:
-    """The number of tokens the plan claims, after checking every page and patch exists, is this model's and fits.
-
-    Raises :class:`EngineError` / :class:`~kamera.engine.store.StoreError` for a missing chunk, another
-    model's chunk, tokens that differ from the prompt's, or a claim that leaves no token to compute or runs
-    past ``max_model_len``: a bad splice is refused, never silently recomputed.
-    """
-    prompt = torch.as_tensor(list(prompt), dtype=torch.int64)
-    n = sum(s.n for s in segs)
-    if len(prompt) > max_model_len:
-        raise EngineError(f"prompt of {len(prompt)} tokens is past the engine's max_model_len {max_model_len}")
-    if segs and n >= len(prompt):
-        raise EngineError(f"the splice claims {n} of {len(prompt)} prompt tokens; at least the last one must be computed")
-    for s in segs:
-        page, ids = load_page(store, s.key, model, specs)
-        if s.b > page.n_tokens:
-            raise EngineError(f"segment span [{s.a}, {s.b}) is past page {s.key!r} of {page.n_tokens} tokens")
-        if not torch.equal(ids[s.a:s.b], prompt[s.start:s.start + s.n]):
-            raise EngineError(f"page {s.key!r} tokens [{s.a}, {s.b}) differ from the prompt's tokens at {s.start}")
-        if s.patch is not None:
-            patch = load_patch(store, s.patch, model, specs)
-            if patch.n_tokens != s.n:
-                raise EngineError(f"patch {s.patch!r} covers {patch.n_tokens} tokens, the segment {s.n}")
-    return n
-
-
-def compose(segs: list[Segment], store: Path, model: str, specs: tuple[ChannelSpec, ...]) -> ChunkKV:
-    """The claimed KV at positions 0..n−1: each segment's page slice moved by R(δ) (or not), patched at its rank
-    (MLA: k_pe at ⌈m/4⌉, kamera's rank rule, :func:`kamera.core.family_rank_view`)."""
-    kind = "MLA" if specs[0].name == "c_kv" else "GQA"
-    parts = []
-    for s in segs:
-        page, _ = load_page(store, s.key, model, specs)
-        part = page.slice(s.a, s.b)
-        delta = s.start - int(part.positions[0])
-        if not s.rotate:
-            parts.append(ChunkKV(specs, part.layers, part.positions + delta))
-        elif s.patch is None:
-            parts.append(relocate(part, delta))
-        else:
-            patch = load_patch(store, s.patch, model, specs)
-            patch = patch.relocate(s.start - int(patch.positions[0])) if int(patch.positions[0]) != s.start else patch
-            parts.append(family_rank_view(patch, s.rank, kind).apply(part, delta))
-    return concat(parts)
 
 
 # ----- the cache layout, learned through the engine's own write -----------------------------------
@@ -224,7 +140,8 @@ def slot_mapping(block_ids: list[int], block_size: int, n: int, device: torch.de
 # ----- the connector --------------------------------------------------------------------------------
 @dataclass
 class _Work:
-    """One request's work this step: a splice to load and/or a capture to store."""
+    """One request's work this step: a splice to load and/or a capture to store, with the prompt's positions
+    ([n], or [3, n] under M-RoPE, as vLLM places them), its media and how many encoder inputs vLLM scheduled."""
 
     req_id: str
     prompt: list[int]
@@ -232,6 +149,9 @@ class _Work:
     segments: list[Segment]
     capture: str | None
     tag: str | None
+    positions: torch.Tensor
+    media: list[dict]
+    encoder_inputs: int = 0
 
 
 @dataclass
@@ -241,15 +161,32 @@ class KameraMetadata(KVConnectorMetadata):
     work: list[_Work] = field(default_factory=list)
 
 
+def mrope_stand_in(vllm_config: VllmConfig) -> Any:
+    """The served model class with only its ``config`` set, to call its ``get_mrope_input_positions`` (which reads
+    ``self.config`` alone) on the scheduler side: the function vLLM's model runner places every request's tokens
+    with (``GPUModelRunner._init_mrope_positions``, ``vllm/v1/worker/gpu_model_runner.py``; the CPU runner
+    inherits it), so a cached span's positions are the ones vLLM's query after it assumes."""
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+
+    cls, _ = get_model_architecture(vllm_config.model_config)
+    model = cls.__new__(cls)  # no weights, no torch.nn.Module state: the method only reads self.config
+    model.__dict__["config"] = vllm_config.model_config.hf_config
+    return model
+
+
 class KameraConnector(KVConnectorBase_V1):
     """Serves kamera chunks (canonical page, R(δ), rank-m patch) into vLLM's paged KV cache; see the module docstring.
 
     ``kv_connector_extra_config``: ``store`` (the folder of pages and patches) and ``model`` (the store's
-    model id, :func:`kamera.engine.store.model_id`).
+    model id, :func:`kamera.engine.store.model_id`). vLLM 0.32's base class takes ``kv_cache_config`` as a third
+    argument; a build whose base takes two is called with two (:func:`base_takes_kv_cache_config`).
     """
 
-    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig) -> None:
-        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig | None = None) -> None:
+        if base_takes_kv_cache_config():
+            super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        else:
+            super().__init__(vllm_config=vllm_config, role=role)
         extra = self._kv_transfer_config.kv_connector_extra_config
         self.store = Path(extra["store"])
         self.model = str(extra["model"])
@@ -257,23 +194,39 @@ class KameraConnector(KVConnectorBase_V1):
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         if vllm_config.cache_config.enable_prefix_caching:
             raise EngineError("the kamera connector needs prefix caching off (an approximate chunk is not exact KV)")
-        self.specs = channels(vllm_config.model_config.hf_config)
-        self._requests: dict[str, Request] = {}
+        hf_config = vllm_config.model_config.hf_config
+        self.specs = channels(hf_config)
+        self._mrope = mrope_stand_in(vllm_config) if mrope(hf_config) and role == KVConnectorRole.SCHEDULER else None
+        self._requests: dict[str, tuple[Request, list[Segment], torch.Tensor, list[dict]]] = {}
         self._layout: dict[tuple, torch.Tensor] = {}
         self._captured: dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]] = {}
 
     # ----- scheduler side ------------------------------------------------------------------------
+    def positions(self, request: Request) -> torch.Tensor:
+        """The request's prompt positions as vLLM places them: 0..n−1, or M-RoPE's [3, n] from the model's own
+        ``get_mrope_input_positions`` (:func:`mrope_stand_in`)."""
+        prompt = list(request.prompt_token_ids)
+        if self._mrope is None:
+            return torch.arange(len(prompt))
+        features = [f for f in request.mm_features if f.modality != "prompt_embeds"]
+        pos, _ = self._mrope.get_mrope_input_positions(prompt, features)
+        return torch.as_tensor(pos, dtype=torch.int64)
+
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         params = (request.kv_transfer_params or {}).get(PARAMS)
         if not params:
             return 0, False
-        self._requests[request.request_id] = request
         segs = segments(request.kv_transfer_params)
-        if not segs:
-            return 0, False
-        if num_computed_tokens:
+        positions, media = self.positions(request), media_of(request.mm_features)
+        if segs and num_computed_tokens:
             raise EngineError(f"{num_computed_tokens} tokens already computed: turn prefix caching off")
-        n = check_plan(segs, request.prompt_token_ids, self.store, self.model, self.specs, self.max_model_len)
+        try:
+            n = check_plan(segs, request.prompt_token_ids, self.store, self.model, self.specs, self.max_model_len,
+                           positions, media)
+        except (EngineError, StoreError) as err:  # kv_load_failure_policy="recompute": exact prefill, and it is said
+            self._record({"tag": params.get("tag"), "request": request.request_id, "fallback": str(err)})
+            segs, n = [], 0
+        self._requests[request.request_id] = (request, segs, positions, media)
         return n, False
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
@@ -282,18 +235,26 @@ class KameraConnector(KVConnectorBase_V1):
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         meta = KameraMetadata()
         for new in scheduler_output.scheduled_new_reqs:
-            request = self._requests.pop(new.req_id, None)
-            if request is None:
+            held = self._requests.pop(new.req_id, None)
+            if held is None:
                 continue
+            request, segs, positions, media = held
             params = request.kv_transfer_params[PARAMS]
             prompt = list(new.prompt_token_ids or [])
             if params.get("capture") and scheduler_output.num_scheduled_tokens[new.req_id] + new.num_computed_tokens < len(prompt):
                 raise EngineError("a capture needs its whole prompt in one step: raise max_num_batched_tokens")
-            meta.work.append(_Work(new.req_id, prompt, list(new.block_ids[0]), segments(request.kv_transfer_params),
-                                   params.get("capture"), params.get("tag")))
+            encoder = len(scheduler_output.scheduled_encoder_inputs.get(new.req_id, []))
+            meta.work.append(_Work(new.req_id, prompt, list(new.block_ids[0]), segs, params.get("capture"),
+                                   params.get("tag"), positions, media, encoder))
         if meta.work:  # start_load_kv before the forward (a capture learns the layout there), as hisparse/connector.py does
             scheduler_output.has_sync_kv_loads = True
         return meta
+
+    def _record(self, record: dict) -> None:
+        """Append one record to the store's :data:`TIMING_FILE` (splices' timings, fallbacks)."""
+        self.store.mkdir(parents=True, exist_ok=True)
+        with open(self.store / TIMING_FILE, "a") as f:
+            f.write(json.dumps(record) + "\n")
 
     # ----- worker side -------------------------------------------------------------------------------
     def _attention_layers(self, forward_context: ForwardContext) -> list[tuple[int, str, torch.nn.Module]]:
@@ -322,7 +283,7 @@ class KameraConnector(KVConnectorBase_V1):
             if not w.segments:
                 continue
             t0 = time.perf_counter()
-            page = compose(w.segments, self.store, self.model, self.specs)
+            page = compose(w.segments, self.store, self.model, self.specs, w.positions)
             if page.n_layers != len(layers):
                 raise EngineError(f"the chunk has {page.n_layers} layers, the engine {len(layers)}")
             t1 = time.perf_counter()
@@ -334,9 +295,8 @@ class KameraConnector(KVConnectorBase_V1):
                                       f"{self.block_size} tokens of {'/'.join(s.name for s in self.specs)}")
                 write_kv(layer, page.layers[l], layer.kv_cache, slots)
             t2 = time.perf_counter()
-            record = {"tag": w.tag, "tokens": page.n_tokens, "compose_s": t1 - t0, "write_s": t2 - t1}
-            with open(self.store / TIMING_FILE, "a") as f:
-                f.write(json.dumps(record) + "\n")
+            self._record({"tag": w.tag, "tokens": page.n_tokens, "compose_s": t1 - t0, "write_s": t2 - t1,
+                          "encoder_inputs": w.encoder_inputs})
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Nothing to wait for: :meth:`start_load_kv` writes every layer before the forward."""
@@ -359,19 +319,25 @@ class KameraConnector(KVConnectorBase_V1):
             if not w.capture:
                 continue
             got = self._captured.pop(w.req_id)
-            n = len(w.prompt)
-            page = ChunkKV(self.specs, [got[l] for l in sorted(got)], torch.arange(n))
-            save_page(self.store, w.capture, page, torch.tensor(w.prompt), self.model)
+            page = ChunkKV(self.specs, [got[l] for l in sorted(got)], w.positions)
+            save_page(self.store, w.capture, page, torch.tensor(w.prompt), self.model, w.media)
+
+
+def base_takes_kv_cache_config() -> bool:
+    """Whether the installed vLLM's ``KVConnectorBase_V1.__init__`` takes ``kv_cache_config`` (0.32 does)."""
+    return "kv_cache_config" in inspect.signature(KVConnectorBase_V1.__init__).parameters
 
 
 # ----- the client: one engine, requests in, log-probs out -------------------------------------------
 @dataclass
 class Output:
-    """One request's result: next-token log-probs over the whole vocabulary (float64) and what vLLM reports."""
+    """One request's result: next-token log-probs over the whole vocabulary (float64), what vLLM reports, and why
+    a splice fell back to vLLM's own prefill (``kv_load_failure_policy="recompute"`` semantics), if it did."""
 
     logprobs: torch.Tensor
     num_cached_tokens: int
     seconds: float
+    fallback: str | None = None
 
 
 class EngineSession:
@@ -379,7 +345,16 @@ class EngineSession:
 
     ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process, so its errors reach the
     caller; ``enforce_eager`` keeps vLLM's reference kernels (no graph capture). Requests are checked
-    here with the connector's own :func:`check_plan` before they are submitted.
+    here with the connector's own :func:`check_plan` before they are submitted; what only the scheduler
+    knows (M-RoPE positions, media digests) is checked there, and a splice that fails it is served by vLLM's
+    exact prefill instead and reported (:attr:`Output.fallback`; :meth:`run` raises unless ``fallback_ok``).
+
+    A multimodal model (M-RoPE families) loads its tokenizer and processor (vLLM's multimodal processor needs
+    them) and keeps vLLM's processor cache on: only then does vLLM key each image by its content hash (the
+    ``identifier`` a page's media record; without the cache it numbers the images of a request instead), and
+    the engine core restores a cached image's data before the scheduler sees the request. Prompts are given **expanded** (one image token per image
+    embedding, :meth:`expand`); :meth:`run` submits one image token per image, vLLM expands it, and the
+    expansion must give back the prompt.
 
     MLA models run with vLLM's rotary custom op off (``custom_ops=["-rotary_embedding"]``, its torch
     ``forward_native`` instead): the CPU build's ``torch.ops._C.rotary_embedding`` (``RotaryEmbedding.
@@ -406,21 +381,44 @@ class EngineSession:
         self.dtype = dtype
         self.model = model_id(self.path, dtype)
         self.max_model_len = max_model_len
-        self.vocab = int(self.config.vocab_size)
+        self.vocab = int(getattr(self.config, "text_config", self.config).vocab_size)
         kv = KVTransferConfig(kv_connector="KameraConnector", kv_connector_module_path=__name__, kv_role="kv_both",
-                              kv_connector_extra_config={"store": str(self.store), "model": self.model})
-        self.llm = LLM(model=self.path, dtype=dtype, enforce_eager=True, skip_tokenizer_init=True,
-                       enable_prefix_caching=False, max_model_len=max_model_len, block_size=block_size,
-                       max_num_batched_tokens=max_model_len, max_logprobs=self.vocab, kv_transfer_config=kv,
-                       seed=0, **self.engine_args(self.config))
+                              kv_connector_extra_config={"store": str(self.store), "model": self.model},
+                              kv_load_failure_policy="recompute")
+        self.llm = LLM(model=self.path, dtype=dtype, enforce_eager=True, enable_prefix_caching=False,
+                       max_model_len=max_model_len, block_size=block_size, max_num_batched_tokens=max_model_len,
+                       max_logprobs=self.vocab, kv_transfer_config=kv, seed=0, **self.engine_args(self.config))
 
     @staticmethod
     def engine_args(hf_config: Any) -> dict:
-        """Extra engine arguments a family needs (MLA: vLLM's rotary custom op off; see the class docstring)."""
-        return {"compilation_config": {"custom_ops": ["-rotary_embedding"]}} if attention(hf_config) == "MLA" else {}
+        """Extra engine arguments a family needs: MLA, vLLM's rotary custom op off (the class docstring); M-RoPE
+        (multimodal), the tokenizer and processor loaded, the processor cache on, images only; text, no tokenizer."""
+        if attention(hf_config) == "MLA":
+            return {"skip_tokenizer_init": True, "compilation_config": {"custom_ops": ["-rotary_embedding"]}}
+        if mrope(hf_config):
+            return {"mm_processor_cache_gb": 1, "limit_mm_per_prompt": {"image": 4, "video": 0}}
+        return {"skip_tokenizer_init": True}
 
-    def run(self, prompt: list[int], kamera: dict | None = None) -> Output:
-        """One greedy step on ``prompt`` with the kamera parameters ``kamera`` (capture and / or segments)."""
+    def expand(self, ids: list[int], images: list[Any]) -> list[int]:
+        """``ids`` with each single image token replaced by as many as the image's embedding has rows (the
+        checkpoint's image processor: grid t·h·w / merge², as vLLM's Qwen-VL processors expand it)."""
+        from transformers import AutoImageProcessor
+
+        image_id = int(self.config.image_token_id)
+        if ids.count(image_id) != len(images):
+            raise EngineError(f"{ids.count(image_id)} image tokens for {len(images)} images")
+        if not images:
+            return list(ids)
+        proc = AutoImageProcessor.from_pretrained(self.path)
+        merge = int(proc.merge_size) ** 2
+        sizes = iter(int(g.prod()) // merge for g in proc(images=list(images), return_tensors="pt")["image_grid_thw"])
+        return [t for i in ids for t in ([image_id] * next(sizes) if i == image_id else [i])]
+
+    def run(self, prompt: list[int], kamera: dict | None = None, images: list[Any] | None = None,
+            fallback_ok: bool = False) -> Output:
+        """One greedy step on ``prompt`` (expanded, :meth:`expand`) and its ``images`` with the kamera parameters
+        ``kamera`` (capture and / or segments). A splice the scheduler refuses is served by vLLM's prefill:
+        EngineError naming why, or (``fallback_ok``) an Output that says so."""
         from vllm import SamplingParams
 
         params = {PARAMS: kamera} if kamera else None
@@ -428,14 +426,28 @@ class EngineSession:
         check_plan(segs, prompt, self.store, self.model, self.specs, self.max_model_len)
         extra = {"kv_transfer_params": params} if params else None
         sp = SamplingParams(max_tokens=1, temperature=0.0, logprobs=self.vocab, extra_args=extra)
+        request: dict[str, Any] = {"prompt_token_ids": list(prompt)}
+        if images:
+            image_id = int(self.config.image_token_id)
+            request = {"prompt_token_ids": [t for i, t in enumerate(prompt) if t != image_id or i == 0 or prompt[i - 1] != image_id],
+                       "multi_modal_data": {"image": list(images)}}
+        seen = len(self.timings())
         t0 = time.perf_counter()
-        out = self.llm.generate([{"prompt_token_ids": list(prompt)}], sp, use_tqdm=False)[0]
+        out = self.llm.generate([request], sp, use_tqdm=False)[0]
         seconds = time.perf_counter() - t0
+        if list(out.prompt_token_ids) != list(prompt):
+            raise EngineError(f"vLLM expanded the prompt to {len(out.prompt_token_ids)} tokens, not the given {len(prompt)}: "
+                              "give it expanded (EngineSession.expand)")
         lp = torch.full((self.vocab,), float("-inf"), dtype=torch.float64)
         for tok, entry in out.outputs[0].logprobs[0].items():
             lp[tok] = entry.logprob
         cached = int(out.num_cached_tokens or 0)
         claim = sum(s.n for s in segs)
+        fallback = next((r["fallback"] for r in self.timings()[seen:] if "fallback" in r), None)
+        if fallback is not None and cached == 0 and claim:
+            if not fallback_ok:
+                raise EngineError(f"the splice fell back to vLLM's prefill: {fallback}")
+            return Output(lp, cached, seconds, fallback)
         if cached != claim:
             raise EngineError(f"vLLM reports {cached} cached tokens, the splice claimed {claim}")
         return Output(lp, cached, seconds)

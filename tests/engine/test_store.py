@@ -67,7 +67,10 @@ def test_mla_pages_are_the_latent_and_k_pe_with_k_pe_rotated_on_interleaved_pair
 
 @pytest.mark.parametrize("config, why", [
     (tf.DeepseekV3Config(**tiny.MLA_TEXT), "is MLA but not DeepSeek-V2"),
-    (tiny.qwen25_config(), "not served by the engine connector"),
+    (tiny.qwen3_omni_config(), "Qwen3-Omni thinker's audio tokens"),
+    (tiny.kimi_config(), "DeepSeek-V3 MLA"),
+    (tf.Qwen2Config(**tiny.TEXT, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 12, 12]}),
+     "has M-RoPE sections"),
     (tf.Qwen2Config(**tiny.TEXT, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}), "RoPE 'linear'"),
 ])
 def test_families_the_connector_cannot_splice_are_a_preflight_error(config, why):
@@ -81,11 +84,80 @@ def test_bf16_ulps_count_in_the_references_bf16_spacing():
     assert bf16_ulps(got, ref).tolist() == [0.0, 1.0, 2.0, 0.0]
 
 
-def test_the_papers_fig12_backbones_are_refused_by_name_before_any_checkpoint_loads():
+def test_the_papers_fig12_backbones_are_served_or_refused_by_name_before_any_checkpoint_loads():
     from kamera.engine.family import preflight_model
 
-    with pytest.raises(EngineError, match=r"kimi_vl_a3b .* is MLA but not DeepSeek-V2"):
+    with pytest.raises(EngineError, match=r"kimi_vl_a3b \(kimi_vl\) is not served .* DeepSeek-V3 MLA"):
         preflight_model("kimi_vl_a3b")
-    preflight_model("tiny_deepseek_v2")  # served: the MLA page of DeepSeek-V2
-    with pytest.raises(EngineError, match=r"qwen2_5_vl_7b .* M-RoPE"):
-        preflight_model("qwen2_5_vl_7b")
+    with pytest.raises(EngineError, match=r"qwen3_omni_30b_a3b .* audio tokens take TMRoPE"):
+        preflight_model("qwen3_omni_30b_a3b")
+    for served in ("tiny_deepseek_v2", "qwen2_5_vl_7b", "qwen3_vl_8b"):  # MLA page; sectioned / interleaved M-RoPE
+        preflight_model(served)
+
+
+@pytest.mark.parametrize("config", [tiny.qwen25_config(), tiny.qwen3_config()], ids=["sectioned", "interleaved"])
+def test_m_rope_pages_are_k_v_in_rotate_half_pairs_over_the_whole_head(config):
+    (k, v) = channels(config)
+    assert (k.heads, k.dim, k.rotary.layout, k.rotary.rotary_dim, v.rotary) == (2, 64, "half", 64, None)
+
+
+def test_a_segment_must_move_rigidly_on_all_three_rows():
+    from kamera.engine.plan import Segment, segment_delta
+
+    page_pos = torch.stack([torch.arange(10)] * 3)
+    page_pos[1:, 3:7] += torch.tensor([[0, 0, 1, 1], [0, 1, 0, 1]])  # a 2 x 2 image at tokens 3..6
+    prompt_pos = torch.cat([torch.zeros(3, 4, dtype=torch.long), page_pos + 9], dim=1)
+    assert segment_delta(Segment("p", 0, 10, 4), page_pos, prompt_pos) == 9
+    bent = prompt_pos.clone()
+    bent[2, 8] += 1
+    with pytest.raises(EngineError, match="does not move rigidly"):
+        segment_delta(Segment("p", 0, 10, 4), page_pos, bent)
+    with pytest.raises(EngineError, match="positions have shape"):
+        segment_delta(Segment("p", 0, 10, 4), page_pos[0], prompt_pos)
+
+
+def test_media_windows_name_the_full_digest_and_the_offset_inside_the_image():
+    from types import SimpleNamespace
+
+    from kamera.engine.plan import media_of, windows
+
+    feature = lambda digest, offset, n: SimpleNamespace(modality="image", identifier=digest,  # noqa: E731
+                                                         mm_position=SimpleNamespace(offset=offset, length=n))
+    media = media_of([feature("b" * 64, 20, 16), feature("a" * 64, 4, 12)])
+    assert [m["offset"] for m in media] == [4, 20]
+    assert windows(media, 10, 24) == [("image", "a" * 64, 0, 6, 6), ("image", "b" * 64, 10, 0, 4)]
+    assert windows(media, 0, 4) == []
+    with pytest.raises(EngineError, match="too short"):
+        media_of([feature("renderer0-mm-1-image-0"[:8], 0, 4)])
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--items", "0"], "0 is not a positive number of items"),
+    (["--dtypes", "float16"], "float16: the engine rows run float32 and / or bfloat16"),
+    (["--model", "{tmp}"], "not a checkpoint directory (no config.json)"),
+    (["--model", "{omni}"], "model_type 'qwen3_omni_moe_thinker' is not served by the engine connector"),
+])
+def test_the_engine_cli_refuses_bad_input_in_one_line(argv, why, tmp_path, capsys):
+    from kamera.engine.fig12 import main
+
+    omni = tmp_path / "omni"
+    tiny.qwen3_omni_config().save_pretrained(omni)
+    argv = [a.format(tmp=tmp_path / "empty", omni=omni) for a in argv] + ["--out", str(tmp_path / "out")]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    said = str(exit_.value.code) if isinstance(exit_.value.code, str) else capsys.readouterr().err
+    assert exit_.value.code != 0 and why in said and "Traceback" not in said
+    assert len(said.strip().splitlines()[-1]) and why in said.strip().splitlines()[-1]
+
+
+def test_the_engine_preflight_never_says_ok_without_vllm(tmp_path, monkeypatch):
+    import importlib.util
+
+    from kamera.engine.fig12 import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    for argv in (["--check", "--models", "qwen2_5_vl_7b"], ["--check", "--families", "qwen2"]):
+        with pytest.raises(SystemExit, match="vLLM is not installed in this env"):
+            main([*argv, "--out", str(tmp_path)])

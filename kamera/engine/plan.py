@@ -1,0 +1,160 @@
+"""One request's splice plan, checked on both sides of the connector (no vLLM needed).
+
+A request names :class:`Segment` s in ``kv_transfer_params["kamera"]["segments"]`` (:func:`segments`);
+:func:`check_plan` refuses, in one line, a plan whose pages or patches are missing, belong to another model, hold
+other tokens or other media than the prompt at their place, do not move rigidly onto the prompt's positions, or
+leave no token to compute; :func:`compose` builds the claimed KV with kamera's operator. Positions are vLLM's:
+0..n−1, or M-RoPE's [3, n] rows (``get_mrope_input_positions``), where a segment moves by one δ on every row
+(:func:`segment_delta`). Media are keyed by their full content digest and the offset inside the medium
+(:func:`media_of`, :func:`windows`), never by the placeholder ids, which are alike for every image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kamera.core import ChannelSpec, ChunkKV, concat, family_rank_view, relocate
+from kamera.engine.family import EngineError
+from kamera.engine.store import load_page, load_patch, page_media
+
+PARAMS = "kamera"  # the key of kv_transfer_params a kamera request uses
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Tokens ``[a, b)`` of page ``key`` placed at ``start`` (re-rotated unless ``rotate`` is False, patched if ``patch``)."""
+
+    key: str
+    a: int
+    b: int
+    start: int
+    rotate: bool = True
+    patch: str | None = None
+    rank: int | None = None
+
+    @property
+    def n(self) -> int:
+        return self.b - self.a
+
+
+def segments(params: dict | None) -> list[Segment]:
+    """The segments a request's ``kamera`` parameters name (empty for none), laid end to end from position 0."""
+    spec = (params or {}).get(PARAMS) or {}
+    out, at = [], 0
+    for i, s in enumerate(spec.get("segments") or []):
+        unknown = set(s) - {"key", "span", "start", "rotate", "patch", "rank"}
+        if unknown or "key" not in s or "span" not in s:
+            raise EngineError(f"segment {i} needs key and span (and may give start, rotate, patch, rank), got {sorted(s)}")
+        a, b = (int(x) for x in s["span"])
+        seg = Segment(str(s["key"]), a, b, int(s.get("start", at)), bool(s.get("rotate", True)), s.get("patch"),
+                      None if s.get("rank") is None else int(s["rank"]))
+        if not 0 <= a < b:
+            raise EngineError(f"segment {i} has an empty or negative span [{a}, {b})")
+        if seg.start != at:
+            raise EngineError(f"segment {i} starts at {seg.start}; segments must tile the prompt from 0 (next is {at})")
+        out.append(seg)
+        at += seg.n
+    return out
+
+
+def check_plan(segs: list[Segment], prompt: list[int] | torch.Tensor, store: Path, model: str,
+               specs: tuple[ChannelSpec, ...], max_model_len: int, positions: torch.Tensor | None = None,
+               media: list[dict] | None = None) -> int:
+    """The number of tokens the plan claims, after checking every page and patch exists, is this model's and fits.
+
+    Raises :class:`EngineError` / :class:`~kamera.engine.store.StoreError` for a missing chunk, another
+    model's chunk, tokens that differ from the prompt's, or a claim that leaves no token to compute or runs
+    past ``max_model_len``: a bad splice is refused, never silently recomputed. With the prompt's
+    ``positions`` ([n] or M-RoPE's [3, n], as vLLM places them) each segment must move rigidly (one δ on every
+    row and token, :func:`segment_delta`); with the prompt's ``media`` (:func:`media_of`) each segment's images
+    must be the page's, by full content digest and offset (image placeholder ids alone are all alike).
+    """
+    prompt = torch.as_tensor(list(prompt), dtype=torch.int64)
+    n = sum(s.n for s in segs)
+    if len(prompt) > max_model_len:
+        raise EngineError(f"prompt of {len(prompt)} tokens is past the engine's max_model_len {max_model_len}")
+    if segs and n >= len(prompt):
+        raise EngineError(f"the splice claims {n} of {len(prompt)} prompt tokens; at least the last one must be computed")
+    for s in segs:
+        page, ids = load_page(store, s.key, model, specs)
+        if s.b > page.n_tokens:
+            raise EngineError(f"segment span [{s.a}, {s.b}) is past page {s.key!r} of {page.n_tokens} tokens")
+        if not torch.equal(ids[s.a:s.b], prompt[s.start:s.start + s.n]):
+            raise EngineError(f"page {s.key!r} tokens [{s.a}, {s.b}) differ from the prompt's tokens at {s.start}")
+        if positions is not None:
+            segment_delta(s, page.positions, positions)
+        if media is not None:
+            had, want = windows(page_media(store, s.key), s.a, s.b), windows(media, s.start, s.start + s.n)
+            if had != want:
+                raise EngineError(f"page {s.key!r} tokens [{s.a}, {s.b}) hold media {had or 'none'}, the prompt's tokens "
+                                  f"at {s.start} {want or 'none'}")
+        if s.patch is not None:
+            patch = load_patch(store, s.patch, model, specs)
+            if patch.n_tokens != s.n:
+                raise EngineError(f"patch {s.patch!r} covers {patch.n_tokens} tokens, the segment {s.n}")
+    return n
+
+
+def segment_delta(s: Segment, page_positions: torch.Tensor, positions: torch.Tensor) -> int:
+    """δ that moves the segment's page positions onto the prompt's at its place: one number for every token and
+    (M-RoPE) every row, else EngineError (R(δ) is a rotation by one δ; a chunk whose rows move apart is not it)."""
+    had = page_positions[..., s.a:s.b].to(torch.int64)
+    want = positions[..., s.start:s.start + s.n].to(torch.int64)
+    if had.shape != want.shape:
+        raise EngineError(f"page {s.key!r} positions have shape {tuple(had.shape)}, the prompt's {tuple(want.shape)}")
+    delta = want - had
+    if not torch.equal(delta, delta.reshape(-1)[:1].expand_as(delta)):
+        raise EngineError(f"segment {s.key!r} [{s.a}, {s.b}) at {s.start} does not move rigidly: its position rows shift "
+                          f"by {sorted(set(delta.reshape(-1).tolist()))[:4]}…, R(δ) needs one δ")
+    return int(delta.reshape(-1)[0])
+
+
+def media_of(features: list[Any] | None) -> list[dict]:
+    """A request's media as the page metadata records them: modality, full content digest (vLLM's
+    ``MultiModalFeatureSpec.identifier``, the hash its encoder cache is keyed by) and placeholder range."""
+    out = []
+    for f in sorted(features or [], key=lambda f: f.mm_position.offset):
+        digest = str(f.identifier)
+        if len(digest) < 32:
+            raise EngineError(f"{f.modality} digest {digest!r} is too short to key cached KV by (a full digest is needed)")
+        out.append({"modality": f.modality, "digest": digest, "offset": int(f.mm_position.offset),
+                    "length": int(f.mm_position.length)})
+    return out
+
+
+def windows(media: list[dict], a: int, b: int) -> list[tuple]:
+    """The media inside tokens [a, b): (modality, digest, offset from a, offset inside the medium, tokens) each."""
+    out = []
+    for m in media:
+        lo, hi = max(a, m["offset"]), min(b, m["offset"] + m["length"])
+        if lo < hi:
+            out.append((m["modality"], m["digest"], lo - a, lo - m["offset"], hi - lo))
+    return out
+
+
+def compose(segs: list[Segment], store: Path, model: str, specs: tuple[ChannelSpec, ...],
+            positions: torch.Tensor | None = None) -> ChunkKV:
+    """The claimed KV at the prompt's first n positions (``positions``: [n] or [3, n], default 0..n−1): each
+    segment's page slice moved by R(δ) (or not), patched at its rank (MLA: k_pe at ⌈m/4⌉, kamera's rank rule,
+    :func:`kamera.core.family_rank_view`)."""
+    kind = "MLA" if specs[0].name == "c_kv" else "GQA"
+    parts = []
+    for s in segs:
+        page, _ = load_page(store, s.key, model, specs)
+        part = page.slice(s.a, s.b)
+        delta = s.start - int(part.positions[0]) if positions is None else segment_delta(s, page.positions, positions)
+        if not s.rotate:
+            parts.append(ChunkKV(specs, part.layers, part.positions + delta))
+        elif s.patch is None:
+            parts.append(relocate(part, delta))
+        else:
+            patch = load_patch(store, s.patch, model, specs)
+            target = part.positions + delta
+            if not torch.equal(patch.positions, target):
+                patch = patch.relocate(int((target - patch.positions).reshape(-1)[0]))
+            parts.append(family_rank_view(patch, s.rank, kind).apply(part, delta))
+    return concat(parts)
