@@ -51,6 +51,7 @@ from kamera.engine.checkpoint import CHECKPOINTS
 from kamera.engine.family import EngineError, preflight, preflight_model
 from kamera.engine.rows import SOURCES, EngineRowsError, Job, folder_lock, plan, run_jobs
 from kamera.engine.store import save_patch
+from kamera.engine.verify import bf16_ulps
 from kamera.items.spans import Span
 from kamera.job.store import ShardCorruptError
 from kamera.metrics import kl
@@ -80,18 +81,6 @@ def items(n: int, seed: int = 0) -> list[dict]:
 
 def rank_of(arm: str) -> int:
     return int(arm.removeprefix("patch_r"))
-
-
-def bf16_ulps(a: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """|a − ref| in units of one bf16 ULP at ``ref`` (float64, elementwise): the paper's "within one bf16 ULP".
-
-    The unit is the bf16 spacing of the reference value, 2^(⌊log2 |ref|⌋ − 7) (bf16 keeps 8 significant
-    bits), floored at the smallest normal bf16 so exact zeros do not divide by zero. The same unit for
-    float32 and bf16 runs, so the two dtypes read on one axis; 0 means equal.
-    """
-    r = ref.double().abs().clamp_min(torch.finfo(torch.bfloat16).tiny)
-    unit = torch.exp2(torch.floor(torch.log2(r)) - 7)
-    return (a.double() - ref.double()).abs() / unit
 
 
 def ulp_stats(got: ChunkKV, ref: ChunkKV) -> dict[str, float]:

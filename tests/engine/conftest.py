@@ -16,9 +16,10 @@ def checkpoint(request, tmp_path_factory):
     return CHECKPOINTS[request.param](tmp_path_factory.mktemp(f"engine-ckpt-{request.param}"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine(checkpoint, tmp_path_factory):
-    """engine(dtype) → a live EngineSession on the tiny checkpoint (one at a time: switching dtype closes the other)."""
+    """engine(dtype) → a live EngineSession on the tiny checkpoint (one at a time: switching dtype closes the other;
+    closed at the end of its module, so the next module's engine is the only one in the process)."""
     pytest.importorskip("vllm", reason="the engine extra (vLLM) is not installed: scripts/install_engine.sh")
     from kamera.engine.vllm import EngineSession
 

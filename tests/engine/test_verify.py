@@ -1,0 +1,24 @@
+"""``python -m kamera.engine.verify``: passes on a served tiny family and fails on a broken connector."""
+
+from __future__ import annotations
+
+import pytest
+
+from kamera.core import ChunkKV
+
+pytest.importorskip("vllm", reason="the engine extra (vLLM) is not installed: scripts/install_engine.sh")
+pytestmark = pytest.mark.engine
+
+
+def test_verify_passes_on_a_served_family_and_fails_when_the_connector_does_not_rotate(monkeypatch, capsys, tmp_path):
+    from kamera.engine import plan
+    from kamera.engine.verify import main
+
+    assert main(["--family", "qwen2", "--store", str(tmp_path / "ok")]) == 0
+    said = capsys.readouterr().out
+    assert "7 passed, 0 failed" in said and "FAIL" not in said.replace("0 failed", "")
+    # the mutation: the connector places B without R(δ) (positions moved, keys not rotated)
+    monkeypatch.setattr(plan, "relocate", lambda chunk, delta: ChunkKV(chunk.specs, chunk.layers, chunk.positions + delta))
+    assert main(["--family", "qwen2", "--store", str(tmp_path / "broken")]) == 1
+    said = capsys.readouterr().out
+    assert "FAIL  relocation at layer 0" in said and "FAIL  full rank = re-prefill: KV" not in said
