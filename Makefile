@@ -30,7 +30,7 @@ ENGINE ?=
 ENGINE_VENV ?= $(HOME)/.cache/kamera/venv-engine
 ENGINE_OUT ?= results/raw/engine/fig12$(suffix)
 
-.PHONY: help test test-budget test-ci ci-pytest test-full test-shaped test-integration test-slow test-engine engine-venv engine-fig12 lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse
+.PHONY: help test test-budget test-ci ci-pytest test-full test-shaped test-integration test-slow test-engine engine-venv engine-fig12 engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -89,6 +89,10 @@ engine_paper := --check --models $(subst $(comma), ,$(shell sed -n 's/^ *model: 
 ENGINE_ARGS ?= $(if $(filter paper,$(SCALE)),$(engine_paper))
 engine-fig12: ## Fig. 12's engine rows (vLLM and kamera's own splice on one checkpoint) into ENGINE_OUT; make fig12 ENGINE=vllm runs it
 	$(ENGINE_VENV)/bin/python -m kamera.engine.fig12 --out $(ENGINE_OUT) $(ENGINE_ARGS)
+
+ENGINE_CLOCK ?= results/raw/engine/clock
+engine-clock: ## the fair clock in vLLM (prefill / prefix hit / splice at n_B 256..2048, full-depth random SmolLM2-135M-class; ~10 min)
+	$(ENGINE_VENV)/bin/python -m kamera.engine.clock --out $(ENGINE_CLOCK) $(CLOCK_ARGS)
 
 fig12 fig11: $(if $(filter vllm,$(ENGINE)),engine-fig12)
 fig12 fig11: export KAMERA_ENGINE_ROWS = $(if $(filter vllm,$(ENGINE)),$(ENGINE_OUT))

@@ -93,6 +93,19 @@ def tiny_qwen3_vl(root: str | Path, seed: int = 0, dtype: str = "float32") -> Pa
                   tf.Qwen3VLForConditionalGeneration, lambda: qwen_vl_processor("qwen3_vl"))
 
 
+# SmolLM2-135M's published config.json (HuggingFaceTB/SmolLM2-135M): a Llama with every layer and width of the real
+# model, for the engine clock (kamera.engine.clock); its weights are random, which changes no time.
+SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                    num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                    bos_token_id=0, eos_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
+
+
+def smollm2_135m(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
+    """A full-depth random SmolLM2-135M-class Llama (30 layers, hidden 576, GQA 9 / 3 heads of 64) under ``root``."""
+    cfg = tf.LlamaConfig(**SMOLLM2_135M, dtype=dtype)
+    return _write(Path(root) / f"smollm2_135m_random-seed{seed}-{dtype}", seed, dtype, cfg, tf.LlamaForCausalLM)
+
+
 def _dtyped(config: tf.PretrainedConfig, dtype: str) -> tf.PretrainedConfig:
     config.dtype = dtype
     return config
