@@ -40,6 +40,7 @@ import pandas as pd
 
 from experiments.common import (
     STYLE,
+    _commit,
     cli,
     document,
     figure_outputs,
@@ -371,7 +372,8 @@ def engine_provenance(folder: Path) -> str:
     meta = json.loads((folder / "meta.json").read_text())
     versions = ", ".join(f"{d} {v}" for d, v in meta["versions"].items())
     code = ", ".join(f"{c} {v}" for c, v in meta["code"].items())
-    return (f"engine rows: {folder} (shards {folder}/shards), {versions}, engine {code}, checkpoint "
+    commits = ", ".join(_commit(c["commit"], c["dirty"]) for c in meta.get("commits", [])) or "unknown (rows predate it)"
+    return (f"engine rows: {folder} (shards {folder}/shards), commit {commits}, {versions}, engine {code}, checkpoint "
             f"{meta['checkpoint']}, {meta['items']} items (seed {meta['seed']}), dtype {'/'.join(meta['dtypes'])}, "
             f"device {meta['device']}")
 

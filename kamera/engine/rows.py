@@ -303,9 +303,17 @@ def write_view(out: Path, planned: list[Planned], items: list[dict], seed: int,
     atomic_write_text(paths[1], timing.to_csv(index=False))
     libs = planned[0].ident["libraries"] if planned else libraries()
     checkpoints = dict.fromkeys(f"{Path(p.job.checkpoint).name} ({p.fingerprint})" for p in planned)
+    commits = set()  # the code commit of every run whose records the view holds
+    for p in planned:
+        runs = p.shard.meta().get("runs", [])
+        for frame in (rows, timing):
+            mine = frame[frame["job_key"] == p.shard.key] if len(frame) else frame
+            for i in (set(mine[RUN].astype(int)) if len(mine) else set()):
+                commits.add((runs[i].get("commit", "unknown"), bool(runs[i].get("dirty"))))
     meta = {"versions": libs, "checkpoint": ", ".join(checkpoints), "items": len(items), "seed": seed,
             "dtypes": list(dict.fromkeys(p.job.dtype for p in planned)), "device": os.uname().machine,
             "code": dict(zip(STAMP, stamp(), strict=True)),
+            "commits": [{"commit": c, "dirty": d} for c, d in sorted(commits)],
             "jobs": [{"key": p.shard.key, "source": p.job.source, "model": p.job.model, "dtype": p.job.dtype,
                       "checkpoint": p.fingerprint, "shard": str(p.shard.path)} for p in planned]}
     atomic_write_text(paths[2], json.dumps(meta, indent=1) + "\n")

@@ -73,6 +73,11 @@ def test_a_rerun_computes_nothing_and_the_view_holds_each_row_once(tmp_path, job
     assert run(out, jobs, again).equals(rows) and again.calls == []
     timing = pd.read_csv(out / "timing.csv")
     assert len(timing) == len(ITEMS) and set(timing["probe"]) == {TIMING}
+    from kamera.job.store import code_version
+
+    commit = code_version()["commit"]
+    assert [c["commit"] for c in json.loads((out / "meta.json").read_text())["commits"]] == [commit]
+    assert f"commit {commit[:10]}" in engine_provenance(out)  # the engine figure names its code commit
     assert all(p.state.complete for p in plan(out, jobs, ITEMS, 0, ARMS))
 
 
