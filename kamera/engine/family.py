@@ -17,8 +17,8 @@ The connector writes two page kinds:
   [n, 1, qk_rope_head_dim], rotated on ``"interleaved"`` pairs, as vLLM's DeepSeek-V2 does with
   ``is_neox_style=False``), so R(δ) turns k_pe alone.
 
-Refused here, in one line, before an engine starts: other MLA families (DeepSeek-V3 / Kimi-VL: DeepSeek-V3's
-YaRN-scaled k_pe and, for Kimi-VL, a vision tower vLLM's CPU path has not been shown to serve), the Qwen-Omni
+Refused here, in one line, before an engine starts: other MLA families (DeepSeek-V3 and Kimi-K2.5: not wired;
+Kimi-VL: its image processor is remote code only, so vLLM cannot take its images offline), the Qwen-Omni
 thinkers (audio tokens' TMRoPE positions and the talker are not placed by the connector), and scaled RoPE
 variants (R(δ) would not be a plain rotation of the stored keys; for MLA, DeepSeek's YaRN also rescales the
 softmax).
@@ -44,10 +44,11 @@ REFUSED = {  # families the connector does not serve yet, and why (one line each
                               "connector places image and text tokens of qwen2_5_vl / qwen3_vl only",
     "qwen2_5_omni": "the Qwen2.5-Omni thinker's audio tokens take TMRoPE positions; the connector places image and text "
                     "tokens of qwen2_5_vl / qwen3_vl only",
-    "kimi_vl": "Kimi-VL's decoder is DeepSeek-V3 MLA (YaRN-scaled k_pe) behind a MoonViT tower vLLM's CPU path has not "
-               "been shown to serve; the connector writes DeepSeek-V2's latent page only",
-    "kimi_k25": "Kimi-K2.5's decoder is DeepSeek-V3 MLA (YaRN-scaled k_pe); the connector writes DeepSeek-V2's latent "
-                "page only",
+    "kimi_vl": "Kimi-VL's image processor (KimiVLProcessor) is remote code on the Hub only, in neither transformers 5.24 "
+               "nor vLLM 0.32, so vLLM cannot process its images offline (its decoder, DeepSeek-V3 MLA with latent 512 + "
+               "k_pe 64 and plain RoPE, is the page the connector writes for deepseek_v2)",
+    "kimi_k25": "Kimi-K2.5 (DeepSeek-V3 MLA behind MoonViT) is not wired to the connector: its MLA page is tested on "
+                "deepseek_v2 only",
 }
 
 

@@ -68,7 +68,7 @@ def test_mla_pages_are_the_latent_and_k_pe_with_k_pe_rotated_on_interleaved_pair
 @pytest.mark.parametrize("config, why", [
     (tf.DeepseekV3Config(**tiny.MLA_TEXT), "is MLA but not DeepSeek-V2"),
     (tiny.qwen3_omni_config(), "Qwen3-Omni thinker's audio tokens"),
-    (tiny.kimi_config(), "DeepSeek-V3 MLA"),
+    (tiny.kimi_config(), "Kimi-K2.5 .* not wired"),
     (tf.Qwen2Config(**tiny.TEXT, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 12, 12]}),
      "has M-RoPE sections"),
     (tf.Qwen2Config(**tiny.TEXT, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}), "RoPE 'linear'"),
@@ -87,7 +87,7 @@ def test_bf16_ulps_count_in_the_references_bf16_spacing():
 def test_the_papers_fig12_backbones_are_served_or_refused_by_name_before_any_checkpoint_loads():
     from kamera.engine.family import preflight_model
 
-    with pytest.raises(EngineError, match=r"kimi_vl_a3b \(kimi_vl\) is not served .* DeepSeek-V3 MLA"):
+    with pytest.raises(EngineError, match=r"kimi_vl_a3b \(kimi_vl\) is not served .*KimiVLProcessor\) is remote code"):
         preflight_model("kimi_vl_a3b")
     with pytest.raises(EngineError, match=r"qwen3_omni_30b_a3b .* audio tokens take TMRoPE"):
         preflight_model("qwen3_omni_30b_a3b")
