@@ -43,7 +43,6 @@ splicing wrong KV.
 from __future__ import annotations
 
 import gc
-import inspect
 import json
 import os
 import re
@@ -178,15 +177,14 @@ class KameraConnector(KVConnectorBase_V1):
     """Serves kamera chunks (canonical page, R(δ), rank-m patch) into vLLM's paged KV cache; see the module docstring.
 
     ``kv_connector_extra_config``: ``store`` (the folder of pages and patches) and ``model`` (the store's
-    model id, :func:`kamera.engine.store.model_id`). vLLM 0.32's base class takes ``kv_cache_config`` as a third
-    argument; a build whose base takes two is called with two (:func:`base_takes_kv_cache_config`).
+    model id, :func:`kamera.engine.store.model_id`). The constructor is vLLM's current contract,
+    ``(vllm_config, role, kv_cache_config)`` passed on to the base: ``KVConnectorFactory.get_connector_class``
+    (``vllm/distributed/kv_transfer/kv_connector/factory.py``, identical in the 0.32 CPU build and the 0.33 wheel)
+    refuses an external connector whose constructor does not take ``kv_cache_config``.
     """
 
-    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig | None = None) -> None:
-        if base_takes_kv_cache_config():
-            super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
-        else:
-            super().__init__(vllm_config=vllm_config, role=role)
+    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig) -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         extra = self._kv_transfer_config.kv_connector_extra_config
         self.store = Path(extra["store"])
         self.model = str(extra["model"])
@@ -321,11 +319,6 @@ class KameraConnector(KVConnectorBase_V1):
             got = self._captured.pop(w.req_id)
             page = ChunkKV(self.specs, [got[l] for l in sorted(got)], w.positions)
             save_page(self.store, w.capture, page, torch.tensor(w.prompt), self.model, w.media)
-
-
-def base_takes_kv_cache_config() -> bool:
-    """Whether the installed vLLM's ``KVConnectorBase_V1.__init__`` takes ``kv_cache_config`` (0.32 does)."""
-    return "kv_cache_config" in inspect.signature(KVConnectorBase_V1.__init__).parameters
 
 
 # ----- the client: one engine, requests in, log-probs out -------------------------------------------

@@ -22,3 +22,16 @@ def test_verify_passes_on_a_served_family_and_fails_when_the_connector_does_not_
     assert main(["--family", "qwen2", "--store", str(tmp_path / "broken")]) == 1
     said = capsys.readouterr().out
     assert "FAIL  relocation at layer 0" in said and "FAIL  full rank = re-prefill: KV" not in said
+
+
+def test_the_connector_takes_vllms_current_constructor_contract():
+    """vLLM's factory (0.32 CPU and 0.33 alike, ``kv_connector/factory.py``) refuses an external connector whose
+    constructor lacks ``kv_cache_config``; it then calls ``cls(config, role, kv_cache_config)``."""
+    import inspect
+
+    from vllm.utils.func_utils import supports_kw
+
+    from kamera.engine.vllm import KameraConnector
+
+    assert supports_kw(KameraConnector, "kv_cache_config")
+    assert list(inspect.signature(KameraConnector.__init__).parameters) == ["self", "vllm_config", "role", "kv_cache_config"]
