@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
+import json
 import logging
 import platform
 import time
@@ -48,10 +49,10 @@ import torch
 
 from kamera.core import ChunkKV, Patch, deficit, family_rank_view, relocate
 from kamera.engine.checkpoint import CHECKPOINTS
-from kamera.engine.family import EngineError, preflight, preflight_model
+from kamera.engine.family import EngineError, mrope, preflight, preflight_model
 from kamera.engine.rows import SOURCES, EngineRowsError, Job, folder_lock, plan, run_jobs
 from kamera.engine.store import save_patch
-from kamera.engine.verify import bf16_ulps
+from kamera.engine.verify import bf16_ulps, image
 from kamera.items.spans import Span
 from kamera.job.store import ShardCorruptError
 from kamera.metrics import kl
@@ -107,17 +108,39 @@ def row(source: str, model: str, dtype: str, item: dict, arm: str, logits: torch
 
 
 # ----- the engine ---------------------------------------------------------------------------------------
+def served_spans(session, item: dict) -> tuple[tuple[list[int], ...], list, list]:
+    """The item's spans (prefix, A, B, query) as the served model takes them, its images and B's images.
+
+    A text model takes the drawn ids. An M-RoPE (VL) model gets an image in the middle of A and one at the head of
+    B (random pixels seeded by the item, :func:`kamera.engine.verify.image`), each between its vision markers and
+    expanded by the checkpoint's processor: the cached chunk B then starts with image tokens, and δ is the rows'
+    shift (A's image advances them by its grid side), not B's token offset."""
+    spans = tuple(item[r] for r in ("prefix", "A", "B", "query"))
+    if not mrope(session.config):
+        return spans, [], []
+    cfg = session.config
+    marks = [int(cfg.vision_start_token_id), int(cfg.image_token_id), int(cfg.vision_end_token_id)]
+    k = 2 * (1000 * item["seed"] + int(item["item_id"].lstrip("r")))
+    a_img, b_img = image(k, (100, 90)), image(k + 1, (60, 120))
+    p, a, b, q = spans
+    half = len(a) // 2
+    a = session.expand(a[:half] + marks + a[half:], [a_img])
+    b = session.expand(marks + b, [b_img])
+    return (p, a, b, q), [a_img, b_img], [b_img]
+
+
 def engine_item(session, name: str, item: dict, dtype: str) -> tuple[list[dict], dict]:
     """One item through vLLM (the model labelled ``name``): the rows of every arm and one timing record."""
-    i, p, a, b = item["item_id"], item["prefix"], item["A"], item["B"]
-    full = p + a + b + item["query"]
+    i = item["item_id"]
+    (p, a, b, query), images, b_images = served_spans(session, item)
+    full = p + a + b + query
     pa, pb = len(p) + len(a), len(p) + len(a) + len(b)
-    ref = session.run(full, {"capture": f"{i}.full"})
-    session.run(p + b, {"capture": f"{i}.canon"})
+    ref = session.run(full, {"capture": f"{i}.full"}, images=images)
+    session.run(p + b, {"capture": f"{i}.canon"}, images=b_images)
     full_page, _ = session.page(f"{i}.full")
     canon, _ = session.page(f"{i}.canon")
     conditioned = full_page.slice(pa, pb)
-    delta = pa - len(p)
+    delta = int(full_page.positions[..., pa].reshape(-1)[0] - canon.positions[..., len(p)].reshape(-1)[0])
     patch = Patch.form(deficit(conditioned, relocate(canon.slice(len(p), len(p) + len(b)), delta)),
                        dtype=conditioned.dtype)
     save_patch(session.store, f"{i}.patch", patch, session.model)
@@ -130,14 +153,15 @@ def engine_item(session, name: str, item: dict, dtype: str) -> tuple[list[dict],
         elif arm.startswith("patch_r"):
             seg |= {"patch": f"{i}.patch", "rank": rank_of(arm)}
         out = session.run(full, {"capture": f"{i}.{arm}", "tag": f"{i}.{arm}",
-                                 "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg]})
+                                 "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg]}, images=images)
         written, _ = session.page(f"{i}.{arm}")
         rows.append(row("vllm", name, dtype, item, arm, out.logprobs.float(), ref.logprobs.float(), out.seconds,
                         ulp_stats(written.slice(pa, pb), conditioned)))
     # timing without captures: vLLM's prefill of the prompt vs the query after a rank-64 splice
-    prefill = session.run(full)
+    prefill = session.run(full, images=images)
     seg = {"key": f"{i}.canon", "span": [len(p), len(p) + len(b)], "start": pa, "patch": f"{i}.patch", "rank": 64}
-    spliced = session.run(full, {"tag": f"{i}.timing", "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg]})
+    spliced = session.run(full, {"tag": f"{i}.timing", "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg]},
+                          images=images)
     rec = next(r for r in reversed(session.timings()) if r["tag"] == f"{i}.timing")
     timing = {"source": "vllm", "model": name, "dtype": dtype, "item_id": i, "prompt_tokens": len(full),
               "claimed_tokens": rec["tokens"], "spliced_tokens": len(b), "ttft_prefill_s": prefill.seconds,
@@ -202,8 +226,15 @@ def run_own(job: Job, batch: list[dict]) -> Iterator[tuple[str, list[dict], list
 
 
 def jobs_of(models: dict[str, Path], dtypes: list[str]) -> list[Job]:
-    """Every source for every model (label → checkpoint) and dtype, in the order they run."""
-    return [Job(source, name, model, dtype) for name, model in models.items() for dtype in dtypes for source in SOURCES]
+    """Every source for every model (label → checkpoint) and dtype, in the order they run: kamera's own splice where
+    :data:`ADAPTERS` has the family (the text twins; the VL twins' own splice needs the adapter's image encoding,
+    which these token-id items do not go through), then vLLM."""
+    def sources(model: Path) -> tuple[str, ...]:
+        family = json.loads((Path(model) / "config.json").read_text()).get("model_type")
+        return SOURCES if family in ADAPTERS else ("vllm",)
+
+    return [Job(source, name, model, dtype) for name, model in models.items() for dtype in dtypes
+            for source in sources(model)]
 
 
 def measure(out: Path, models: dict[str, Path], n_items: int, dtypes: list[str], seed: int = 0) -> tuple[Path, ...]:
@@ -224,8 +255,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("results/raw/engine/fig12_tiny"),
                     help="the folder of the shards, the view (rows.csv, timing.csv, meta.json), checkpoints and page store")
     ap.add_argument("--model", type=Path, default=None, help="a checkpoint directory (default: the tiny checkpoints)")
-    ap.add_argument("--families", default=",".join(ADAPTERS), help="the tiny checkpoints to run, of "
-                    f"{', '.join(ADAPTERS)} (text items: the VL twins are served, tests/engine/test_mrope.py)")
+    ap.add_argument("--families", default=",".join(CHECKPOINTS), help="the tiny checkpoints to run, of "
+                    f"{', '.join(CHECKPOINTS)}")
     ap.add_argument("--items", type=positive, default=16)
     ap.add_argument("--seed", type=int, default=0, help="the items' seed")
     ap.add_argument("--dtypes", type=dtype_list, default="float32,bfloat16", help="of float32, bfloat16")
@@ -282,9 +313,9 @@ def run(args: argparse.Namespace) -> None:
             raise SystemExit(f"--model {args.model}: not a checkpoint directory (no config.json)")
         models = {args.model.name: args.model}
     else:
-        unknown = set(args.families.split(",")) - set(ADAPTERS)
+        unknown = set(args.families.split(",")) - set(CHECKPOINTS)
         if unknown:
-            raise SystemExit(f"--families: {sorted(unknown)} unknown; the tiny checkpoints are {', '.join(ADAPTERS)}")
+            raise SystemExit(f"--families: {sorted(unknown)} unknown; the tiny checkpoints are {', '.join(CHECKPOINTS)}")
         models = {f"tiny_{f}": CHECKPOINTS[f](args.out / "checkpoints") for f in args.families.split(",")}
     for model in models.values():
         try:

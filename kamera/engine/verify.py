@@ -66,6 +66,13 @@ def bf16_ulps(a: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     return (a.double() - ref.double()).abs() / unit
 
 
+def image(seed: int, size: tuple[int, int]):
+    """A PIL image of random pixels, ``size`` = (height, width), from ``seed``."""
+    from PIL import Image
+
+    return Image.fromarray((np.random.RandomState(seed).rand(*size, 3) * 255).astype("uint8"))
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a − b| / max |b|."""
     return float((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30))
@@ -81,7 +88,7 @@ class Spliced:
         if mrope(session.config):
             cfg = session.config
             img = [int(cfg.vision_start_token_id), int(cfg.image_token_id), int(cfg.vision_end_token_id)]
-            a_img, b_img = self.image(seed + 1, (100, 90)), self.image(seed + 2, (60, 120))
+            a_img, b_img = image(seed + 1, (100, 90)), image(seed + 2, (60, 120))
             parts = {"prefix": (text(5), []), "A": (text(9) + img + text(11), [a_img]),
                      "B": (img + text(23), [b_img]), "query": (text(6), [])}
             self.images, self.b_images = [a_img, b_img], [b_img]
@@ -100,12 +107,6 @@ class Spliced:
         b_canon = relocate(canon.slice(p, p + self.pb - self.pa), self.delta)
         save_patch(session.store, "patch", Patch.form(deficit(full.slice(self.pa, self.pb), b_canon), dtype=full.dtype),
                    session.model)
-
-    @staticmethod
-    def image(seed: int, size: tuple[int, int]):
-        from PIL import Image
-
-        return Image.fromarray((np.random.RandomState(seed).rand(*size, 3) * 255).astype("uint8"))
 
     def run(self, kamera: dict):
         return self.s.run(self.prompt, kamera, images=self.images)
