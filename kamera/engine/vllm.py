@@ -397,11 +397,14 @@ class EngineSession:
         checkpoint's image processor: grid t·h·w / merge², as vLLM's Qwen-VL processors expand it)."""
         from transformers import AutoImageProcessor
 
+        if not images:
+            return list(ids)
+        if not mrope(self.config):
+            raise EngineError(f"{self.config.model_type} takes no images here: the connector serves images of "
+                              "M-RoPE families only")
         image_id = int(self.config.image_token_id)
         if ids.count(image_id) != len(images):
             raise EngineError(f"{ids.count(image_id)} image tokens for {len(images)} images")
-        if not images:
-            return list(ids)
         proc = AutoImageProcessor.from_pretrained(self.path)
         merge = int(proc.merge_size) ** 2
         sizes = iter(int(g.prod()) // merge for g in proc(images=list(images), return_tensors="pt")["image_grid_thw"])
