@@ -254,6 +254,7 @@ def _run_job(p: Planned, items: list[dict], arms: tuple[str, ...], measure: Meas
     def begin(meta: dict) -> None:
         meta.update(key=shard.key, config_key=digest(p.ident["config"]), group=GROUP, identity=p.ident,
                     selection={"item_ids": [it["item_id"] for it in items], "n_requested": len(items)},
+                    expected={"arms": list(arms), "probes": [TIMING] if job.source == "vllm" else []},
                     last_run=run["start"])
         meta.setdefault("failed", {})
         meta.setdefault("refusals", [])

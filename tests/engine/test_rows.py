@@ -209,3 +209,23 @@ def test_the_renderer_refuses_a_folder_that_mixes_versions_or_checkpoints(tmp_pa
         engine_panels(out)
     with pytest.raises(SystemExit, match="refusing to render"):
         engine_provenance(out)
+
+
+def test_make_status_lists_the_engines_jobs_done_and_partial(tmp_path, jobs):
+    from kamera.sweep.status import engine_lines
+
+    out = tmp_path / "engine" / "fig12_tiny"
+    run(out, jobs, Fake())
+
+    def dying(job, todo):  # a second checkpoint's jobs, cut after two items
+        for k, got in enumerate(Fake()(job, todo)):
+            if k == 2:
+                raise KeyboardInterrupt
+            yield got
+
+    other = [Job(j.source, "other", checkpoint(tmp_path / "ckpt2", 1), j.dtype) for j in jobs]
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs(out, other, ITEMS, 0, ARMS, dying)
+    lines = engine_lines(tmp_path)
+    assert sum("done 5/5" in x for x in lines) == 2 and any("partial 2/5" in x and " own other float32" in x for x in lines)
+    assert all(str(out / "shards") in x for x in lines)
