@@ -90,8 +90,8 @@ ENGINE_ARGS ?= $(if $(filter paper,$(SCALE)),$(engine_paper))
 engine-fig12: ## Fig. 12's engine rows (vLLM and kamera's own splice on one checkpoint) into ENGINE_OUT; make fig12 ENGINE=vllm runs it
 	$(ENGINE_VENV)/bin/python -m kamera.engine.fig12 --out $(ENGINE_OUT) $(ENGINE_ARGS)
 
-ENGINE_CLOCK ?= results/raw/engine/clock
-engine-clock: ## the fair clock in vLLM (prefill / prefix hit / splice at n_B 256..2048, full-depth random SmolLM2-135M-class; ~10 min)
+ENGINE_CLOCK ?= $(ENGINE_OUT)/clock
+engine-clock: ## the fair clock in vLLM (prefill / prefix hit / splice at n_B 256..2048, full-depth random SmolLM2-135M-class; ~10 min); fig12 / fig11 ENGINE=vllm print it
 	$(ENGINE_VENV)/bin/python -m kamera.engine.clock --out $(ENGINE_CLOCK) $(CLOCK_ARGS)
 
 fig12 fig11: $(if $(filter vllm,$(ENGINE)),engine-fig12)

@@ -38,7 +38,7 @@ from experiments.common import (
     partial_tag,
     row_cell,
 )
-from experiments.fig12 import engine_folder, engine_provenance, timing_lines, timing_panel
+from experiments.fig12 import clock_lines, engine_folder, engine_provenance, timing_lines, timing_panel
 from experiments.panels import blank, cell, load_sources, of_probe, one_label
 from kamera.diagnostics.records import cumulative
 
@@ -222,7 +222,8 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
     title = f"Fig. 11 ({group}{partial_tag(footer)})"
     lines = to_markdown(points, dropped, t, cum, title, sources or [], paper_or(paper, "fig11"))
     if engine is not None:  # make fig11 ENGINE=vllm: vLLM's TTFT with the splice, a second source for (b)
-        lines += [*timing_lines(timing_panel(pd.read_csv(engine / "timing.csv"))), "", engine_provenance(engine)]
+        lines += [*timing_lines(timing_panel(pd.read_csv(engine / "timing.csv"))), *clock_lines(engine), "",
+                  engine_provenance(engine)]
     md = document(lines, footer)
     return figure_outputs(plot(points, t, cum, title), md, stem, footer, place="figure")
 

@@ -295,7 +295,17 @@ def engine_markdown(panels: dict[str, pd.DataFrame], folder: Path) -> list[str]:
     lines += markdown_rows(["model · dtype · source", "arm", "n", "accuracy", "agreement %", "chance"],
                            [[r.model, r.arm, str(r.n), cell(r.accuracy, ".3f"), cell(100 * r.agreement, ".1f"),
                              cell(r.chance, ".2f")] for r in agree.itertuples(index=False)])
-    return lines + timing_lines(timing)
+    return lines + timing_lines(timing) + clock_lines(folder)
+
+
+def clock_lines(folder: Path) -> list[str]:
+    """The fair clock's table (``make engine-clock`` writes <folder>/clock/clock.md: full prefill, prefix hit and
+    splice per chunk length, interleaved), when it has run; Fig. 11(b)'s engine source beside the per-item TTFTs."""
+    path = folder / "clock" / "clock.md"
+    if not path.is_file():
+        return []
+    title, *rest = path.read_text().strip().splitlines()
+    return ["", f"*{title.lstrip('# ')} ({path})*", *rest]
 
 
 def timing_lines(timing: pd.DataFrame) -> list[str]:

@@ -68,3 +68,13 @@ def test_fig11_prints_the_engines_ttft_as_a_second_source(tmp_path):
     md, _ = fig11.render(records.fig11_rows(), records.fig11_probes(), "g", tmp_path / "with", engine=engine)
     assert "second source" not in plain and md.startswith(plain.split("\n_rows")[0].rstrip()[:200])
     assert "| tiny | bfloat16 | 3 | 100 | 80 | 8.00 | 2.00 | 10.00 | 1.00 |" in md and "engine rows: " in md
+
+
+def test_the_fair_clock_table_is_printed_beside_the_engine_panels_when_it_has_run(tmp_path):
+    from experiments.fig12 import clock_lines
+
+    assert clock_lines(tmp_path) == []
+    (tmp_path / "clock").mkdir()
+    (tmp_path / "clock" / "clock.md").write_text("# Engine clock: ck (float32)\n\n| n_B | (iii)/(ii) |\n|---|---|\n| 2048 | 0.05 |\n")
+    lines = clock_lines(tmp_path)
+    assert lines[1].startswith("*Engine clock: ck (float32)") and "| 2048 | 0.05 |" in lines
