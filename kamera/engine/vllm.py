@@ -411,17 +411,19 @@ class EngineSession:
         return [t for i in ids for t in ([image_id] * next(sizes) if i == image_id else [i])]
 
     def run(self, prompt: list[int], kamera: dict | None = None, images: list[Any] | None = None,
-            fallback_ok: bool = False) -> Output:
+            fallback_ok: bool = False, top: int | None = None) -> Output:
         """One greedy step on ``prompt`` (expanded, :meth:`expand`) and its ``images`` with the kamera parameters
         ``kamera`` (capture and / or segments). A splice the scheduler refuses is served by vLLM's prefill:
-        EngineError naming why, or (``fallback_ok``) an Output that says so."""
+        EngineError naming why, or (``fallback_ok``) an Output that says so. ``top``: how many next-token
+        log-probs vLLM returns (None: the whole vocabulary, for KL; a clock asks for 1, since building a
+        vocabulary-sized log-prob list costs seconds on a 49k vocabulary and would swamp the time measured)."""
         from vllm import SamplingParams
 
         params = {PARAMS: kamera} if kamera else None
         segs = segments(params)
         check_plan(segs, prompt, self.store, self.model, self.specs, self.max_model_len)
         extra = {"kv_transfer_params": params} if params else None
-        sp = SamplingParams(max_tokens=1, temperature=0.0, logprobs=self.vocab, extra_args=extra)
+        sp = SamplingParams(max_tokens=1, temperature=0.0, logprobs=self.vocab if top is None else top, extra_args=extra)
         request: dict[str, Any] = {"prompt_token_ids": list(prompt)}
         if images:
             image_id = int(self.config.image_token_id)
