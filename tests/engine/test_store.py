@@ -161,3 +161,16 @@ def test_the_engine_preflight_never_says_ok_without_vllm(tmp_path, monkeypatch):
     for argv in (["--check", "--models", "qwen2_5_vl_7b"], ["--check", "--families", "qwen2"]):
         with pytest.raises(SystemExit, match="vLLM is not installed in this env"):
             main([*argv, "--out", str(tmp_path)])
+
+
+def test_bf16_ulps_of_a_rotary_pair_are_counted_at_the_pairs_larger_element():
+    from kamera.core import RotarySpec
+    from kamera.engine.verify import pair_scale, pair_ulps
+
+    x = torch.tensor([[1.0, -8.0, 2.0, 0.5, 7.0]])  # rotary over 4 dims, the fifth passes through
+    assert pair_scale(x, RotarySpec("half", torch.ones(2), 4)).tolist() == [[2.0, 8.0, 2.0, 8.0, 7.0]]
+    assert pair_scale(x, RotarySpec("interleaved", torch.ones(2), 4)).tolist() == [[8.0, 8.0, 2.0, 2.0, 7.0]]
+    assert pair_scale(x, None).tolist() == [[1.0, 8.0, 2.0, 0.5, 7.0]]
+    got = x + torch.tensor([[0.0, 0.0, 0.0, 2**-4, 0.0]])  # one ULP of 8 (the pair's larger element), 16 of 0.5
+    assert pair_ulps(got, x, RotarySpec("half", torch.ones(2), 4)).max() == 1.0
+    assert pair_ulps(got, x, None).max() == 16.0
