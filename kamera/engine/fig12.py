@@ -55,7 +55,7 @@ from kamera.engine.store import save_patch
 from kamera.engine.verify import bf16_ulps, image
 from kamera.items.spans import Span
 from kamera.job.store import ShardCorruptError
-from kamera.metrics import kl
+from kamera.metrics import bf16_ulps, kl
 from kamera.models.base import Adapter, Encoded, EncodedSpan
 from kamera.models.mla import DeepseekV2Adapter
 from kamera.models.text import TextAdapter

@@ -1,4 +1,4 @@
-"""Metrics shared by every arm and table: KL, η, flip-recover, accuracy, e90/n_B, bootstrap CIs."""
+"""Metrics shared by every arm and table: KL, η, flip-recover, accuracy, e90/n_B, bootstrap CIs, bf16 ULPs."""
 
 from kamera.metrics.divergence import (
     ETA_FLOOR,
@@ -26,6 +26,7 @@ from kamera.metrics.rank import (
     rounding_floor,
 )
 from kamera.metrics.stats import bootstrap_ci, bootstrap_draws, median_ci, paired_bootstrap_ci
+from kamera.metrics.ulp import bf16_ulps
 
 # The row metrics' code version (KL, η, flip / recover, accuracy, e90 / n_B as rows store them): every row and
 # probe record carries it (``metrics_version``) beside its plugin's ``version``; bump it when a change here
@@ -41,6 +42,7 @@ __all__ = [
     "NonFiniteError",
     "above_rounding",
     "accuracy",
+    "bf16_ulps",
     "bootstrap_ci",
     "bootstrap_draws",
     "choice_argmax",
