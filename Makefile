@@ -30,7 +30,7 @@ ENGINE ?=
 ENGINE_VENV ?= $(HOME)/.cache/kamera/venv-engine
 ENGINE_OUT ?= results/raw/engine/fig12$(suffix)
 
-.PHONY: help test test-budget test-ci ci-pytest test-full test-shaped test-integration test-slow test-engine engine-venv engine-fig12 engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse
+.PHONY: help test test-budget test-ci ci-pytest test-full test-shaped test-integration test-slow test-engine engine-venv engine-fig12 engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse device-rehearsal
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -146,6 +146,9 @@ sync: ## upload offline wandb runs (run on a node with internet)
 
 bench: ## operator vs minimal rotate + GEMM, vs prefill, and bytes (BENCH_ARGS="--device cuda --dtype bf16")
 	$(PYTHON) scripts/bench_reuse.py $(BENCH_ARGS)
+
+device-rehearsal: ## the lent GPU's run (gpu_check.py --paper) rehearsed on this CPU: device-like venv + bundle (docs/gpu.md)
+	bash scripts/device_rehearsal.sh
 
 # rehearse: every paper experiment at n_items=1 on shaped checkpoints (real configs, random 2-layer weights)
 # and fixture data, on this machine's CPU. Real tokenizers from KAMERA_TOKENIZERS (qwen2/, llama2/) when set.

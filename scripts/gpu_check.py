@@ -1,5 +1,13 @@
 """Device check: the operator's exactness on an accelerator, per tiny family, in one short run.
 
+``--paper`` instead measures the paper's GPU claims on paper-width models in one run under 8 minutes on an H200
+(scripts/gpu_paper.py: Fig. 11(b)'s TTFT, the bf16 identities and relocation per M-RoPE layout, the attention
+kernels), writing gpu_check.json / .md / .log to ``--out`` (default ``$OUT``); on the lent GPU it runs through
+``scripts/device_run.sh``, which installs the bundle first (docs/gpu.md). ``--tiny`` is its CPU rehearsal::
+
+    bash scripts/device_run.sh --paper --out "$OUT"                           # the lent GPU (docs/gpu.md)
+    python scripts/gpu_check.py --paper --tiny --device cpu --out /tmp/gpu    # every section on the tiny twins
+
 For each tiny family and dtype it prints relocation error (layer-0 keys, in units of the dtype's
 ulp at each token-head's scale, and relative Frobenius over all layers), the full-rank patch
 identity (KL / KL_blind) and blind KL; then the attention kernels that load. Everything here also
@@ -38,6 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import gpu_paper
 import numpy as np
 import remote_reference
 import torch
@@ -227,7 +236,18 @@ def main() -> None:
     ap.add_argument("--image-size", nargs=2, type=int, default=(448, 336), metavar=("W", "H"))
     ap.add_argument("--num-crops", type=int, help="Phi-3.5-V HD crops (default: the checkpoint's preprocessor)")
     ap.add_argument("--engine", action="store_true", help="check vLLM with the kamera KV connector (the engine venv)")
+    ap.add_argument("--paper", action="store_true", help="the paper's GPU claims on paper-width models (docs/gpu.md)")
+    ap.add_argument("--tiny", action="store_true", help="--paper on the tiny twins at short lengths (CPU rehearsal)")
+    ap.add_argument("--out", help="--paper: folder for gpu_check.json / .md / .log (default $OUT, else outputs/gpu_check)")
+    ap.add_argument("--sections", nargs="+", choices=gpu_paper.SECTIONS, default=list(gpu_paper.SECTIONS),
+                    help="--paper: the sections to run")
+    ap.add_argument("--budget-s", type=float, default=420.0,
+                    help="--paper: seconds the run may take; the MLA section is skipped when too little is left")
     args = ap.parse_args()
+    if args.tiny and not args.paper:
+        ap.error("--tiny goes with --paper")
+    if args.paper:
+        sys.exit(gpu_paper.run(args))
     if args.engine:
         sys.exit(0 if engine_check(args.dtypes, args.path) else 1)
     print(f"torch {torch.__version__}, device {args.device}"

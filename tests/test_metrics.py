@@ -14,6 +14,8 @@ from kamera.errors import ItemError
 from kamera.metrics import (
     NonFiniteError,
     accuracy,
+    bf16_ulps,
+    bf16_vector_ulps,
     bootstrap_ci,
     e90_columns,
     energy_rank,
@@ -212,3 +214,11 @@ def test_paired_bootstrap_resamples_items_jointly():
     assert point == pytest.approx(0.5) and hi - lo < 1e-9  # the item effect cancels exactly
     with pytest.raises(ValueError, match="length"):
         paired_bootstrap_ci([1.0], [1.0, 2.0])
+
+
+def test_bf16_ulps_count_at_the_element_and_vector_ulps_at_the_vectors_largest_reference():
+    ref = torch.tensor([[4.0, 0.0, 1.0], [0.5, 0.25, 0.0]])  # bf16 spacing: 2⁻⁵ at 4, 2⁻⁸ at 0.5
+    got = ref + torch.tensor([[2.0**-5, 2.0**-5, 2.0**-7], [2.0**-8, 2.0**-8, 0.0]])
+    assert bf16_vector_ulps(got, ref).tolist() == [[1.0, 1.0, 0.25], [1.0, 1.0, 0.0]]
+    assert bf16_ulps(got, ref)[0, 2] == 1.0 and bf16_ulps(got, ref)[1, 1] == 2.0  # each at its own spacing
+    assert bf16_ulps(got, ref)[0, 1] > 1e30  # an exact-zero reference has no spacing of its own

@@ -26,7 +26,7 @@ from kamera.metrics.rank import (
     rounding_floor,
 )
 from kamera.metrics.stats import bootstrap_ci, bootstrap_draws, median_ci, paired_bootstrap_ci
-from kamera.metrics.ulp import bf16_ulps
+from kamera.metrics.ulp import bf16_ulps, bf16_vector_ulps
 
 # The row metrics' code version (KL, η, flip / recover, accuracy, e90 / n_B as rows store them): every row and
 # probe record carries it (``metrics_version``) beside its plugin's ``version``; bump it when a change here
@@ -43,6 +43,7 @@ __all__ = [
     "above_rounding",
     "accuracy",
     "bf16_ulps",
+    "bf16_vector_ulps",
     "bootstrap_ci",
     "bootstrap_draws",
     "choice_argmax",
