@@ -246,6 +246,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.tiny and not args.paper:
         ap.error("--tiny goes with --paper")
+    if args.budget_s <= 0:
+        ap.error(f"--budget-s must be positive, got {args.budget_s}")
     if args.paper:
         sys.exit(gpu_paper.run(args))
     if args.engine:

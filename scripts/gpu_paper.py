@@ -465,11 +465,15 @@ def on_model(report: Report, role: str, layers: int | None, steps: dict[str, Cal
     except torch.OutOfMemoryError as err:
         if not may_not_fit:
             raise
-        report.note(f"{MODELS[role][tiny]} did not fit: {str(err).splitlines()[0]}")
+        report.note(f"{MODELS[role][1 if tiny else 0]} did not fit: {str(err).splitlines()[0]}")
         return
     report.add("models", [structure(adapter, f"{'tiny twin' if tiny else 'published config'}, random weights on {device}")])
     try:
         for section, step in steps.items():
+            if report.elapsed() > report.budget_s:
+                report.note(f"{section} on {adapter.name} skipped: the {report.budget_s:.0f} s budget is spent "
+                            f"(rerun with --sections)")
+                continue
             report.attempt(section, lambda step=step: step(adapter))
     finally:
         adapter = None

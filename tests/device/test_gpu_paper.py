@@ -131,6 +131,13 @@ def test_a_broken_identity_or_a_failed_section_is_a_failure_and_the_run_goes_on(
     assert "Traceback" in (tmp_path / "gpu_check.log").read_text()
 
 
+def test_steps_past_the_budget_are_skipped_with_a_note(tmp_path):
+    report = gpu_paper.Report(tmp_path, budget_s=1e-9)
+    gpu_paper.on_model(report, "gqa", None, {"kernels": lambda a: pytest.fail("ran past the budget")}, True, "cpu")
+    doc = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert "kernels on tiny_qwen2_5_vl skipped" in doc["notes"][0] and not doc["failures"]
+
+
 def _main(monkeypatch, *argv: str) -> None:
     monkeypatch.setattr(sys, "argv", ["gpu_check.py", *argv])
     gpu_check.main()
@@ -142,9 +149,10 @@ def test_paper_refuses_a_cpu_without_tiny_and_a_missing_gpu(monkeypatch, tmp_pat
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="torch sees no GPU"):
             _main(monkeypatch, "--paper", "--device", "cuda", "--out", str(tmp_path))
-    with pytest.raises(SystemExit) as err:
-        _main(monkeypatch, "--tiny", "--device", "cpu")
-    assert err.value.code == 2  # argparse: --tiny goes with --paper
+    for argv in (["--tiny", "--device", "cpu"], ["--paper", "--tiny", "--budget-s", "0"]):
+        with pytest.raises(SystemExit) as err:
+            _main(monkeypatch, *argv)
+        assert err.value.code == 2  # argparse: --tiny goes with --paper; a budget is positive
     assert not list(tmp_path.iterdir())  # refused before anything was written
 
 
