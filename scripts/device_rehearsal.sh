@@ -2,8 +2,8 @@
 # make device-rehearsal (docs/gpu.md): the lent GPU's run rehearsed on this CPU, so that run cannot fail on an import
 # or a missing file.
 # 1. a venv like the device image: Python 3.12 with scripts/device_image.txt (torch 2.11, transformers 5.17 and the
-#    image's other packages the script touches; no Hydra), cached under ~/.cache/kamera, keyed by the interpreter and
-#    that file (cold: a few minutes, torch's CUDA build; warm: nothing to do);
+#    image's other packages the script touches; no Hydra), cached in $KAMERA_CACHE (default ~/.cache/kamera) as
+#    venv-device-<digest of the interpreter and that file> (cold: a few minutes, torch's CUDA build; warm: nothing);
 # 2. the bundle (scripts/device_wheels.sh: kept when up to date, else downloaded);
 # 3. exactly what the run tool sends (tracked and untracked-not-ignored files, plus the bundle) copied to a scratch
 #    folder, and scripts/device_run.sh run there, with no PYTHONPATH of ours: the device's install line and script,
@@ -26,8 +26,11 @@ python312() {
 }
 py=$(python312)
 key=$({ "$py" -VV; cat scripts/device_image.txt; } | sha256sum | cut -c1-12)
-venv=${KAMERA_DEVICE_VENV:-$HOME/.cache/kamera/venv-device-$key}
+cache=${KAMERA_CACHE:-$HOME/.cache/kamera}
+venv=${KAMERA_DEVICE_VENV:-$cache/venv-device-$key}
 mkdir -p "$(dirname "$venv")"
+# device-like venvs of other digests (about 5 GB each) unused for 30 days go
+find "$cache" -mindepth 1 -maxdepth 1 -name 'venv-device-*' ! -name "venv-device-$key*" -mtime +30 -exec rm -rf {} + 2>/dev/null || true
 exec 9>"$venv.lock"
 flock 9 # two rehearsals at once: the second waits for the first's venv
 if [ ! -f "$venv/.complete" ]; then
@@ -45,6 +48,7 @@ if [ ! -f "$venv/.complete" ]; then
   touch "$venv/.complete"
 fi
 exec 9>&-
+touch "$venv"
 echo "device-like venv: $venv ($((SECONDS - t0)) s so far)"
 
 bash scripts/device_wheels.sh
