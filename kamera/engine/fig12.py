@@ -52,7 +52,7 @@ from kamera.engine.checkpoint import CHECKPOINTS
 from kamera.engine.family import EngineError, mrope, preflight, preflight_model
 from kamera.engine.rows import SOURCES, EngineRowsError, Job, folder_lock, plan, run_jobs
 from kamera.engine.store import save_patch
-from kamera.engine.verify import bf16_ulps, image
+from kamera.engine.verify import image
 from kamera.items.spans import Span
 from kamera.job.store import ShardCorruptError
 from kamera.metrics import bf16_ulps, kl

@@ -58,16 +58,6 @@ class Check:
         return f"{'PASS' if self.ok else 'FAIL'}  {self.name:<42} {self.value:<12.4g} {self.bound}"
 
 
-def bf16_ulps(a: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """|a − ref| in units of one bf16 ULP at ``ref`` (float64, elementwise): the paper's "within one bf16 ULP".
-
-    The unit is the bf16 spacing of the reference value, 2^(⌊log2 |ref|⌋ − 7) (bf16 keeps 8 significant
-    bits), floored at the smallest normal bf16 so exact zeros do not divide by zero."""
-    r = ref.double().abs().clamp_min(torch.finfo(torch.bfloat16).tiny)
-    unit = torch.exp2(torch.floor(torch.log2(r)) - 7)
-    return (a.double() - ref.double()).abs() / unit
-
-
 def pair_scale(ref: torch.Tensor, rotary) -> torch.Tensor:
     """|ref| per element, except that each rotary pair's two elements take the larger of the pair's two magnitudes:
     R(δ) mixes a pair, so a rounding of one element moves the other by up to the same amount, and the spacing

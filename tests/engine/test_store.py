@@ -9,7 +9,7 @@ import transformers as tf
 from kamera.core import ChunkKV, Patch, deficit, relocate
 from kamera.engine.family import EngineError, channels, preflight
 from kamera.engine.store import StoreError, load_page, load_patch, model_id, save_page, save_patch
-from kamera.engine.verify import bf16_ulps
+from kamera.metrics import bf16_ulps
 from kamera.models import tiny
 
 SPECS = channels(tf.Qwen2Config(**tiny.TEXT, rope_parameters={"rope_type": "default", "rope_theta": 1e6}))
