@@ -39,7 +39,8 @@ help: ## list the targets
 #   test       the gate after every change: every exact identity on every tiny family, every renderer, every
 #              bad input that needs no checkpoint
 #   test-ci    what CI runs (.ci/run): the gate + integration + the shaped canaries (one paper model per family
-#              kind) + the engine tier; `make -j2 -O test-ci` builds the engine venv while the tests run
+#              kind) + the device rehearsal + the engine tier; `make -j3 -O test-ci` builds the engine venv and
+#              rehearses the device run while the pytest tiers run
 #   test-full  everything but the retrains: every paper model's shaped checks, bf16, chat, video, remote code,
 #              the end-to-end rehearsal, the toy gates at full N
 #   test-slow  the toy retrains
@@ -57,7 +58,7 @@ test-budget: ## the gate's wall time and its ten slowest tests, printed (budget:
 	@start=$$(date +%s); $(pytest) -m "$(GATE)" --durations=10 -o addopts="-q --strict-markers"; \
 	echo "make test-budget: the gate took $$(( $$(date +%s) - start )) s wall (budget 180 s on 2 idle cores; docs/testing.md)"
 
-test-ci: ci-pytest engine-venv ## what CI runs: the gate, integration, shaped canaries, then the engine tier
+test-ci: ci-pytest engine-venv device-rehearsal ## what CI runs: the gate, integration, shaped canaries, the device rehearsal, then the engine tier
 	$(MAKE) test-engine
 
 ci-pytest: lint
