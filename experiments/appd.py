@@ -111,14 +111,25 @@ def gate(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
             g = reuse_gate(div, safe, coverage)
             served = mean(c["eta_transfer"] if c["divergence"] <= g["threshold"] else c["eta_exact"] for c in got)
             out[(f"{model} ({a})", f"{coverage:.0%}")] = [
-                f"{len(got)} ({sum(not s for s in safe)} unsafe)", medians + (f" (paper {p['medians']})" if p else ""),
-                num(g["threshold"], 3), num(g["reused"]),
+                f"{len(got)} ({sum(not s for s in safe)} unsafe)",
+                medians + (f" (paper {p['medians']})" if p else ""),
+                num(g["threshold"], 3),
+                num(g["reused"]),
                 num(g["false_reuse"]) + (f" (paper {p['false_reuse']})" if p else ""),
                 f"{num(served)} / {num(mean(c['eta_transfer'] for c in got))} / {num(mean(c['eta_exact'] for c in got))}",
             ]
-    frame = pd.DataFrame.from_dict(out, orient="index", columns=[
-        "cases", "divergence median safe / unsafe", "threshold t", "reused", "false-reuse",
-        "η served by the gate / always reuse / always recompute"])
+    frame = pd.DataFrame.from_dict(
+        out,
+        orient="index",
+        columns=[
+            "cases",
+            "divergence median safe / unsafe",
+            "threshold t",
+            "reused",
+            "false-reuse",
+            "η served by the gate / always reuse / always recompute",
+        ],
+    )
     if len(frame):
         frame.index = pd.MultiIndex.from_tuples(frame.index, names=["model", "coverage"])
     return frame
@@ -128,9 +139,23 @@ def curve(rows: pd.DataFrame) -> pd.DataFrame:
     """The figure's data: mean and median η per (model, probe, x, variant), x the panel's abscissa."""
     out = []
     for model, a, probe, _, variant, got in groups(rows):
-        x = got[0]["perturbation"] if probe == "divergent" else int(got[0]["distractors" if probe == "excess" else "swapped"])
-        out.append({"model": model, "arch": a, "probe": probe, "x": x, "variant": variant, "n": len(got),
-                    "eta": mean(r["eta"] for r in got), "eta_median": median(r["eta"] for r in got)})
+        x = (
+            got[0]["perturbation"]
+            if probe == "divergent"
+            else int(got[0]["distractors" if probe == "excess" else "swapped"])
+        )
+        out.append(
+            {
+                "model": model,
+                "arch": a,
+                "probe": probe,
+                "x": x,
+                "variant": variant,
+                "n": len(got),
+                "eta": mean(r["eta"] for r in got),
+                "eta_median": median(r["eta"] for r in got),
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -144,8 +169,14 @@ def plot(data: pd.DataFrame, title: str, footer: str = "") -> plt.Figure:
                 for i, variant in enumerate(variants):
                     v = g[g["variant"] == variant]
                     style = {"linestyle": ":", "color": "0.5"} if variant == "blind" else {"color": f"C{i}"}
-                    ax.plot(v["x"].astype(str) if probe == "divergent" else v["x"], v["eta_median"],
-                            marker="os^vD"[i], markersize=3.5 - 0.4 * i, label=variant, **style)
+                    ax.plot(
+                        v["x"].astype(str) if probe == "divergent" else v["x"],
+                        v["eta_median"],
+                        marker="os^vD"[i],
+                        markersize=3.5 - 0.4 * i,
+                        label=variant,
+                        **style,
+                    )
                 ax.axhline(0.0, color="0.5", linewidth=0.6)
                 ax.set_title(f"{model} ({g['arch'].iloc[0] if len(g) else '–'}): {probe}")
                 ax.tick_params(axis="x", labelsize=5, rotation=15 if probe == "divergent" else 0)
@@ -162,26 +193,44 @@ def plot(data: pd.DataFrame, title: str, footer: str = "") -> plt.Figure:
 
 
 def figure_markdown(data: pd.DataFrame, group: str, footer: str = "") -> str:
-    body = [[f"{r['model']} ({r['arch']})", r["probe"], r["x"], r["variant"], r["n"], num(r["eta"]),
-             num(r["eta_median"])] for _, r in data.iterrows()]
-    return document([f"**App. D ({group})** — η per panel point: mean / median over items with a measurable deficit", "",
-                     *markdown_rows(["model", "probe", "x", "variant", "n", "η mean", "η median"], body)], footer)
+    body = [
+        [f"{r['model']} ({r['arch']})", r["probe"], r["x"], r["variant"], r["n"], num(r["eta"]), num(r["eta_median"])]
+        for _, r in data.iterrows()
+    ]
+    return document(
+        [
+            f"**App. D ({group})** — η per panel point: mean / median over items with a measurable deficit",
+            "",
+            *markdown_rows(["model", "probe", "x", "variant", "n", "η mean", "η median"], body),
+        ],
+        footer,
+    )
 
 
-def render(rows: pd.DataFrame, group: str, tables: Path, figures: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, group: str, tables: Path, figures: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     frame = table(rows, paper)
     if frame.empty:
         raise SystemExit(f"{group} has no divergent, excess or refresh window rows")
-    notes = ["Divergent: the stored patch formed on A served behind A′ (transfer) vs A′'s own (exact); divergence = 1 − "
-             "cos of the chunk-wise mean input embeddings. Excess: a stored {X, Y} patch behind d distractors, "
-             "position-matched (stale_matched) or formed without them and relocated (stale_superset), vs rebuilt. "
-             "Refresh: after d of K = 4 antecedent chunks were swapped, the stale KV vs a rank-32 patch update, the deep "
-             "three quarters re-prefilled, or the shallow quarter only. Paper: App. D of the preprint."]
+    notes = [
+        "Divergent: the stored patch formed on A served behind A′ (transfer) vs A′'s own (exact); divergence = 1 − "
+        "cos of the chunk-wise mean input embeddings. Excess: a stored {X, Y} patch behind d distractors, "
+        "position-matched (stale_matched) or formed without them and relocated (stale_superset), vs rebuilt. "
+        "Refresh: after d of K = 4 antecedent chunks were swapped, the stale KV vs a rank-32 patch update, the deep "
+        "three quarters re-prefilled, or the shallow quarter only. Paper: App. D of the preprint."
+    ]
     tag = partial_tag(footer)
-    md, paths = table_outputs(frame, tables, f"App. D ({group}) — the drift envelope{tag}",
-                              f"Divergent antecedents, excess context and the cheapest refresh ({group}).",
-                              f"tab:{group}", footer, notes, math=False)
+    md, paths = table_outputs(
+        frame,
+        tables,
+        f"App. D ({group}) — the drift envelope{tag}",
+        f"Divergent antecedents, excess context and the cheapest refresh ({group}).",
+        f"tab:{group}",
+        footer,
+        notes,
+        math=False,
+    )
     data = curve(rows)
     fig = plot(data, f"App. D ({group}{tag}): median η of the stored / refreshed chunk (means in the table)", footer)
     _, figure_paths = figure_outputs(fig, figure_markdown(data, group, footer), figures, footer, place=None)
@@ -189,17 +238,27 @@ def render(rows: pd.DataFrame, group: str, tables: Path, figures: Path, footer: 
     if gated.empty:
         return md, [*paths, *figure_paths]
     stated = paper_or(paper, "appd").get("gate", {})
-    quoted = "; ".join(f"{m}: false-reuse {v['false_reuse']} at any useful coverage, safe / unsafe divergence "
-                       f"medians {v['medians']}" for m, v in stated.items())
-    gate_notes = [f"The gate: reuse the stored patch behind A′ iff the divergence is ≤ t, t set to reuse the given "
-                  f"coverage of the divergent probe's cases (item × perturbation with a measurable η); a case is "
-                  f"safe when the stored patch's η is within {SAFE_MARGIN} of the recomputed patch's "
-                  f"(kamera.metrics.transfer_safe); false-reuse = unsafe among the reused. Paper (App. D): {quoted}: a "
-                  "soft prioritization hint, not a gate."]
-    gate_md, gate_paths = table_outputs(gated, suffixed(tables, "_gate"),
-                                        f"App. D ({group}) — the divergence gate: reuse or refresh{tag}",
-                                        f"The divergence gate's decisions against the measured η ({group}).",
-                                        f"tab:{group}_gate", footer, gate_notes, math=False)
+    quoted = "; ".join(
+        f"{m}: false-reuse {v['false_reuse']} at any useful coverage, safe / unsafe divergence medians {v['medians']}"
+        for m, v in stated.items()
+    )
+    gate_notes = [
+        f"The gate: reuse the stored patch behind A′ iff the divergence is ≤ t, t set to reuse the given "
+        f"coverage of the divergent probe's cases (item × perturbation with a measurable η); a case is "
+        f"safe when the stored patch's η is within {SAFE_MARGIN} of the recomputed patch's "
+        f"(kamera.metrics.transfer_safe); false-reuse = unsafe among the reused. Paper (App. D): {quoted}: a "
+        "soft prioritization hint, not a gate."
+    ]
+    gate_md, gate_paths = table_outputs(
+        gated,
+        suffixed(tables, "_gate"),
+        f"App. D ({group}) — the divergence gate: reuse or refresh{tag}",
+        f"The divergence gate's decisions against the measured η ({group}).",
+        f"tab:{group}_gate",
+        footer,
+        gate_notes,
+        math=False,
+    )
     return md + "\n" + gate_md, [*paths, *figure_paths, *gate_paths]
 
 

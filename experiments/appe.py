@@ -58,16 +58,27 @@ def column(recs: list[dict], model: str) -> list[str]:
     shared = [ratio(r0["bytes_shared"] + sum(b["bytes"] for b in bs), sum(b["bytes_duplicated"] for b in bs))
               for bs in branches.values() for r0 in bs[:1]]
     return [
-        count(revert, "exact_kv"), count(revert, "exact_logits"),
-        f"{num(mean_of(revert, 'forwards'))} forwards, copies {num(ratio(mean_of(revert, 'bytes_written'), page))}× the page" if revert else "–",
+        count(revert, "exact_kv"),
+        count(revert, "exact_logits"),
+        f"{num(mean_of(revert, 'forwards'))} forwards, copies {num(ratio(mean_of(revert, 'bytes_written'), page))}× the page"
+        if revert
+        else "–",
         f"{len(both)}/{len(readd)}" if readd else "–",
-        f"{num(mean_of(readd, 'forwards'))} forwards, adds {num(mean_of(readd, 'bytes_frac'))}× the page" if readd else "–",
+        f"{num(mean_of(readd, 'forwards'))} forwards, adds {num(mean_of(readd, 'bytes_frac'))}× the page"
+        if readd
+        else "–",
         count(off, "call_correct"),
-        f"{sum(bool(r['disposable']) for r in off)} / {sum(bool(r['load_bearing']) for r in off)} of {len(off)}" if off else "–",
-        f"{num(mean_of(off, 'decode_forwards'))} decode forwards vs {num(mean_of(refs, 'forwards'))} re-prefill" if off else "–",
+        f"{sum(bool(r['disposable']) for r in off)} / {sum(bool(r['load_bearing']) for r in off)} of {len(off)}"
+        if off
+        else "–",
+        f"{num(mean_of(off, 'decode_forwards'))} decode forwards vs {num(mean_of(refs, 'forwards'))} re-prefill"
+        if off
+        else "–",
         count(forks, "shares_canonical"),
         f"{num(ratio(mean_of(forks, 'bytes'), mean_of(forks, 'bytes_duplicated')))}×" if forks else "–",
-        f"{num(sum(shared) / len(shared))}× over {num(sum(map(len, branches.values())) / len(branches), 1)} branches" if shared else "–",
+        f"{num(sum(shared) / len(shared))}× over {num(sum(map(len, branches.values())) / len(branches), 1)} branches"
+        if shared
+        else "–",
         eta_cell(forks) if forks else "–",
     ]
 
@@ -82,18 +93,29 @@ def frame(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
     return table
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     table = frame(rows, paper)
     if table.shape[1] == 1:
         raise SystemExit(f"{group} has no revert, disposability or forks window rows")
-    notes = ["The chunk behind a k-chunk window, patched at rank 32 in the live cache. Revert: its slots overwritten with "
-             "the stored relocated canonical; re-add: the patched KV written back. Disposability: the answer decoded with "
-             "the patch on and after the revert; the call (disposable = the answer did not move) is right when it agrees "
-             "with whether blind reuse flips the re-prefill decision. Forks: one branch per recall window of the chunk, "
-             "each a rank-32 patch over the one shared canonical; a duplicated cache stores the chunk's page per branch."]
-    return table_outputs(table, stem, f"App. E ({group}) — reversible edits, checked{partial_tag(footer)}",
-                         f"Conditioning as a reversible switch ({group}).", f"tab:{group}", footer, notes, math=False)
+    notes = [
+        "The chunk behind a k-chunk window, patched at rank 32 in the live cache. Revert: its slots overwritten with "
+        "the stored relocated canonical; re-add: the patched KV written back. Disposability: the answer decoded with "
+        "the patch on and after the revert; the call (disposable = the answer did not move) is right when it agrees "
+        "with whether blind reuse flips the re-prefill decision. Forks: one branch per recall window of the chunk, "
+        "each a rank-32 patch over the one shared canonical; a duplicated cache stores the chunk's page per branch."
+    ]
+    return table_outputs(
+        table,
+        stem,
+        f"App. E ({group}) — reversible edits, checked{partial_tag(footer)}",
+        f"Conditioning as a reversible switch ({group}).",
+        f"tab:{group}",
+        footer,
+        notes,
+        math=False,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

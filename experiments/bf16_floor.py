@@ -59,19 +59,24 @@ def frame(rows: pd.DataFrame, values: dict | None = None) -> pd.DataFrame:
         by = {a: g[g["arm"] == a] for a in g["arm"].unique()}
         blind, floor = by.get("blind", g.iloc[:0]), by.get(FLOOR, g.iloc[:0])
         cited = model in stated and dtype == "bfloat16"
-        ratio = (float(blind["kl"].median()) / float(floor["kl"].median())
-                 if len(blind) and len(floor) and float(floor["kl"].median()) > 0 else float("nan"))
-        line = [with_paper(_kl(blind), kl_paper.get("blind") if cited else None),
-                with_paper(_kl(floor), kl_paper.get("floor") if cited else None),
-                _kl(by.get(EXACT, g.iloc[:0])), "–" if np.isnan(ratio) else f"{ratio:.3g}×"]
+        ratio = (
+            float(blind["kl"].median()) / float(floor["kl"].median())
+            if len(blind) and len(floor) and float(floor["kl"].median()) > 0
+            else float("nan")
+        )
+        line = [
+            with_paper(_kl(blind), kl_paper.get("blind") if cited else None),
+            with_paper(_kl(floor), kl_paper.get("floor") if cited else None),
+            _kl(by.get(EXACT, g.iloc[:0])),
+            "–" if np.isnan(ratio) else f"{ratio:.3g}×",
+        ]
         for r in RANKS:
             line.append(_pair(g, f"patch_r{r}", _kl))
             line.append(_pair(g, f"patch_r{r}", lambda x: f"{x['eta'].mean():.3f}"))
             line.append(_pair(g, f"patch_r{r}", lambda x: f"{100 * x['bytes_frac'].mean():.1f}%"))
         line.append(str(g["item_id"].nunique()))
         out[(model, dtype)] = line
-    columns = ["KL blind", "floor: KL full rank, model-dtype factors", "KL full rank, float32 factors",
-               "blind / floor"]
+    columns = ["KL blind", "floor: KL full rank, model-dtype factors", "KL full rank, float32 factors", "blind / floor"]
     for r in RANKS:
         columns += [f"r{r} KL (model / float32 factors)", f"r{r} η (model / float32)", f"r{r} bytes (model / float32)"]
     table = pd.DataFrame.from_dict(out, orient="index", columns=[*columns, "n"])
@@ -79,24 +84,33 @@ def frame(rows: pd.DataFrame, values: dict | None = None) -> pd.DataFrame:
     return table
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     require_rows(rows, group)
     values, tag = paper_or(paper, "bf16_floor"), partial_tag(footer)
     if not (rows["arm"] == FLOOR).any():
         raise SystemExit(f"{group} has no {FLOOR} rows: the floor is its KL")
     table = frame(rows, values)
-    notes = ["Floor: the full-rank patch with factors in the model's dtype, whose KV is re-prefill's up to the "
-             "rounding of its stored factors: its KL to re-prefill is what the dtype's rounding alone moves, and a "
-             "residual at it is rounding, not a deficit. Float32 factors: the patch added in float32 and rounded to "
-             "the cache's dtype once (twice the bytes). KL: median [95% cluster-bootstrap CI] over items; η: mean "
-             "over items with a measurable deficit; bytes: the patch over B's KV page."]
+    notes = [
+        "Floor: the full-rank patch with factors in the model's dtype, whose KV is re-prefill's up to the "
+        "rounding of its stored factors: its KL to re-prefill is what the dtype's rounding alone moves, and a "
+        "residual at it is rounding, not a deficit. Float32 factors: the patch added in float32 and rounded to "
+        "the cache's dtype once (twice the bytes). KL: median [95% cluster-bootstrap CI] over items; η: mean "
+        "over items with a measurable deficit; bytes: the patch over B's KV page."
+    ]
     if any(m in values.get("models", []) for m in table.index.get_level_values(0)):
         notes.append(values["note"])
-    return table_outputs(table, stem, f"bf16 reference floor ({group}{tag}) — KL to re-prefill of the full-rank "
-                         "patch, and float32 patch factors",
-                         latex_text(f"The bf16 reference floor and float32 patch factors ({group}{tag})."),
-                         f"tab:{group}", footer, ["\n".join(notes)], math=False)
+    return table_outputs(
+        table,
+        stem,
+        f"bf16 reference floor ({group}{tag}) — KL to re-prefill of the full-rank patch, and float32 patch factors",
+        latex_text(f"The bf16 reference floor and float32 patch factors ({group}{tag})."),
+        f"tab:{group}",
+        footer,
+        ["\n".join(notes)],
+        math=False,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -46,8 +46,11 @@ def matches(rows: pd.DataFrame, spec: dict) -> pd.Series:
 
 def assign(rows: pd.DataFrame, settings: list[dict]) -> pd.DataFrame:
     """``rows`` with a ``setting`` column: the first setting naming the row's pair, else "model · bench · subset"."""
-    label = pd.Series([f"{m} · {b} · {s}" for m, b, s in zip(rows["model"], rows["bench"], rows["subset"], strict=True)],
-                      index=rows.index, dtype=object)
+    label = pd.Series(
+        [f"{m} · {b} · {s}" for m, b, s in zip(rows["model"], rows["bench"], rows["subset"], strict=True)],
+        index=rows.index,
+        dtype=object,
+    )
     named = pd.Series(False, index=rows.index)
     for spec in settings:
         hit = matches(rows, spec) & ~named
@@ -63,8 +66,17 @@ def accuracy(rows: pd.DataFrame, settings: list[dict]) -> tuple[pd.DataFrame, li
     for (setting, arm), g in rows.groupby(["setting", "arm"], sort=True):
         mean, lo, hi = interval(g, "correct")
         n = len(g.drop_duplicates(["model", "item_id"]))  # pooled models share item ids: count (model, item)
-        out.append({"setting": setting, "arm": arm, "acc": mean, "lo": lo, "hi": hi, "n": n,
-                    "models": ", ".join(sorted(g["model"].unique()))})
+        out.append(
+            {
+                "setting": setting,
+                "arm": arm,
+                "acc": mean,
+                "lo": lo,
+                "hi": hi,
+                "n": n,
+                "models": ", ".join(sorted(g["model"].unique())),
+            }
+        )
     return pd.DataFrame(out, columns=["setting", "arm", "acc", "lo", "hi", "n", "models"]), order
 
 
@@ -76,12 +88,27 @@ def plot(acc: pd.DataFrame, order: list[str], arms: list[str], missing: dict[str
         for i, arm in enumerate(arms):
             g = acc[acc["arm"] == arm].set_index("setting").reindex(order)
             err = np.nan_to_num(np.abs(g[["lo", "hi"]].to_numpy(dtype=float).T - g["acc"].to_numpy(dtype=float)))
-            ax.bar(x + (i - (len(arms) - 1) / 2) * width, g["acc"].fillna(0), width=width, yerr=err, color=f"C{i}",
-                   label=arm, error_kw=ERRORBAR)
+            ax.bar(
+                x + (i - (len(arms) - 1) / 2) * width,
+                g["acc"].fillna(0),
+                width=width,
+                yerr=err,
+                color=f"C{i}",
+                label=arm,
+                error_kw=ERRORBAR,
+            )
         for j, setting in enumerate(order):
             if not (acc["setting"] == setting).any():
-                ax.text(j, 0.02, "missing: " + missing.get(setting, "no rows"), rotation=90, ha="center", va="bottom",
-                        fontsize=4.5, color="0.35")
+                ax.text(
+                    j,
+                    0.02,
+                    "missing: " + missing.get(setting, "no rows"),
+                    rotation=90,
+                    ha="center",
+                    va="bottom",
+                    fontsize=4.5,
+                    color="0.35",
+                )
         ax.set_xticks(x, order, rotation=15, ha="right", fontsize=5.5)
         ax.set_ylim(0, 1.15)
         ax.set_ylabel("task accuracy")
@@ -90,8 +117,15 @@ def plot(acc: pd.DataFrame, order: list[str], arms: list[str], missing: dict[str
     return fig
 
 
-def to_markdown(acc: pd.DataFrame, order: list[str], arms: list[str], missing: dict[str, str], title: str,
-                footer: str, paper: dict | None = None) -> str:
+def to_markdown(
+    acc: pd.DataFrame,
+    order: list[str],
+    arms: list[str],
+    missing: dict[str, str],
+    title: str,
+    footer: str,
+    paper: dict | None = None,
+) -> str:
     """The data table, the paper's accuracies beside ours: a vision-doc setting's are Table 4's two-page cells of the
     model conf/experiment/fig10.yaml's ``paper.table4`` names (conf/experiment/table4.yaml ``paper.accuracy``)."""
     values, table4 = paper_or(paper, "fig10"), paper_values("table4")["accuracy"]
@@ -99,12 +133,18 @@ def to_markdown(acc: pd.DataFrame, order: list[str], arms: list[str], missing: d
     for setting in order:
         g = acc[acc["setting"] == setting].set_index("arm")
         if g.empty:
-            table[setting] = {"models": "–", "n": "–", **dict.fromkeys(arms, "missing: " + missing.get(setting, "no rows"))}
+            table[setting] = {
+                "models": "–",
+                "n": "–",
+                **dict.fromkeys(arms, "missing: " + missing.get(setting, "no rows")),
+            }
             continue
         paper = table4.get(values.get("table4", {}).get(setting), {}).get("two_page", {})
         line = {"models": ", ".join(sorted(set(", ".join(g["models"]).split(", ")))), "n": str(int(g["n"].max()))}
         for arm in arms:
-            cell = "–" if arm not in g.index else f"{g.at[arm, 'acc']:.2f} [{g.at[arm, 'lo']:.2f}, {g.at[arm, 'hi']:.2f}]"
+            cell = (
+                "–" if arm not in g.index else f"{g.at[arm, 'acc']:.2f} [{g.at[arm, 'lo']:.2f}, {g.at[arm, 'hi']:.2f}]"
+            )
             line[arm] = cell + (f" (paper {paper[arm]:.2f})" if arm in paper and arm in g.index else "")
         table[setting] = line
     frame = pd.DataFrame(table).T
@@ -112,8 +152,16 @@ def to_markdown(acc: pd.DataFrame, order: list[str], arms: list[str], missing: d
     return markdown_table(frame, f"{title} — accuracy, mean [95% cluster-bootstrap CI]", footer, [values["note"]])
 
 
-def render(rows: pd.DataFrame, settings: list[dict], missing: dict[str, str], group: str, stem: Path,
-           footer: str = "", paper: dict | None = None, arms: list[str] | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame,
+    settings: list[dict],
+    missing: dict[str, str],
+    group: str,
+    stem: Path,
+    footer: str = "",
+    paper: dict | None = None,
+    arms: list[str] | None = None,
+) -> tuple[str, list[Path]]:
     """``settings``: the config's ``settings`` list; ``missing``: why a setting without rows has none."""
     require_rows(rows, group)
     bad = [s for s in settings if not isinstance(s, dict) or not {"label", "model", "bench"} <= set(s)]

@@ -58,9 +58,19 @@ def bytes_points(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     unique = rows.drop_duplicates(ITEM_ARM)
     out = []
     for (model, bench, subset, arm), g in unique.groupby(["model", "bench", "subset", "arm"], sort=True):
-        out.append({"model": model, "bench": bench, "subset": subset, "arm": arm, "n": len(g), "bytes": g["bytes"].mean(),
-                    "bytes_frac": g["bytes_frac"].mean(), "accuracy": g["correct"].mean(),
-                    "cell": row_cell(g, "correct")})
+        out.append(
+            {
+                "model": model,
+                "bench": bench,
+                "subset": subset,
+                "arm": arm,
+                "n": len(g),
+                "bytes": g["bytes"].mean(),
+                "bytes_frac": g["bytes_frac"].mean(),
+                "accuracy": g["correct"].mean(),
+                "cell": row_cell(g, "correct"),
+            }
+        )
     frame = pd.DataFrame(out).sort_values(["model", "bench", "subset", "bytes", "arm"]).reset_index(drop=True)
     return frame, len(rows) - len(unique)
 
@@ -109,10 +119,13 @@ def plot(points: pd.DataFrame, t: pd.DataFrame, cum: pd.DataFrame, title: str) -
                     if arm in g.index:
                         a.axhline(g.at[arm, "accuracy"], color=colour, linestyle=line, linewidth=0.7)
                 rest = g.drop(index=[FLOOR], errors="ignore")
-                a.scatter(rest["bytes_frac"], rest["accuracy"], color=colour, s=8, label=f"{model} · {bench} · {subset}")
+                a.scatter(
+                    rest["bytes_frac"], rest["accuracy"], color=colour, s=8, label=f"{model} · {bench} · {subset}"
+                )
                 for arm, r in rest.iterrows():
-                    a.annotate(arm, (r["bytes_frac"], r["accuracy"]), fontsize=4, xytext=(2, 2),
-                               textcoords="offset points")
+                    a.annotate(
+                        arm, (r["bytes_frac"], r["accuracy"]), fontsize=4, xytext=(2, 2), textcoords="offset points"
+                    )
             a.set_xlabel("KV bytes stored or recomputed for B / B's KV page")
             a.set_ylabel("accuracy")
             a.legend(fontsize=4.5, loc="center right")
@@ -124,20 +137,41 @@ def plot(points: pd.DataFrame, t: pd.DataFrame, cum: pd.DataFrame, title: str) -
             for i, ((model, device), g) in enumerate(t.groupby(["model", "device"], sort=True)):
                 colour = f"C{i}"
                 per = g[g["rank"].isna()].pivot(index="n_visual", columns="quantity", values="value")
-                b.plot(per.index, per["recompute_ms"], color=colour, linestyle="--", marker="s", markersize=2,
-                       label=f"{model} ({device}): recompute")
+                b.plot(
+                    per.index,
+                    per["recompute_ms"],
+                    color=colour,
+                    linestyle="--",
+                    marker="s",
+                    markersize=2,
+                    label=f"{model} ({device}): recompute",
+                )
                 b.plot(per.index, per["prefill_ms"], color=colour, linestyle=":", linewidth=0.8, label="prefill only")
-                b.plot(per.index, per["vision_ms"], color=colour, linestyle=(0, (1, 3)), linewidth=0.8,
-                       label="vision encoder")
+                b.plot(
+                    per.index,
+                    per["vision_ms"],
+                    color=colour,
+                    linestyle=(0, (1, 3)),
+                    linewidth=0.8,
+                    label="vision encoder",
+                )
                 ranks = sorted(r for r in g["rank"].dropna().unique())
                 for j, m in enumerate(ranks):
                     ru = g[g["rank"] == m].pivot(index="n_visual", columns="quantity", values="value")
-                    b.plot(ru.index, ru["reuse_ms"], color=colour, marker="o", markersize=2, alpha=1 - 0.3 * j,
-                           label=f"reuse, rank {m}")
+                    b.plot(
+                        ru.index,
+                        ru["reuse_ms"],
+                        color=colour,
+                        marker="o",
+                        markersize=2,
+                        alpha=1 - 0.3 * j,
+                        label=f"reuse, rank {m}",
+                    )
                     if j == 0:
                         for x, y, s in zip(ru.index, ru["reuse_ms"], ru["speedup_prefill"], strict=True):
-                            b.annotate(f"{s:.1f}×", (x, y), fontsize=4, xytext=(0, -7), textcoords="offset points",
-                                       ha="center")
+                            b.annotate(
+                                f"{s:.1f}×", (x, y), fontsize=4, xytext=(0, -7), textcoords="offset points", ha="center"
+                            )
             b.set_xscale("log", base=2)
             b.set_yscale("log")
             sizes = sorted(t["n_visual"].unique())
@@ -151,15 +185,25 @@ def plot(points: pd.DataFrame, t: pd.DataFrame, cum: pd.DataFrame, title: str) -
                 n_b, rank = g["n_b"].max(), min(g["rank"])
                 sel = g[(g["n_b"] == n_b) & (g["rank"] == rank)]
                 curve = sel[sel["n_reuse"].notna()].pivot(index="n_reuse", columns="quantity", values="value") / 1e3
-                c.plot(curve.index, curve["kamera_ms"], color=colour,
-                       label=f"{model} ({device}): Kamera (r{rank}, n_B {n_b})")
+                c.plot(
+                    curve.index,
+                    curve["kamera_ms"],
+                    color=colour,
+                    label=f"{model} ({device}): Kamera (r{rank}, n_B {n_b})",
+                )
                 c.plot(curve.index, curve["prefill_ms"], color=colour, linestyle=":", label="prefill every reuse")
                 c.plot(curve.index, curve["recompute_ms"], color=colour, linestyle="--", label="recompute every reuse")
                 star = sel[sel["quantity"] == "break_even_prefill"]["value"].iloc[0]
                 if not math.isnan(star):
                     c.axvline(star, color=colour, linestyle=(0, (1, 2)), linewidth=0.7)
-                    c.annotate(f"N* = {star:.0f}", (star, 0.55 - 0.08 * i), xycoords=("data", "axes fraction"),
-                               fontsize=4.5, xytext=(2, 0), textcoords="offset points")
+                    c.annotate(
+                        f"N* = {star:.0f}",
+                        (star, 0.55 - 0.08 * i),
+                        xycoords=("data", "axes fraction"),
+                        fontsize=4.5,
+                        xytext=(2, 0),
+                        textcoords="offset points",
+                    )
             c.set_xlabel("number of reuse contexts N")
             c.set_ylabel("cumulative time (s)")
             c.legend(fontsize=4, loc="upper left")
@@ -170,29 +214,52 @@ def plot(points: pd.DataFrame, t: pd.DataFrame, cum: pd.DataFrame, title: str) -
     return fig
 
 
-def to_markdown(points: pd.DataFrame, dropped: int, t: pd.DataFrame, cum: pd.DataFrame, title: str,
-                sources: list[str], paper: dict) -> list[str]:
+def to_markdown(
+    points: pd.DataFrame, dropped: int, t: pd.DataFrame, cum: pd.DataFrame, title: str, sources: list[str], paper: dict
+) -> list[str]:
     src = f" plus source experiment(s) {', '.join(sources)}" if sources else ""
-    lines = [f"**{title}**", "", "*(a) accuracy vs the KV bytes stored or recomputed for B (MB, and over B's KV page), "
-             f"per subset (rows of this experiment{src})*", ""]
+    lines = [
+        f"**{title}**",
+        "",
+        "*(a) accuracy vs the KV bytes stored or recomputed for B (MB, and over B's KV page), "
+        f"per subset (rows of this experiment{src})*",
+        "",
+    ]
     if points.empty:
         lines.append("no rows with bytes")
     else:
-        body = [[r.model, r.bench, str(r.subset), r.arm, str(r.n), cell(r.bytes / 2**20, ".4g"), cell(r.bytes_frac, ".3f"),
-                 r.cell, paper.get("bytes", {}).get(r.arm, "–") if r.model == paper.get("model") else "–"]
-                for r in points.itertuples(index=False)]
-        lines += markdown_rows(["model", "bench", "subset", "arm", "n", "MB", "of B's page", "accuracy [95% CI]",
-                                "paper"], body)
+        body = [
+            [
+                r.model,
+                r.bench,
+                str(r.subset),
+                r.arm,
+                str(r.n),
+                cell(r.bytes / 2**20, ".4g"),
+                cell(r.bytes_frac, ".3f"),
+                r.cell,
+                paper.get("bytes", {}).get(r.arm, "–") if r.model == paper.get("model") else "–",
+            ]
+            for r in points.itertuples(index=False)
+        ]
+        lines += markdown_rows(
+            ["model", "bench", "subset", "arm", "n", "MB", "of B's page", "accuracy [95% CI]", "paper"], body
+        )
         if dropped:
             lines.append(f"\n{dropped} (item, arm) row(s) present in two sources counted once")
-    lines += ["", f"*(b, c) TTFT in ms, median over items ({device_note(t) if not t.empty else 'no timings'}); "
-              "×prefill = prefill / reuse, ×recomp = (vision + prefill) / reuse; N* = break-even reuses*", ""]
+    lines += [
+        "",
+        f"*(b, c) TTFT in ms, median over items ({device_note(t) if not t.empty else 'no timings'}); "
+        "×prefill = prefill / reuse, ×recomp = (vision + prefill) / reuse; N* = break-even reuses*",
+        "",
+    ]
     if t.empty:
         lines.append("no ttft records")
     else:
         # dropna=False: a point that never breaks even (reuse no faster than prefill, as on a loaded CPU) is NaN, kept
-        even = cum[cum["n_reuse"].isna()].pivot_table(index=["model", "device", "n_b", "rank"], columns="quantity",
-                                                      values="value", dropna=False)
+        even = cum[cum["n_reuse"].isna()].pivot_table(
+            index=["model", "device", "n_b", "rank"], columns="quantity", values="value", dropna=False
+        )
         body = []
         for (model, device, n_b, n_vis), g in t.groupby(["model", "device", "n_b", "n_visual"], sort=True):
             per = g[g["rank"].isna()].set_index("quantity")["value"]
@@ -200,19 +267,58 @@ def to_markdown(points: pd.DataFrame, dropped: int, t: pd.DataFrame, cum: pd.Dat
                 r = g[g["rank"] == m].set_index("quantity")["value"]
                 key = (model, device, n_b, m)
                 be = even.loc[key] if key in even.index else pd.Series(math.nan, index=even.columns)
-                body.append([model, device, str(n_vis), str(n_b), cell(per["vision_ms"], ".4g"),
-                             cell(per["prefill_ms"], ".4g"), cell(per["form_ms"], ".4g"), str(int(m)),
-                             cell(r["apply_ms"], ".3g"), cell(r["reuse_ms"], ".4g"), cell(r["speedup_prefill"], ".2f"),
-                             cell(r["speedup_recompute"], ".2f"), cell(be["break_even_prefill"], ".0f"),
-                             cell(be["break_even_recompute"], ".0f"), cell(paper.get("speedup", {}).get(n_vis), ".1f")])
-        lines += markdown_rows(["model", "device", "visual", "n_B", "vision", "prefill", "form", "m", "apply", "reuse",
-                           "×prefill", "×recomp", "N* prefill", "N* recomp", "paper ×prefill"], body)
+                body.append(
+                    [
+                        model,
+                        device,
+                        str(n_vis),
+                        str(n_b),
+                        cell(per["vision_ms"], ".4g"),
+                        cell(per["prefill_ms"], ".4g"),
+                        cell(per["form_ms"], ".4g"),
+                        str(int(m)),
+                        cell(r["apply_ms"], ".3g"),
+                        cell(r["reuse_ms"], ".4g"),
+                        cell(r["speedup_prefill"], ".2f"),
+                        cell(r["speedup_recompute"], ".2f"),
+                        cell(be["break_even_prefill"], ".0f"),
+                        cell(be["break_even_recompute"], ".0f"),
+                        cell(paper.get("speedup", {}).get(n_vis), ".1f"),
+                    ]
+                )
+        lines += markdown_rows(
+            [
+                "model",
+                "device",
+                "visual",
+                "n_B",
+                "vision",
+                "prefill",
+                "form",
+                "m",
+                "apply",
+                "reuse",
+                "×prefill",
+                "×recomp",
+                "N* prefill",
+                "N* recomp",
+                "paper ×prefill",
+            ],
+            body,
+        )
     return [*lines, "", paper["note"]]
 
 
-def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           sources: list[str] | None = None, paper: dict | None = None,
-           engine: Path | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame,
+    probes: pd.DataFrame,
+    group: str,
+    stem: Path,
+    footer: str = "",
+    sources: list[str] | None = None,
+    paper: dict | None = None,
+    engine: Path | None = None,
+) -> tuple[str, list[Path]]:
     points, dropped = bytes_points(rows)
     records = one_label(of_probe(probes, "ttft"), "ttft")
     t = timings(records) if not records.empty else pd.DataFrame()
@@ -222,8 +328,12 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
     title = f"Fig. 11 ({group}{partial_tag(footer)})"
     lines = to_markdown(points, dropped, t, cum, title, sources or [], paper_or(paper, "fig11"))
     if engine is not None:  # make fig11 ENGINE=vllm: vLLM's TTFT with the splice, a second source for (b)
-        lines += [*timing_lines(timing_panel(pd.read_csv(engine / "timing.csv"))), *clock_lines(engine), "",
-                  engine_provenance(engine)]
+        lines += [
+            *timing_lines(timing_panel(pd.read_csv(engine / "timing.csv"))),
+            *clock_lines(engine),
+            "",
+            engine_provenance(engine),
+        ]
     md = document(lines, footer)
     return figure_outputs(plot(points, t, cum, title), md, stem, footer, place="figure")
 
@@ -232,8 +342,11 @@ def main(argv: list[str] | None = None) -> None:
     def draw(exp):
         names = list(exp.jobs[0].cfg.get("sources") or [])
         src = load_sources(exp, names, argv)
-        rows = pd.concat([f for f in (exp.rows, src.rows) if not f.empty], ignore_index=True) \
-            if not (exp.rows.empty and src.rows.empty) else pd.DataFrame()
+        rows = (
+            pd.concat([f for f in (exp.rows, src.rows) if not f.empty], ignore_index=True)
+            if not (exp.rows.empty and src.rows.empty)
+            else pd.DataFrame()
+        )
         footer = exp.footer + (f"; {src.footer}" if src.footer else "")
         return render(rows, exp.probes, exp.name, exp.stem("figure"), footer, names, exp.paper, engine_folder())
 

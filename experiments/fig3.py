@@ -24,10 +24,25 @@ import pandas as pd
 from experiments.common import STYLE, cli, document, figure_outputs, markdown_rows, paper_or, partial_tag
 from experiments.panels import blank, cell, integer_ticks, of_probe, one_label
 
-NORMS = {"raw": ("raw (no R(δ))", ":"), "ratio": ("conditioning ‖Δ‖", "-"), "position": ("position (R(δ) alone)", "--"),
-         "conditioning_a": ("A-specific (oracle)", "-."), "position_residual": ("prefix-distance residual (oracle)", (0, (1, 3)))}
+NORMS = {
+    "raw": ("raw (no R(δ))", ":"),
+    "ratio": ("conditioning ‖Δ‖", "-"),
+    "position": ("position (R(δ) alone)", "--"),
+    "conditioning_a": ("A-specific (oracle)", "-."),
+    "position_residual": ("prefix-distance residual (oracle)", (0, (1, 3))),
+}
 TABLE_RANKS = (8, 32)
-RECORD_KEYS = ("job_key", "model", "dtype", "bench", "subset", "seed", "item_id", "layer", "channel")  # one layer-channel
+RECORD_KEYS = (
+    "job_key",
+    "model",
+    "dtype",
+    "bench",
+    "subset",
+    "seed",
+    "item_id",
+    "layer",
+    "channel",
+)  # one layer-channel
 
 
 def content(records: pd.DataFrame) -> pd.DataFrame:
@@ -127,8 +142,9 @@ def plot(curves: pd.DataFrame, layers: pd.DataFrame, models: list[str], title: s
                 c.set_xlabel("layer")
                 c.set_ylabel("landmark keys of A")
                 integer_ticks(c)
-        for ax, name in zip(axes[0], ("(a) energy vs rank", "(b) relative deficit norm", "(c) landmark keys"),
-                            strict=True):
+        for ax, name in zip(
+            axes[0], ("(a) energy vs rank", "(b) relative deficit norm", "(c) landmark keys"), strict=True
+        ):
             ax.set_title(name)
         drawn = [ax for ax in axes[:, 1] if ax.lines]
         if drawn:
@@ -143,8 +159,10 @@ def headline(model: str, lay: pd.DataFrame) -> str:
     bits, e90 = [], e90_summary(lay)
     lay = lay.dropna(axis=1, how="all")
     if "ratio" in lay.columns:
-        bits.append(f"conditioning {cell(lay['ratio'].iloc[0])} (layer 0) → {cell(lay['ratio'].iloc[-1])} "
-                    f"(layer {lay['layer'].iloc[-1]})")
+        bits.append(
+            f"conditioning {cell(lay['ratio'].iloc[0])} (layer 0) → {cell(lay['ratio'].iloc[-1])} "
+            f"(layer {lay['layer'].iloc[-1]})"
+        )
     if "e90" in lay.columns:
         bits.append(f"median e90 rank {cell(e90)} (layers above rounding)")
     if "landmarks" in lay.columns:
@@ -154,11 +172,20 @@ def headline(model: str, lay: pd.DataFrame) -> str:
 
 
 def to_markdown(layers: pd.DataFrame, models: list[str], title: str, note: str) -> list[str]:
-    lines = [f"**{title}** — content channel; energy at m = mean over items, e90 and landmarks = median over items, "
-             "norms = mean over items", ""]
+    lines = [
+        f"**{title}** — content channel; energy at m = mean over items, e90 and landmarks = median over items, "
+        "norms = mean over items",
+        "",
+    ]
     lines += [headline(m, layers[layers["model"] == m] if not layers.empty else layers) for m in models]
-    cols = [("energy_m8", "energy m=8"), ("energy_m32", "energy m=32"), ("e90", "e90"),
-            *[(c, label) for c, (label, _) in NORMS.items()], ("landmarks", "landmarks"), ("n_a", "n_A")]
+    cols = [
+        ("energy_m8", "energy m=8"),
+        ("energy_m32", "energy m=32"),
+        ("e90", "e90"),
+        *[(c, label) for c, (label, _) in NORMS.items()],
+        ("landmarks", "landmarks"),
+        ("n_a", "n_A"),
+    ]
     for model in models:
         lay = layers[layers["model"] == model] if not layers.empty else layers
         lines += ["", f"*{model}*", ""]
@@ -167,15 +194,17 @@ def to_markdown(layers: pd.DataFrame, models: list[str], title: str, note: str) 
     return [*lines, "", note]
 
 
-def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     energy = one_label(of_probe(probes, "energy"), "energy")
     norms = one_label(of_probe(probes, "deficit_norms"), "deficit_norms")
     landmarks = one_label(of_probe(probes, "landmarks"), "landmarks")
     models = sorted(set().union(*(f["model"] for f in (energy, norms, landmarks) if not f.empty)))
     if not models:
-        raise SystemExit(f"{group} has no energy, deficit_norms or landmarks records (probes=[energy, deficit_split, "
-                         "landmarks])")
+        raise SystemExit(
+            f"{group} has no energy, deficit_norms or landmarks records (probes=[energy, deficit_split, landmarks])"
+        )
     curves = energy_curves(energy) if not energy.empty else pd.DataFrame()
     layers = per_layer(norms, energy, landmarks)
     title = f"Fig. 3 ({group}{partial_tag(footer)})"
@@ -185,8 +214,12 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "fig3", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
-        argv)
+    cli(
+        __doc__,
+        "fig3",
+        lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -98,25 +98,39 @@ def to_markdown(recall: pd.DataFrame, rho: pd.DataFrame, title: str, paper: dict
         body = [[m, s, str(int(n)), cell(v), cell(paper.get("recall", {}).get(s), ".2f")]
                 for m, s, n, v in recall[["model", "selector", "n", "recall"]].itertuples(index=False)]
         lines += markdown_rows(["model", "selector", "items", "recall", "paper"], body)
-    lines += ["", "*(b) Spearman ρ of per-token ‖Δ_i‖ with each signal: pooled over items; per-item mean [min, max]*", ""]
+    lines += [
+        "",
+        "*(b) Spearman ρ of per-token ‖Δ_i‖ with each signal: pooled over items; per-item mean [min, max]*",
+        "",
+    ]
     if rho.empty:
         lines.append("no video_signals records (B needs frames with a previous frame of the same token grid)")
     else:
-        body = [[r.model, r.signal, str(int(r.n_tokens)), cell(r.pooled, "+.3f"),
-                 f"{cell(r.mean, '+.3f')} [{cell(r.min, '+.2f')}, {cell(r.max, '+.2f')}]", str(int(r.count))]
-                for r in rho.itertuples(index=False)]
+        body = [
+            [
+                r.model,
+                r.signal,
+                str(int(r.n_tokens)),
+                cell(r.pooled, "+.3f"),
+                f"{cell(r.mean, '+.3f')} [{cell(r.min, '+.2f')}, {cell(r.max, '+.2f')}]",
+                str(int(r.count)),
+            ]
+            for r in rho.itertuples(index=False)
+        ]
         lines += markdown_rows(["model", "signal", "tokens", "ρ pooled", "ρ per item", "items"], body)
     return [*lines, "", paper["note"]]
 
 
-def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     paper = paper_or(paper, "fig4")
     selectors = one_label(of_probe(probes, "selector_recall"), "selector_recall")
     video = one_label(of_probe(probes, "video_signals"), "video_signals")
     if selectors.empty and video.empty:
-        raise SystemExit(f"{group} has no selector_recall or video_signals records "
-                         "(probes=[selector_recall, video_signals])")
+        raise SystemExit(
+            f"{group} has no selector_recall or video_signals records (probes=[selector_recall, video_signals])"
+        )
     recall = recall_table(selectors) if not selectors.empty else pd.DataFrame()
     rho = spearman_table(video) if not video.empty else pd.DataFrame()
     title = f"Fig. 4 ({group}{partial_tag(footer)})"
@@ -125,8 +139,12 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "fig4", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
-        argv)
+    cli(
+        __doc__,
+        "fig4",
+        lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
+        argv,
+    )
 
 
 if __name__ == "__main__":

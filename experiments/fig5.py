@@ -81,13 +81,18 @@ def plain_patches(rows: pd.DataFrame) -> pd.DataFrame:
     """The plain patch rows (all layers, one SVD per layer-channel) with ``m`` (requested rank or "full") and
     ``rotary`` (:func:`rotary_rule`); the k_pe variants only on MLA models."""
     params = rows["params"].map(json.loads)
-    plain = (rows["arm_name"] == "patch") & params.map(lambda p: p.get("layers") == "all" and p.get("granularity") == "layer")
+    plain = (rows["arm_name"] == "patch") & params.map(
+        lambda p: p.get("layers") == "all" and p.get("granularity") == "layer"
+    )
     mla = rows["attention"] == "MLA" if "attention" in rows else pd.Series(False, index=rows.index)
     patch = rows[plain].assign(
         mla=mla[plain],
         m=[FULL if pd.isna(r) else str(int(r)) for r in rows.loc[plain, "rank"]],
-        rotary=[rotary_rule(p.get("rotary_rank", AUTO), r) for p, r in zip(params[plain], rows.loc[plain, "rank"],
-                                                                             strict=True)])
+        rotary=[
+            rotary_rule(p.get("rotary_rank", AUTO), r)
+            for p, r in zip(params[plain], rows.loc[plain, "rank"], strict=True)
+        ],
+    )
     return patch[(patch["rotary"] == AUTO) | (patch["mla"])]
 
 
@@ -107,19 +112,35 @@ def curve(rows: pd.DataFrame) -> pd.DataFrame:
         mean, lo, hi = interval(g, "kl")
         median, median_lo, median_hi = interval(g, "kl", np.median)
         clamped = 1.0 if m == FULL else float((g["effective_rank"] < int(m)).mean())
-        out.append({"model": model, "subset": subset, "rotary": rotary, "m": m, "n": g["item_id"].nunique(),
-                    "kl_mean": mean, "kl_lo": lo, "kl_hi": hi, "kl_median": median, "median_lo": median_lo,
-                    "median_hi": median_hi, "m_eff": g["effective_rank"].mean(),
-                    "r_eff": column_mean(g, "effective_rotary_rank"), "clamped": clamped,
-                    "bytes_frac": column_mean(g, "bytes_frac"), "mla": bool(g["mla"].iloc[0]),
-                    "blind_kl": blind.mean() if len(blind) else math.nan})
+        out.append(
+            {
+                "model": model,
+                "subset": subset,
+                "rotary": rotary,
+                "m": m,
+                "n": g["item_id"].nunique(),
+                "kl_mean": mean,
+                "kl_lo": lo,
+                "kl_hi": hi,
+                "kl_median": median,
+                "median_lo": median_lo,
+                "median_hi": median_hi,
+                "m_eff": g["effective_rank"].mean(),
+                "r_eff": column_mean(g, "effective_rotary_rank"),
+                "clamped": clamped,
+                "bytes_frac": column_mean(g, "bytes_frac"),
+                "mla": bool(g["mla"].iloc[0]),
+                "blind_kl": blind.mean() if len(blind) else math.nan,
+            }
+        )
     frame = pd.DataFrame(out)
     # one line per model, or per model · subset where a model ran several subsets (its ``base``); a k_pe variant
     # is a line of its own beside its base
     several = frame.groupby("model")["subset"].nunique() > 1
     frame["base"] = [f"{m} · {s}" if several[m] else m for m, s in zip(frame["model"], frame["subset"], strict=True)]
-    frame["line"] = [b + ("" if r == AUTO else f" · k_pe {r}") for b, r in zip(frame["base"], frame["rotary"],
-                                                                              strict=True)]
+    frame["line"] = [
+        b + ("" if r == AUTO else f" · k_pe {r}") for b, r in zip(frame["base"], frame["rotary"], strict=True)
+    ]
     frame["order"] = frame["m"].map(lambda m: math.inf if m == FULL else int(m))
     return frame.sort_values(["line", "order"]).drop(columns="order").reset_index(drop=True)
 
@@ -127,8 +148,12 @@ def curve(rows: pd.DataFrame) -> pd.DataFrame:
 def drawn(g: pd.DataFrame) -> pd.DataFrame:
     """A line's points as drawn: the requested ranks clamped on every item to one effective rank (and k_pe rank)
     merged into the smallest of them, ``label`` naming the requested ranks it stands for."""
-    g = g.assign(key=[(round(e, 6), round(r, 6)) if c == 1 else (m,) for e, r, c, m in
-                      zip(g["m_eff"], g["r_eff"].fillna(-1), g["clamped"], g["m"], strict=True)])
+    g = g.assign(
+        key=[
+            (round(e, 6), round(r, 6)) if c == 1 else (m,)
+            for e, r, c, m in zip(g["m_eff"], g["r_eff"].fillna(-1), g["clamped"], g["m"], strict=True)
+        ]
+    )
     labels = g.groupby("key", sort=False)["m"].agg(lambda ms: "=".join(ms) if len(ms) > 1 else "")
     first = g.drop_duplicates("key").copy()
     first["label"] = first["key"].map(labels)
@@ -145,16 +170,27 @@ def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
             colour = f"C{bases.index(g['base'].iloc[0])}"
             d = drawn(g)
             on_line = d.drop_duplicates("m_eff")  # MLA: past the content clamp only k_pe grows; those points sit off it
-            style = {} if main else {"linestyle": "-." if g["rotary"].iloc[0] == "m/2" else (0, (3, 1, 1, 1, 1, 1)),
-                                     "linewidth": 0.8}
+            style = (
+                {}
+                if main
+                else {"linestyle": "-." if g["rotary"].iloc[0] == "m/2" else (0, (3, 1, 1, 1, 1, 1)), "linewidth": 0.8}
+            )
             ax.plot(on_line["m_eff"], on_line["kl_mean"], color=colour, label=line, **style)
             hollow = d["clamped"] > 0
             for mask, face in ((~hollow, colour), (hollow, "none")):
-                ax.scatter(d.loc[mask, "m_eff"], d.loc[mask, "kl_mean"], s=9 if main else 5, facecolors=face,
-                           edgecolors=colour, linewidths=0.6, zorder=3)
+                ax.scatter(
+                    d.loc[mask, "m_eff"],
+                    d.loc[mask, "kl_mean"],
+                    s=9 if main else 5,
+                    facecolors=face,
+                    edgecolors=colour,
+                    linewidths=0.6,
+                    zorder=3,
+                )
             if main:
-                ax.fill_between(on_line["m_eff"], on_line["kl_lo"], on_line["kl_hi"], color=colour, alpha=0.15,
-                                linewidth=0)
+                ax.fill_between(
+                    on_line["m_eff"], on_line["kl_lo"], on_line["kl_hi"], color=colour, alpha=0.15, linewidth=0
+                )
                 ax.plot(on_line["m_eff"], on_line["kl_median"], marker="x", linestyle=":", linewidth=0.8, color=colour)
                 ax.axhline(g["blind_kl"].iloc[0], color=colour, linestyle="--", linewidth=0.8)
         ax.set_xscale("log", base=2)
@@ -208,16 +244,33 @@ def plateau(rows: pd.DataFrame, share: float = PLATEAU_SHARE) -> pd.DataFrame:
         lo, hi = np.quantile(draws, [0.025, 0.975], method="inverted_cdf") if draws.size else (math.nan, math.nan)
         everyone = np.arange(len(kl))
         fit, held = held_out(clusters, select, closes)
+
         def r32_of(idx: np.ndarray, m=matrix, f=floor, r=ranks) -> float:
             return pair_gap(r, m[idx.astype(int)], f[idx.astype(int)])
 
-        r32 = (bootstrap_ci(everyone, r32_of, clusters=clusters) if {32.0, 64.0} <= set(ranks)
-               else (math.nan,) * 3)
-        out.append({"model": model, "subset": subset, "n": len(kl), "clusters": len(set(clusters)), "ref": ref,
-                    "m_star": star, "lo": lo, "hi": hi,
-                    "closed": closes(everyone, star) if not math.isnan(star) else math.nan,
-                    "fit_star": fit[0], "fit_lo": fit[1], "fit_hi": fit[2], "held_closed": held[0],
-                    "held_lo": held[1], "held_hi": held[2], "r32": r32[0], "r32_lo": r32[1], "r32_hi": r32[2]})
+        r32 = bootstrap_ci(everyone, r32_of, clusters=clusters) if {32.0, 64.0} <= set(ranks) else (math.nan,) * 3
+        out.append(
+            {
+                "model": model,
+                "subset": subset,
+                "n": len(kl),
+                "clusters": len(set(clusters)),
+                "ref": ref,
+                "m_star": star,
+                "lo": lo,
+                "hi": hi,
+                "closed": closes(everyone, star) if not math.isnan(star) else math.nan,
+                "fit_star": fit[0],
+                "fit_lo": fit[1],
+                "fit_hi": fit[2],
+                "held_closed": held[0],
+                "held_lo": held[1],
+                "held_hi": held[2],
+                "r32": r32[0],
+                "r32_lo": r32[1],
+                "r32_hi": r32[2],
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -272,19 +325,42 @@ def share_text(v: float, lo: float = math.nan, hi: float = math.nan) -> str:
 def plateau_lines(table: pd.DataFrame, share: float = PLATEAU_SHARE) -> list[str]:
     if table.empty:
         return ["", "*Plateau (App. C.2)*: no model ran two ranks or more with blind reuse"]
-    body = [[r.model if table["model"].value_counts()[r.model] == 1 else f"{r.model} · {r.subset}", r.n, r.clusters,
-             rank_text(r.ref), f"{rank_text(r.m_star)} [{rank_text(r.lo)}, {rank_text(r.hi)}]", share_text(r.closed),
-             f"{rank_text(r.fit_star)} [{rank_text(r.fit_lo)}, {rank_text(r.fit_hi)}]",
-             share_text(r.held_closed, r.held_lo, r.held_hi), share_text(r.r32, r.r32_lo, r.r32_hi)]
-            for r in table.itertuples(index=False)]
-    head = ["model", "n", "clusters", "ref rank", "m⋆ [95% CI]", "closed at m⋆", "m⋆ on fit half [split 95%]",
-            "closed on held-out half [split 95%]", "rank 32 closes of the gap to 64 [95% CI]"]
-    return ["", f"*Plateau (App. C.2)*: m⋆ = the smallest swept rank whose mean KL closes ≥ {share:.0%} of the gap "
-            "from blind reuse to the top of the sweep (ref rank: the full-rank patch where it ran, else the largest "
-            "rank), so m⋆ can be any swept rank; CI: the rule rerun on 2000 cluster-bootstrap resamples; held out: "
-            f"{N_SPLITS} seeded random halvings of the clusters, m⋆ selected on one half and the share of the gap it "
-            "closes scored on the other; rank 32 → 64: the share of the blind → rank-64 gap rank 32 closes (mean "
-            "KL), its own statistic", "", *markdown_rows(head, body)]
+    body = [
+        [
+            r.model if table["model"].value_counts()[r.model] == 1 else f"{r.model} · {r.subset}",
+            r.n,
+            r.clusters,
+            rank_text(r.ref),
+            f"{rank_text(r.m_star)} [{rank_text(r.lo)}, {rank_text(r.hi)}]",
+            share_text(r.closed),
+            f"{rank_text(r.fit_star)} [{rank_text(r.fit_lo)}, {rank_text(r.fit_hi)}]",
+            share_text(r.held_closed, r.held_lo, r.held_hi),
+            share_text(r.r32, r.r32_lo, r.r32_hi),
+        ]
+        for r in table.itertuples(index=False)
+    ]
+    head = [
+        "model",
+        "n",
+        "clusters",
+        "ref rank",
+        "m⋆ [95% CI]",
+        "closed at m⋆",
+        "m⋆ on fit half [split 95%]",
+        "closed on held-out half [split 95%]",
+        "rank 32 closes of the gap to 64 [95% CI]",
+    ]
+    return [
+        "",
+        f"*Plateau (App. C.2)*: m⋆ = the smallest swept rank whose mean KL closes ≥ {share:.0%} of the gap "
+        "from blind reuse to the top of the sweep (ref rank: the full-rank patch where it ran, else the largest "
+        "rank), so m⋆ can be any swept rank; CI: the rule rerun on 2000 cluster-bootstrap resamples; held out: "
+        f"{N_SPLITS} seeded random halvings of the clusters, m⋆ selected on one half and the share of the gap it "
+        "closes scored on the other; rank 32 → 64: the share of the blind → rank-64 gap rank 32 closes (mean "
+        "KL), its own statistic",
+        "",
+        *markdown_rows(head, body),
+    ]
 
 
 def cell(kl: float, lo: float, hi: float, m: str, m_eff: float, r_eff: float = math.nan) -> str:
@@ -297,38 +373,59 @@ def cell(kl: float, lo: float, hi: float, m: str, m_eff: float, r_eff: float = m
     return f"{kl:.2e} [{lo:.2e}, {hi:.2e}]" + (f" ({', '.join(extra)})" if extra else "")
 
 
-def to_markdown(frame: pd.DataFrame, group: str, footer: str = "", paper: dict | None = None,
-                plateaus: pd.DataFrame | None = None) -> str:
-    ranks = list(dict.fromkeys(frame.sort_values("m", key=lambda s: s.map(lambda m: math.inf if m == FULL
-                                                                              else int(m)))["m"]))
-    lines = [f"**Figure 5 ({group})** — KL to re-prefill by patch rank, mean and median over items, each with its "
-             "95% bootstrap CI (clusters of items resampled together); blind = no patch; m_eff = the mean rank "
-             "actually applied where it is below m, r_eff = the mean k_pe (rotary) rank where it differs"]
+def to_markdown(
+    frame: pd.DataFrame, group: str, footer: str = "", paper: dict | None = None, plateaus: pd.DataFrame | None = None
+) -> str:
+    ranks = list(
+        dict.fromkeys(frame.sort_values("m", key=lambda s: s.map(lambda m: math.inf if m == FULL else int(m)))["m"])
+    )
+    lines = [
+        f"**Figure 5 ({group})** — KL to re-prefill by patch rank, mean and median over items, each with its "
+        "95% bootstrap CI (clusters of items resampled together); blind = no patch; m_eff = the mean rank "
+        "actually applied where it is below m, r_eff = the mean k_pe (rotary) rank where it differs"
+    ]
     for stat, col, lo, hi in (("mean", "kl_mean", "kl_lo", "kl_hi"), ("median", "kl_median", "median_lo", "median_hi")):
-        lines += ["", f"{stat} [95% CI]:", "",
-                  "| model | n | blind | " + " | ".join(f"m={m}" for m in ranks) + " |", "|---" * (3 + len(ranks)) + "|"]
+        lines += [
+            "",
+            f"{stat} [95% CI]:",
+            "",
+            "| model | n | blind | " + " | ".join(f"m={m}" for m in ranks) + " |",
+            "|---" * (3 + len(ranks)) + "|",
+        ]
         for line, g in frame.groupby("line", sort=True):
             r_eff = g["r_eff"] if g["mla"].iloc[0] else [math.nan] * len(g)
-            cells = {m: cell(k, a, b, m, e, r) for m, k, a, b, e, r in
-                     zip(g["m"], g[col], g[lo], g[hi], g["m_eff"], r_eff, strict=True)}
-            lines.append(f"| {line} | {int(g['n'].max())} | {g['blind_kl'].iloc[0]:.2e} | "
-                         + " | ".join(cells.get(m, "–") for m in ranks) + " |")
+            cells = {
+                m: cell(k, a, b, m, e, r)
+                for m, k, a, b, e, r in zip(g["m"], g[col], g[lo], g[hi], g["m_eff"], r_eff, strict=True)
+            }
+            lines.append(
+                f"| {line} | {int(g['n'].max())} | {g['blind_kl'].iloc[0]:.2e} | "
+                + " | ".join(cells.get(m, "–") for m in ranks)
+                + " |"
+            )
     variants = frame[frame["mla"]]
     if (variants["rotary"] != AUTO).any():
-        lines += ["", "*MLA k_pe rank (auto = ⌈m/4⌉, the default): bytes over B's page, mean over items*", "",
-                  "| model | k_pe | " + " | ".join(f"m={m}" for m in ranks) + " |", "|---" * (2 + len(ranks)) + "|"]
+        lines += [
+            "",
+            "*MLA k_pe rank (auto = ⌈m/4⌉, the default): bytes over B's page, mean over items*",
+            "",
+            "| model | k_pe | " + " | ".join(f"m={m}" for m in ranks) + " |",
+            "|---" * (2 + len(ranks)) + "|",
+        ]
         for (model, rotary), g in variants.groupby(["model", "rotary"], sort=True):
             got = dict(zip(g["m"], g["bytes_frac"], strict=True))
-            lines.append(f"| {model} | {rotary} | " + " | ".join(f"{got[m]:.3f}" if m in got else "–" for m in ranks)
-                         + " |")
+            lines.append(
+                f"| {model} | {rotary} | " + " | ".join(f"{got[m]:.3f}" if m in got else "–" for m in ranks) + " |"
+            )
     if plateaus is not None:
         lines += plateau_lines(plateaus)
     lines.append(f"\n{paper_or(paper, 'fig5')['note']}")
     return document(lines, footer)
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     frame = curve(rows)
     if frame.empty:
         raise SystemExit(f"{group} has no plain patch rows (arms patch_r<m> / patch_full)")

@@ -181,40 +181,79 @@ def to_markdown(tokens: pd.DataFrame, depth: pd.DataFrame, heads: pd.DataFrame, 
     def ci(mean, lo, hi, scale=100.0, digits=0) -> str:
         return "–" if np.isnan(mean) else f"{scale * mean:.{digits}f} [{scale * lo:.{digits}f}, {scale * hi:.{digits}f}]"
 
-    a = pd.DataFrame([{"model · arm": f"{r.model} · {r.arm}", "tokens recomputed": "–" if np.isnan(r.fraction)
-                       else f"{r.fraction:.2f}", "% gap closed": ci(r.eta, r.lo, r.hi), "n": r.n}
-                      for r in tokens.itertuples()], columns=["model · arm", "tokens recomputed", "% gap closed", "n"])
-    b = pd.DataFrame([{"model · layer": f"{r.model} · {r.layer}", "depth": f"{r.depth:.2f}",
-                       "% explained": ci(r.explained, r.lo, r.hi), "n": r.n} for r in depth.itertuples()],
-                     columns=["model · layer", "depth", "% explained", "n"])
-    c = pd.DataFrame([{"model": r["model"], "n": r["n"], "cells": r["cells"],
-                       "actual": ci(r["actual"], r["actual_lo"], r["actual_hi"], 1, 2),
-                       "random order": ci(r["random"], r["random_lo"], r["random_hi"], 1, 2),
-                       "top-25% energy share": ci(r["top25_energy"], r["top25_energy_lo"], r["top25_energy_hi"], 1, 2)}
-                      for _, r in heads.iterrows()], columns=["model", "n", "cells", "actual", "random order",
-                                                              "top-25% energy share"])
-    parts = [markdown_table(f.set_index(f.columns[0]), t) for f, t in (
-        (a, f"{title} (a) — % of the blind → re-prefill gap closed vs tokens recomputed, mean [95% CI]"),
-        (b, f"{title} (b) — % of the final-layer deficit explained by one injected layer, mean [95% CI]"),
-        (c, f"{title} (c) — fraction of (layer × head) cells holding 90% of Δ's energy, mean [95% CI]"))]
+    a = pd.DataFrame(
+        [
+            {
+                "model · arm": f"{r.model} · {r.arm}",
+                "tokens recomputed": "–" if np.isnan(r.fraction) else f"{r.fraction:.2f}",
+                "% gap closed": ci(r.eta, r.lo, r.hi),
+                "n": r.n,
+            }
+            for r in tokens.itertuples()
+        ],
+        columns=["model · arm", "tokens recomputed", "% gap closed", "n"],
+    )
+    b = pd.DataFrame(
+        [
+            {
+                "model · layer": f"{r.model} · {r.layer}",
+                "depth": f"{r.depth:.2f}",
+                "% explained": ci(r.explained, r.lo, r.hi),
+                "n": r.n,
+            }
+            for r in depth.itertuples()
+        ],
+        columns=["model · layer", "depth", "% explained", "n"],
+    )
+    c = pd.DataFrame(
+        [
+            {
+                "model": r["model"],
+                "n": r["n"],
+                "cells": r["cells"],
+                "actual": ci(r["actual"], r["actual_lo"], r["actual_hi"], 1, 2),
+                "random order": ci(r["random"], r["random_lo"], r["random_hi"], 1, 2),
+                "top-25% energy share": ci(r["top25_energy"], r["top25_energy_lo"], r["top25_energy_hi"], 1, 2),
+            }
+            for _, r in heads.iterrows()
+        ],
+        columns=["model", "n", "cells", "actual", "random order", "top-25% energy share"],
+    )
+    parts = [
+        markdown_table(f.set_index(f.columns[0]), t)
+        for f, t in (
+            (a, f"{title} (a) — % of the blind → re-prefill gap closed vs tokens recomputed, mean [95% CI]"),
+            (b, f"{title} (b) — % of the final-layer deficit explained by one injected layer, mean [95% CI]"),
+            (c, f"{title} (c) — fraction of (layer × head) cells holding 90% of Δ's energy, mean [95% CI]"),
+        )
+    ]
     return document(["\n".join(parts), note], footer)
 
 
-def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     require_rows(rows, group)
     note = paper_or(paper, "fig6")["note"]
-    probes = with_clusters(probes, rows) if not probes.empty else pd.DataFrame(
-        columns=["model", "item_id", "probe", "cluster_key"])
+    probes = (
+        with_clusters(probes, rows)
+        if not probes.empty
+        else pd.DataFrame(columns=["model", "item_id", "probe", "cluster_key"])
+    )
     tokens, depth, heads = token_curve(rows), depth_curve(probes), head_summary(head_table(probes))
     title = f"Fig. 6 ({group}{partial_tag(footer)})"
-    return figure_outputs(plot(tokens, depth, heads, title), to_markdown(tokens, depth, heads, title, footer, note),
-                          stem, footer)
+    return figure_outputs(
+        plot(tokens, depth, heads, title), to_markdown(tokens, depth, heads, title, footer, note), stem, footer
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "fig6", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
-        argv)
+    cli(
+        __doc__,
+        "fig6",
+        lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
+        argv,
+    )
 
 
 if __name__ == "__main__":

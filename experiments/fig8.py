@@ -85,7 +85,9 @@ def plot(mean: pd.DataFrame, title: str) -> plt.Figure:
                                  squeeze=False)
         for r, (model, basis) in enumerate(rows):
             sub = mean[(mean["model"] == model) & (mean["basis"] == basis)]
-            channels = sorted(sub["channel"].unique(), key=lambda c: (sub[sub["channel"] == c]["role"].iloc[0] != "rotary", c))
+            channels = sorted(
+                sub["channel"].unique(), key=lambda c: (sub[sub["channel"] == c]["role"].iloc[0] != "rotary", c)
+            )
             peak = {c: sub[sub["channel"] == c]["value"].max() for c in channels}
             layers = columns(int(n_layers[(model, basis)]))
             for j, ax in enumerate(axes[r]):
@@ -111,8 +113,11 @@ def plot(mean: pd.DataFrame, title: str) -> plt.Figure:
 
 
 def to_markdown(table: pd.DataFrame, counts: pd.DataFrame, title: str, note: str) -> list[str]:
-    lines = [f"**{title}** — mean |Δ| per layer (mean over items and bins); top-¼ shares of the plane's mass "
-             "along tokens and along features (components)", ""]
+    lines = [
+        f"**{title}** — mean |Δ| per layer (mean over items and bins); top-¼ shares of the plane's mass "
+        "along tokens and along features (components)",
+        "",
+    ]
     for c in counts.itertuples(index=False):
         left = f", {c.left_out} left out (another grid)" if c.left_out else ""
         lines.append(f"- {c.model} · {c.basis}: {int(c.kept)} item(s){left}")
@@ -123,21 +128,32 @@ def to_markdown(table: pd.DataFrame, counts: pd.DataFrame, title: str, note: str
         body = []
         for layer, h in g.groupby("layer", sort=True):
             by = h.set_index("channel")
-            body.append([str(layer), *[cell(by.at[c, q]) for c in chans
-                                       for q in ("mean_abs", "token_top_quarter", "feature_top_quarter")]])
+            body.append(
+                [
+                    str(layer),
+                    *[
+                        cell(by.at[c, q])
+                        for c in chans
+                        for q in ("mean_abs", "token_top_quarter", "feature_top_quarter")
+                    ],
+                ]
+            )
         lines += markdown_rows(head, body)
     return [*lines, "", note]
 
 
-def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     records = of_probe(probes, "depth_planes")
     if records.empty:
         raise SystemExit(f"{group} has no depth_planes records (probes=[depth_planes, depth_components])")
     labels = records.groupby("basis")["probe"].nunique()
     if (labels > 1).any():
-        raise SystemExit(f"{group}: several depth_planes configurations share a basis "
-                         f"({sorted(records['probe'].unique())}); render one per basis")
+        raise SystemExit(
+            f"{group}: several depth_planes configurations share a basis "
+            f"({sorted(records['probe'].unique())}); render one per basis"
+        )
     mean, counts = planes(records)
     title = f"Fig. 8 ({group}{partial_tag(footer)})"
     md = document(to_markdown(summary(mean), counts, title, paper_or(paper, "fig8")["note"]), footer)
@@ -145,8 +161,12 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "fig8", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
-        argv)
+    cli(
+        __doc__,
+        "fig8",
+        lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper),
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -106,8 +106,10 @@ def load_sources(exp: Experiment, names: Sequence[str], argv: list[str] | None =
             raise SystemExit(f"{exp.name} reads rows from experiment {name!r}, which does not compose: {err}") from None
         stored = [v for v in views if v.shard is not None]
         if not stored:
-            raise SystemExit(f"{exp.name} reads rows from experiment {name}, which has no stored jobs under {root}: "
-                             f"run its sweep first (python -m kamera.run -m experiment={name})")
+            raise SystemExit(
+                f"{exp.name} reads rows from experiment {name}, which has no stored jobs under {root}: "
+                f"run its sweep first (python -m kamera.run -m experiment={name})"
+            )
         for v in views:
             if v.error or not v.state.complete:
                 incomplete.append(f"{name}: {' '.join(v.overrides)}: {v.error or v.state.summary()}")
@@ -117,8 +119,13 @@ def load_sources(exp: Experiment, names: Sequence[str], argv: list[str] | None =
             raise SystemExit(str(err)) from None
         jobs += [v for v in stored if not v.error]
     if incomplete and not args.allow_partial:
-        raise SystemExit(f"{exp.name}: {len(incomplete)} job(s) of its source experiments incomplete (run them, or "
-                         "render with --allow-partial):\n- " + "\n- ".join(incomplete))
-    rows = pd.concat([f for f in frames if not f.empty], ignore_index=True) if any(not f.empty for f in frames) \
+        raise SystemExit(
+            f"{exp.name}: {len(incomplete)} job(s) of its source experiments incomplete (run them, or "
+            "render with --allow-partial):\n- " + "\n- ".join(incomplete)
+        )
+    rows = (
+        pd.concat([f for f in frames if not f.empty], ignore_index=True)
+        if any(not f.empty for f in frames)
         else pd.DataFrame()
+    )
     return Sources(list(names), rows, f"sources {', '.join(names)}: " + footer(jobs, incomplete))

@@ -66,17 +66,26 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
         raise SystemExit(f"{group} has no reorder window rows")
     patched = rows[(rows.get("probe") == "reorder") & (rows.get("variant") == "exact")]["rank"]
     ranks = " / ".join(dict.fromkeys("full" if pd.isna(r) else str(int(r)) for r in patched)) or "–"
-    notes = ["Per test ordering π of the K chunks in front of the cached chunk (every non-identity ordering of the "
-             "orbit): transfer = the identity-order patch formed once and stored; exact = π's own patch (one "
-             "conditioned forward at the reorder); orbit = one patch averaged over the orbit's other orderings (π held "
-             f"out), stored. Rank {ranks}. η = 1 − KL/KL_blind, mean [95% cluster-bootstrap CI] over the rows (an item's "
-             "orderings and the questions on one video resampled together) with a measurable deficit; "
-             "‖Δπ − Δid‖/‖Δid‖: the raw deficit's change under the reorder, over all layers and channels."]
+    notes = [
+        "Per test ordering π of the K chunks in front of the cached chunk (every non-identity ordering of the "
+        "orbit): transfer = the identity-order patch formed once and stored; exact = π's own patch (one "
+        "conditioned forward at the reorder); orbit = one patch averaged over the orbit's other orderings (π held "
+        f"out), stored. Rank {ranks}. η = 1 − KL/KL_blind, mean [95% cluster-bootstrap CI] over the rows (an item's "
+        "orderings and the questions on one video resampled together) with a measurable deficit; "
+        "‖Δπ − Δid‖/‖Δid‖: the raw deficit's change under the reorder, over all layers and channels."
+    ]
     if any(m.split(" (", 1)[0] in values.get("models", {}) for m in table.index.get_level_values(0)):
         notes.append(values["note"])
-    return table_outputs(table, stem, f"Reorder ({group}) — one orbit patch for every ordering{partial_tag(footer)}",
-                         f"Reorder: transfer, exact and orbit patches per set size K ({group}).", f"tab:{group}",
-                         footer, ["\n".join(notes)], math=False)
+    return table_outputs(
+        table,
+        stem,
+        f"Reorder ({group}) — one orbit patch for every ordering{partial_tag(footer)}",
+        f"Reorder: transfer, exact and orbit patches per set size K ({group}).",
+        f"tab:{group}",
+        footer,
+        ["\n".join(notes)],
+        math=False,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -93,18 +93,27 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
     table = frame(rows, paper)
     if table.empty:
         raise SystemExit(f"{group} has no recall or survivor window rows")
-    notes = ["Recall: the chunk re-admitted after the whole window turned over (τ = 1); stale = the patch frozen at "
-             "eviction, replayed; fresh = the stored rank-32 patch on the context it is recalled behind (formed once, "
-             "relocated and replayed: no forward at the recall; the same patch formed at the recall is the "
-             "fresh_exact variant). Survivor: the leading "
-             "chunk evicted, the interior survivor kept as-is (R(δ) only) or with a rank-64 removal patch. η = 1 − "
-             "KL/KL_blind, mean [95% cluster-bootstrap CI: questions on one video resampled together] over items with "
-             "a measurable deficit (KL_blind > eta_floor); flip-recover over the items where blind reuse flips the re-prefill decision."]
+    notes = [
+        "Recall: the chunk re-admitted after the whole window turned over (τ = 1); stale = the patch frozen at "
+        "eviction, replayed; fresh = the stored rank-32 patch on the context it is recalled behind (formed once, "
+        "relocated and replayed: no forward at the recall; the same patch formed at the recall is the "
+        "fresh_exact variant). Survivor: the leading "
+        "chunk evicted, the interior survivor kept as-is (R(δ) only) or with a rank-64 removal patch. η = 1 − "
+        "KL/KL_blind, mean [95% cluster-bootstrap CI: questions on one video resampled together] over items with "
+        "a measurable deficit (KL_blind > eta_floor); flip-recover over the items where blind reuse flips the re-prefill decision."
+    ]
     if rows["model"].isin(list(paper.get("models", {}))).any():
         notes.append(paper["note"])
-    return table_outputs(table, stem, f"Table 1 ({group}) — eviction is asymmetric{partial_tag(footer)}",
-                         f"Recall needs a fresh patch, survivors need only R($\\delta$) ({group}).", f"tab:{group}",
-                         footer, ["\n".join(notes)], math=False)
+    return table_outputs(
+        table,
+        stem,
+        f"Table 1 ({group}) — eviction is asymmetric{partial_tag(footer)}",
+        f"Recall needs a fresh patch, survivors need only R($\\delta$) ({group}).",
+        f"tab:{group}",
+        footer,
+        ["\n".join(notes)],
+        math=False,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -61,7 +61,10 @@ def extra(point: str, got: list[dict], recs: list[dict], model: str, paper: dict
     orderings (mean ``delta_rel`` over its rows), the partial forward's layer share."""
     if point == "deep-half patch":
         full = pick(recs, model, "deep_half", "patch", {})
-        eta, size = ratio(mean_of(got, "eta"), mean_of(full, "eta")), ratio(mean_of(got, "bytes"), mean_of(full, "bytes"))
+        eta, size = (
+            ratio(mean_of(got, "eta"), mean_of(full, "eta")),
+            ratio(mean_of(got, "bytes"), mean_of(full, "bytes")),
+        )
         return f"; {num(eta)}× the full patch's η at {num(size)}× its bytes (paper {paper['deep_half']})"
     if point == "reorder orbit-patch":  # §5: the raw deficit is not order-invariant, the orbit patch still transfers
         dist = mean(r.get("delta_rel", math.nan) for r in got)  # "–" for rows stored before the column existed
@@ -86,27 +89,42 @@ def frame(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
                 out[(point, f"{model} ({a})")] = [mechanism, cost, *["–"] * 5, holds]
                 continue
             out[(point, f"{model} ({a})")] = [
-                mechanism, cost, num(mean_of(got, "forwards")), num(mean_of(got, "stored_forwards")),
-                num(mean_of(got, "bytes_frac")), eta_cell(got) + extra(point, got, recs, model, paper),
-                num(mean_of(got, "kl"), 3), holds,
+                mechanism,
+                cost,
+                num(mean_of(got, "forwards")),
+                num(mean_of(got, "stored_forwards")),
+                num(mean_of(got, "bytes_frac")),
+                eta_cell(got) + extra(point, got, recs, model, paper),
+                num(mean_of(got, "kl"), 3),
+                holds,
             ]
     table = pd.DataFrame.from_dict(out, orient="index", columns=COLUMNS)
     table.index = pd.MultiIndex.from_tuples(table.index, names=["operating point", "model"])
     return table
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     table = frame(rows, paper)
     if table.empty:
         raise SystemExit(f"{group} has no window rows")
-    notes = ["Cost as measured: forwards run at the operation (the variant's own query forward not counted), forwards "
-             "behind the stored state it reads (the canonical, patches formed earlier), bytes stored or recomputed for "
-             "the chunk / its KV page, means over items. η over items with a measurable deficit (a leading chunk has "
-             "none: its KL shows the exactness). Paper columns: Table 2 of the preprint."]
-    return table_outputs(table, stem, f"Table 2 ({group}) — operating points, measured{partial_tag(footer)}",
-                         f"Operating points for cross-chunk KV reuse, measured cost and fidelity ({group}).",
-                         f"tab:{group}", footer, notes, math=False)
+    notes = [
+        "Cost as measured: forwards run at the operation (the variant's own query forward not counted), forwards "
+        "behind the stored state it reads (the canonical, patches formed earlier), bytes stored or recomputed for "
+        "the chunk / its KV page, means over items. η over items with a measurable deficit (a leading chunk has "
+        "none: its KL shows the exactness). Paper columns: Table 2 of the preprint."
+    ]
+    return table_outputs(
+        table,
+        stem,
+        f"Table 2 ({group}) — operating points, measured{partial_tag(footer)}",
+        f"Operating points for cross-chunk KV reuse, measured cost and fidelity ({group}).",
+        f"tab:{group}",
+        footer,
+        notes,
+        math=False,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -59,14 +59,27 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: 
     """``selection``: which items count (:func:`experiments.panels.selection_note`), printed under the table."""
     tag = partial_tag(footer)
     notes = [selection] if selection else []
-    return table_outputs(wide(aggregate(rows, paper)), stem, f"Table 3 ({group}{tag})",
-                         f"Accuracy per arm ({group}{tag}); mean and 95\\% cluster-bootstrap CI over items.", f"tab:{group}",
-                         footer, notes, math=False, subtitle="accuracy, mean [95% cluster-bootstrap CI]", index_label="arm")
+    return table_outputs(
+        wide(aggregate(rows, paper)),
+        stem,
+        f"Table 3 ({group}{tag})",
+        f"Accuracy per arm ({group}{tag}); mean and 95\\% cluster-bootstrap CI over items.",
+        f"tab:{group}",
+        footer,
+        notes,
+        math=False,
+        subtitle="accuracy, mean [95% cluster-bootstrap CI]",
+        index_label="arm",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "table3", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper,
-                                              selection_note(exp)), argv)
+    cli(
+        __doc__,
+        "table3",
+        lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper, selection_note(exp)),
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -68,14 +68,25 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
            paper: dict | None = None, arms: list[str] | None = None) -> tuple[str, list[Path]]:
     require_rows(rows, group)
     paper, tag = paper_or(paper, "table4"), partial_tag(footer)
-    return table_outputs(wide(rows, paper, arms), stem, f"Table 4 ({group}{tag}) — accuracy, mean [95% cluster-bootstrap CI]; "
-                         "KV bytes for B as % of its page",
-                         f"Two-page multi-hop accuracy and KV bytes per arm ({group}{tag}); mean and 95% "
-                         "cluster-bootstrap CI over documents.", f"tab:{group}", footer, [paper["note"]])
+    return table_outputs(
+        wide(rows, paper, arms),
+        stem,
+        f"Table 4 ({group}{tag}) — accuracy, mean [95% cluster-bootstrap CI]; KV bytes for B as % of its page",
+        f"Two-page multi-hop accuracy and KV bytes per arm ({group}{tag}); mean and 95% "
+        "cluster-bootstrap CI over documents.",
+        f"tab:{group}",
+        footer,
+        [paper["note"]],
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "table4", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper, exp.arms), argv)
+    cli(
+        __doc__,
+        "table4",
+        lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper, exp.arms),
+        argv,
+    )
 
 
 if __name__ == "__main__":

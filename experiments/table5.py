@@ -60,14 +60,26 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
            paper: dict | None = None, arms: list[str] | None = None) -> tuple[str, list[Path]]:
     require_rows(rows, group)
     paper, tag = paper_or(paper, "table5"), partial_tag(footer)
-    return table_outputs(wide(rows, paper, arms), stem, f"Table 5 ({group}{tag}) — flip-recover on the items blind reuse flips, "
-                         "mean [95% cluster-bootstrap CI]; mean KL to re-prefill",
-                         f"Answer-flip recovery per subset and pooled, and mean KL ({group}{tag}); mean and 95% "
-                         "cluster-bootstrap CI over flipped items.", f"tab:{group}", footer, [paper["note"]])
+    return table_outputs(
+        wide(rows, paper, arms),
+        stem,
+        f"Table 5 ({group}{tag}) — flip-recover on the items blind reuse flips, "
+        "mean [95% cluster-bootstrap CI]; mean KL to re-prefill",
+        f"Answer-flip recovery per subset and pooled, and mean KL ({group}{tag}); mean and 95% "
+        "cluster-bootstrap CI over flipped items.",
+        f"tab:{group}",
+        footer,
+        [paper["note"]],
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "table5", lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper, exp.arms), argv)
+    cli(
+        __doc__,
+        "table5",
+        lambda exp: render(exp.rows, exp.name, exp.stem("table"), exp.footer, exp.paper, exp.arms),
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -39,14 +39,21 @@ METHODS = {"patch": "feature patch (low-rank Δ)", "quest": "oracle query-aware 
 def budgeted(rows: pd.DataFrame) -> pd.DataFrame:
     """The rows of the budgeted methods, with ``method`` and ``budget_rank`` (the patch rank whose bytes they get)."""
     p = params(rows)
-    rank = [r if name == "patch" else q.get("match_rank") for name, r, q in zip(rows["arm_name"], rows["rank"], p, strict=True)]
-    out = rows.assign(method=rows["arm_name"], budget_rank=pd.to_numeric(pd.Series(rank, index=rows.index)),
-                      budget_tokens=[q.get("budget_tokens", np.nan) for q in p])
+    rank = [
+        r if name == "patch" else q.get("match_rank")
+        for name, r, q in zip(rows["arm_name"], rows["rank"], p, strict=True)
+    ]
+    out = rows.assign(
+        method=rows["arm_name"],
+        budget_rank=pd.to_numeric(pd.Series(rank, index=rows.index)),
+        budget_tokens=[q.get("budget_tokens", np.nan) for q in p],
+    )
     return out[out["method"].isin(list(METHODS)) & out["budget_rank"].notna()]
 
 
 def paired_delta(g: pd.DataFrame, rank: float, other: str = "quest") -> str:
     """'0.24 [0.07, 0.41] (n = 46)': the paired bootstrap of η(patch) − η(other) at one budget."""
+
     def etas(method: str) -> pd.DataFrame:
         sel = g[(g["method"] == method) & (g["budget_rank"] == rank)]
         return sel.dropna(subset=["eta"]).drop_duplicates("item_id").set_index("item_id")
@@ -55,8 +62,11 @@ def paired_delta(g: pd.DataFrame, rank: float, other: str = "quest") -> str:
     shared = sorted(set(a.index) & set(b.index))
     if not shared:
         return "–"
-    mean, lo, hi = paired_bootstrap_ci(a.loc[shared, "eta"].tolist(), b.loc[shared, "eta"].tolist(),
-                                       clusters=cluster_labels(a.loc[shared].reset_index()))
+    mean, lo, hi = paired_bootstrap_ci(
+        a.loc[shared, "eta"].tolist(),
+        b.loc[shared, "eta"].tolist(),
+        clusters=cluster_labels(a.loc[shared].reset_index()),
+    )
     return f"{mean:.2f} [{lo:.2f}, {hi:.2f}] (n = {len(shared)})"
 
 
@@ -73,15 +83,21 @@ def wide(rows: pd.DataFrame, paper: dict | None = None) -> tuple[pd.DataFrame, l
         for rank in sorted(m["budget_rank"].unique()):
             g = m[m["budget_rank"] == rank]
             col = (model, f"rank-{rank:g} bytes")
-            columns[col] = {METHODS[meth]: with_paper(row_cell(g[g["method"] == meth], "eta"),
-                                                      methods.get(meth, {}).get(rank)
-                                                      if model == paper.get("model") else None)
-                            for meth in METHODS if (g["method"] == meth).any()}
+            columns[col] = {
+                METHODS[meth]: with_paper(
+                    row_cell(g[g["method"] == meth], "eta"),
+                    methods.get(meth, {}).get(rank) if model == paper.get("model") else None,
+                )
+                for meth in METHODS
+                if (g["method"] == meth).any()
+            }
             tokens = g.loc[g["method"].isin(["quest", "first_k"]), "budget_tokens"].mean()
             patch = g[g["method"] == "patch"]
-            extra[col] = {"matched tokens (mean)": "–" if np.isnan(tokens) else f"{tokens:.1f}",
-                          "patch bytes (% of page)": f"{100 * patch['bytes_frac'].mean():.1f}%" if len(patch) else "–",
-                          "n (items with a measurable deficit)": str(g.dropna(subset=["eta"])["item_id"].nunique())}
+            extra[col] = {
+                "matched tokens (mean)": "–" if np.isnan(tokens) else f"{tokens:.1f}",
+                "patch bytes (% of page)": f"{100 * patch['bytes_frac'].mean():.1f}%" if len(patch) else "–",
+                "n (items with a measurable deficit)": str(g.dropna(subset=["eta"])["item_id"].nunique()),
+            }
             lines.append(f"{model}, rank-{rank:g} bytes: η(patch) − η(Quest-style) = {paired_delta(m, rank)}")
     frame = pd.DataFrame(columns).reindex([v for k, v in METHODS.items() if (data["method"] == k).any()])
     frame = pd.concat([frame, pd.DataFrame(extra)]).fillna("–")
@@ -90,17 +106,26 @@ def wide(rows: pd.DataFrame, paper: dict | None = None) -> tuple[pd.DataFrame, l
     return frame, lines
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     paper = paper_or(paper, "table6")
     frame, lines = wide(rows, paper)
     tag = partial_tag(footer)
-    return table_outputs(frame, stem, f"Table 6 ({group}{tag}) — share of the conditioning loss closed (η) at a "
-                         "matched KV-byte budget, mean [95% cluster-bootstrap CI]",
-                         f"Share of the conditioning loss closed at matched KV bytes ({group}{tag}); mean η and "
-                         "95% cluster-bootstrap CI. " + "; ".join(lines), f"tab:{group}", footer,
-                         ["Paired bootstrap of Δη on the items both methods have:\n" + "\n".join(f"- {x}" for x in lines),
-                          paper["note"]])
+    return table_outputs(
+        frame,
+        stem,
+        f"Table 6 ({group}{tag}) — share of the conditioning loss closed (η) at a "
+        "matched KV-byte budget, mean [95% cluster-bootstrap CI]",
+        f"Share of the conditioning loss closed at matched KV bytes ({group}{tag}); mean η and "
+        "95% cluster-bootstrap CI. " + "; ".join(lines),
+        f"tab:{group}",
+        footer,
+        [
+            "Paired bootstrap of Δη on the items both methods have:\n" + "\n".join(f"- {x}" for x in lines),
+            paper["note"],
+        ],
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

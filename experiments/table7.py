@@ -102,16 +102,24 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: 
     which items count (:func:`experiments.panels.selection_note`), printed under the table."""
     require_rows(rows, group)
     paper, tag = paper_or(paper, "table7"), partial_tag(footer)
-    return table_outputs(table(rows, paper), stem, f"Table 7 ({group}{tag}) — the deficit by 4D-mask isolation: mean [95% "
-                         "cluster-bootstrap CI]; gap@m = median over items with a measurable loss-KL",
-                         f"Cross-chunk conditioning deficit per backbone, 4D-mask isolation ({group}{tag}); means "
-                         "(gap@m: medians) with 95% cluster-bootstrap CIs.", f"tab:{group}", footer, [paper["note"]])
+    return table_outputs(
+        table(rows, paper),
+        stem,
+        f"Table 7 ({group}{tag}) — the deficit by 4D-mask isolation: mean [95% "
+        "cluster-bootstrap CI]; gap@m = median over items with a measurable loss-KL",
+        f"Cross-chunk conditioning deficit per backbone, 4D-mask isolation ({group}{tag}); means "
+        "(gap@m: medians) with 95% cluster-bootstrap CIs.",
+        f"tab:{group}",
+        footer,
+        [paper["note"]],
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     def draw(exp):
-        rows = with_job_columns(exp, exp.rows, {"canonical_context": lambda c: c.canonical_context,
-                                                "eta_floor": lambda c: c.eta_floor})
+        rows = with_job_columns(
+            exp, exp.rows, {"canonical_context": lambda c: c.canonical_context, "eta_floor": lambda c: c.eta_floor}
+        )
         return render(rows, exp.name, exp.stem("table"), exp.footer, exp.paper, selection_note(exp))
 
     cli(__doc__, "table7", draw, argv)

@@ -127,12 +127,15 @@ def table(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
     lines = {}
     for model, m in rows.groupby("model", sort=True):
         m, paper = measured(m), values.get("models", {}).get(model, {})
-        line = {"family (n_L)": f"{m['attention'].iloc[0] if len(m) else '?'} ({n_layers(m)})",
-                "n": str(m["item_id"].nunique())}
+        line = {
+            "family (n_L)": f"{m['attention'].iloc[0] if len(m) else '?'} ({n_layers(m)})",
+            "n": str(m["item_id"].nunique()),
+        }
         for rank in sorted(m.loc[m["arm_name"] == "patch", "rank"].dropna().unique()):
             at = paper if rank == values.get("rank") else {}
-            line[f"patch η@{rank:g}"] = with_paper(row_cell(m[(m["arm_name"] == "patch") & (m["rank"] == rank)], "eta"),
-                                                  at.get("patch"))
+            line[f"patch η@{rank:g}"] = with_paper(
+                row_cell(m[(m["arm_name"] == "patch") & (m["rank"] == rank)], "eta"), at.get("patch")
+            )
             line[f"re-prefill to match r{rank:g}"] = with_paper(fraction_cell(frontier(m, rank)), at.get("match"))
         topp = m[m["arm_name"] == "oracle_topp"]
         topp = topp[[q.get("p") == 0.5 for q in params(topp)]]
@@ -172,21 +175,34 @@ def plot(rows: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, figure_stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, group: str, stem: Path, figure_stem: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     require_rows(rows, group)
     paper, tag = paper_or(paper, "table8"), partial_tag(footer)
-    md, paths = table_outputs(table(rows, paper), stem, f"Table 8 ({group}{tag}) — the repair frontier: mean η [95% "
-                              "cluster-bootstrap CI]; re-prefill to match = fraction of B's layers computed (lead-in "
-                              f"layer included) where shallow re-prefill first reaches the patch's η (sweep: {figure_stem.name}.pdf)",
-                              f"The repair frontier ({group}{tag}); mean η and 95% cluster-bootstrap CIs.",
-                              f"tab:{group}", footer, [paper["note"]])
+    md, paths = table_outputs(
+        table(rows, paper),
+        stem,
+        f"Table 8 ({group}{tag}) — the repair frontier: mean η [95% "
+        "cluster-bootstrap CI]; re-prefill to match = fraction of B's layers computed (lead-in "
+        f"layer included) where shallow re-prefill first reaches the patch's η (sweep: {figure_stem.name}.pdf)",
+        f"The repair frontier ({group}{tag}); mean η and 95% cluster-bootstrap CIs.",
+        f"tab:{group}",
+        footer,
+        [paper["note"]],
+    )
     return md, [*paths, *save_figure(plot(rows, f"Table 8 sweep ({group}{tag})"), figure_stem, footer)]
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "table8", lambda exp: render(exp.rows, exp.name, exp.stem("table"),
-                                              suffixed(exp.stem("figure"), "_sweep"), exp.footer, exp.paper), argv)
+    cli(
+        __doc__,
+        "table8",
+        lambda exp: render(
+            exp.rows, exp.name, exp.stem("table"), suffixed(exp.stem("figure"), "_sweep"), exp.footer, exp.paper
+        ),
+        argv,
+    )
 
 
 if __name__ == "__main__":

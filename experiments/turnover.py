@@ -43,7 +43,9 @@ def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
             for i, (model, g) in enumerate(frame.groupby("model", sort=False)):
                 label = f"{model} ({g['arch'].iloc[0]})"
                 ax.plot(g["tau"], g[f"stale_eta{stat}"], marker="o", color=f"C{i}", label=f"{label} stale")
-                ax.plot(g["tau"], g[f"fresh_eta{stat}"], marker="s", color=f"C{i}", linestyle="--", label=f"{label} fresh")
+                ax.plot(
+                    g["tau"], g[f"fresh_eta{stat}"], marker="s", color=f"C{i}", linestyle="--", label=f"{label} fresh"
+                )
                 if model in full and not stat:
                     ax.scatter([1.0, 1.0], full[model], marker="x", color=f"C{i}", zorder=3)
             ax.axhline(0.0, color="0.5", linewidth=0.6)
@@ -59,23 +61,31 @@ def plot(frame: pd.DataFrame, title: str) -> plt.Figure:
 def to_markdown(frame: pd.DataFrame, group: str, footer: str = "", paper: dict | None = None) -> str:
     paper = paper_or(paper, "turnover")
     full = full_turnover()
-    lines = [f"**Turnover ({group})** — η = 1 − KL/KL_blind of the recalled chunk vs turnover τ; mean / median over "
-             "items with a measurable deficit", "",
-             "| model | τ | n | stale η mean | stale η median | fresh η mean | fresh η median | stale KL | blind KL | "
-             "re-prefill acc | stale acc |", "|---" * 11 + "|"]
+    lines = [
+        f"**Turnover ({group})** — η = 1 − KL/KL_blind of the recalled chunk vs turnover τ; mean / median over "
+        "items with a measurable deficit",
+        "",
+        "| model | τ | n | stale η mean | stale η median | fresh η mean | fresh η median | stale KL | blind KL | "
+        "re-prefill acc | stale acc |",
+        "|---" * 11 + "|",
+    ]
     for _, c in frame.iterrows():
-        lines.append(f"| {c['model']} ({c['arch']}) | {c['tau']:.2f} | {c['n']} | {num(c['stale_eta'])} | "
-                     f"{num(c['stale_eta_median'])} | {num(c['fresh_eta'])} | {num(c['fresh_eta_median'])} | "
-                     f"{num(c['stale_kl'], 3)} | {num(c['blind_kl'], 3)} | {num(c['reprefill_correct'])} | "
-                     f"{num(c['stale_correct'])} |")
+        lines.append(
+            f"| {c['model']} ({c['arch']}) | {c['tau']:.2f} | {c['n']} | {num(c['stale_eta'])} | "
+            f"{num(c['stale_eta_median'])} | {num(c['fresh_eta'])} | {num(c['fresh_eta_median'])} | "
+            f"{num(c['stale_kl'], 3)} | {num(c['blind_kl'], 3)} | {num(c['reprefill_correct'])} | "
+            f"{num(c['stale_correct'])} |"
+        )
     if frame["model"].isin(list(full)).any():
-        lines.append(f"\n{paper['note']} " + ", ".join(f"{m} {s:+.2f} (fresh {f:.2f})" for m, (s, f) in full.items())
-                     + ".")
+        lines.append(
+            f"\n{paper['note']} " + ", ".join(f"{m} {s:+.2f} (fresh {f:.2f})" for m, (s, f) in full.items()) + "."
+        )
     return document(lines, footer)
 
 
-def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None
+) -> tuple[str, list[Path]]:
     frame = curves(rows)
     if frame.empty:
         raise SystemExit(f"{group} has no recall window rows")

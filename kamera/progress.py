@@ -24,7 +24,9 @@ class Progress:
         ran = self.done - self._start_done
         rate = ran / max(now - self._t0, 1e-9)
         eta = timedelta(seconds=round((self.total - self.done) / rate)) if rate > 0 else "?"
-        line = f"{self.done}/{self.total} {self.what} | {60 * rate:.1f}/min | ETA {eta}" + (f" | {note}" if note else "")
+        line = f"{self.done}/{self.total} {self.what} | {60 * rate:.1f}/min | ETA {eta}" + (
+            f" | {note}" if note else ""
+        )
         if now - self._last >= self.every_s or self.done == self.total:
             log.info(line)
             self._last = now

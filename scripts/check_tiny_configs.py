@@ -59,7 +59,9 @@ def differences(before: dict, after: dict) -> list[str]:
             if jb["config_key"] != ja["config_key"]:
                 found.append(f"{name} job {i}: config_key {jb['config_key']} → {ja['config_key']}")
             if jb["config"] != ja["config"]:
-                keys = sorted(k for k in set(jb["config"]) | set(ja["config"]) if jb["config"].get(k) != ja["config"].get(k))
+                keys = sorted(
+                    k for k in set(jb["config"]) | set(ja["config"]) if jb["config"].get(k) != ja["config"].get(k)
+                )
                 found.append(f"{name} job {i}: composed config differs in {keys}")
         if len(b["jobs"]) != len(a["jobs"]):
             found.append(f"{name}: {len(b['jobs'])} jobs → {len(a['jobs'])}")

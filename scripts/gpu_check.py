@@ -67,8 +67,13 @@ def spans(text_only: bool) -> list[Span]:
     def chunk(role: str, k: int) -> Span:
         return Span(role, (f"object {k} has colour {k}.",) if text_only else (image(k), f"caption {k}"))
 
-    return [Span("prefix", ("Answer with a letter.",)), chunk("A", 0), chunk("A", 1), chunk("B", 2),
-            Span("query", ("Which colour? Answer:",))]
+    return [
+        Span("prefix", ("Answer with a letter.",)),
+        chunk("A", 0),
+        chunk("A", 1),
+        chunk("B", 2),
+        Span("query", ("Which colour? Answer:",)),
+    ]
 
 
 def ulps(err: torch.Tensor, target: torch.Tensor, mantissa_bits: int) -> float:
@@ -91,18 +96,28 @@ def check(name: str, dtype: str, device: str, attn: str) -> str:
         moved = relocate(base, delta)
         t0, m0 = target.layers[0][k].float(), moved.layers[0][k].float()
         worst_ulp = max(worst_ulp, ulps((m0 - t0).abs(), t0, bits))
-        worst_rel = max(worst_rel, *(float((m[k].float() - t[k].float()).norm() / t[k].float().norm())
-                                     for m, t in zip(moved.layers, target.layers, strict=True)))
+        worst_rel = max(
+            worst_rel,
+            *(
+                float((m[k].float() - t[k].float()).norm() / t[k].float().norm())
+                for m, t in zip(moved.layers, target.layers, strict=True)
+            ),
+        )
     ctx = ReuseContext(adapter, spans(text_only))
     kl_blind = kl(ctx.reprefill_logits, ctx.blind.logits)
     kl_full = kl(ctx.reprefill_logits, ctx.query(ctx.patch.apply(ctx.relocated)).logits)
-    return (f"{name:18s} {dtype:9s} {attn:18s} reloc L0 {worst_ulp:5.1f} ulp  all-layers rel {worst_rel:.1e}  "
-            f"KL_blind {kl_blind:.2e}  full-rank KL/KL_blind {kl_full / max(kl_blind, 1e-30):.1e}")
+    return (
+        f"{name:18s} {dtype:9s} {attn:18s} reloc L0 {worst_ulp:5.1f} ulp  all-layers rel {worst_rel:.1e}  "
+        f"KL_blind {kl_blind:.2e}  full-rank KL/KL_blind {kl_full / max(kl_blind, 1e-30):.1e}"
+    )
 
 
 # ----- remote-code checkpoints: the native mapping against the model's own code -------------------------
-REFERENCES = {"kimi_vl_a3b": remote_reference.kimi_vl_logits, "phi3_5_vision": remote_reference.phi3_v_logits,
-              "internvl_chat_v1_1": remote_reference.internvl_chat_logits}
+REFERENCES = {
+    "kimi_vl_a3b": remote_reference.kimi_vl_logits,
+    "phi3_5_vision": remote_reference.phi3_v_logits,
+    "internvl_chat_v1_1": remote_reference.internvl_chat_logits,
+}
 # fp32 forwards of the same weights differ only in summation order; bf16 kernels differ in rounding too
 TOLERANCE = {"float32": (1e-4, 1e-6), "bfloat16": (5e-2, 1e-2)}  # (max|Δ| / max|logit|, KL)
 
@@ -126,19 +141,30 @@ class Equivalence:
         return self.top1_agree and self.max_abs <= rel * self.max_logit and self.kl <= kl_max
 
     def line(self) -> str:
-        return (f"{self.model} {self.dtype} vs {self.reference}: {self.n_tokens} tokens, max|Δlogits| {self.max_abs:.3e} "
-                f"(max|logit| {self.max_logit:.2f}), next-token KL {self.kl:.3e}, top-1 "
-                f"{'agrees' if self.top1_agree else 'DIFFERS'} -> {'OK' if self.ok else 'MISMATCH'}")
+        return (
+            f"{self.model} {self.dtype} vs {self.reference}: {self.n_tokens} tokens, max|Δlogits| {self.max_abs:.3e} "
+            f"(max|logit| {self.max_logit:.2f}), next-token KL {self.kl:.3e}, top-1 "
+            f"{'agrees' if self.top1_agree else 'DIFFERS'} -> {'OK' if self.ok else 'MISMATCH'}"
+        )
 
 
-def equivalence_input(adapter, size: tuple[int, int]) -> tuple[list[int], list[tuple[torch.Tensor, tuple[int, int]]], list]:
+def equivalence_input(
+    adapter, size: tuple[int, int]
+) -> tuple[list[int], list[tuple[torch.Tensor, tuple[int, int]]], list]:
     """One image + text in the model's chat layout: token ids, the image's pixels and grid / HD size, the spans."""
-    item = [Span("A", ("Look at the picture.",)), Span("B", (image(7).resize(size), "What is in this image?")),
-            Span("query", ("Answer in one word:",))]
+    item = [
+        Span("A", ("Look at the picture.",)),
+        Span("B", (image(7).resize(size), "What is in this image?")),
+        Span("query", ("Answer in one word:",)),
+    ]
     enc = adapter.encode(item)
     ids = torch.cat([s.input_ids for s in enc.spans]).tolist()
     px = adapter._pixels(item[1].parts[0].convert("RGB"))
-    grid = px["image_grid_thw"][0, 1:] if "image_grid_thw" in px else px.get("image_sizes", torch.tensor(px["pixel_values"].shape[-2:]))
+    grid = (
+        px["image_grid_thw"][0, 1:]
+        if "image_grid_thw" in px
+        else px.get("image_sizes", torch.tensor(px["pixel_values"].shape[-2:]))
+    )
     return ids, [(px["pixel_values"], tuple(int(g) for g in grid.tolist()))], enc
 
 
@@ -147,8 +173,10 @@ def remote_logits(name: str, path: Path, ids: list[int], images, dtype: torch.dt
     import transformers as tf
 
     auto = tf.AutoModel if name == "internvl_chat_v1_1" else tf.AutoModelForCausalLM
-    model = auto.from_pretrained(path, trust_remote_code=True, dtype=dtype, attn_implementation="eager").to(device).eval()
-    (pixels, grid), = images
+    model = (
+        auto.from_pretrained(path, trust_remote_code=True, dtype=dtype, attn_implementation="eager").to(device).eval()
+    )
+    ((pixels, grid),) = images
     if name == "internvl_chat_v1_1":  # its forward wants image_flags: embed, put extract_feature's rows, run the LLM
         tok = tf.AutoTokenizer.from_pretrained(path, trust_remote_code=True)
         input_ids = torch.tensor([ids], device=device)
@@ -163,15 +191,23 @@ def remote_logits(name: str, path: Path, ids: list[int], images, dtype: torch.dt
     else:  # Phi3V marks image rows with negative ids and takes crops padded to num_crops + 1
         crops = int(json.loads((path / "preprocessor_config.json").read_text())["num_crops"]) + 1
         pad = torch.zeros(crops - pixels.shape[0], *pixels.shape[1:])
-        kwargs = dict(pixel_values=torch.cat([pixels.float(), pad])[None].to(device, dtype),
-                      image_sizes=torch.tensor([grid], device=device))
+        kwargs = dict(
+            pixel_values=torch.cat([pixels.float(), pad])[None].to(device, dtype),
+            image_sizes=torch.tensor([grid], device=device),
+        )
         input_ids = torch.tensor([[-1 if t == 32044 else t for t in ids]], device=device)
     with torch.no_grad():
         return model(input_ids=input_ids, **kwargs).logits[0, -1].float().cpu()
 
 
-def remote_equivalence(name: str, path: str | Path | None = None, device: str = "cpu", dtype: str = "float32",
-                       size: tuple[int, int] = (448, 336), num_crops: int | None = None) -> Equivalence:
+def remote_equivalence(
+    name: str,
+    path: str | Path | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    size: tuple[int, int] = (448, 336),
+    num_crops: int | None = None,
+) -> Equivalence:
     """Native mapping vs the remote code (or the public-semantics reference) on one image + text input."""
     if name not in REFERENCES:
         raise ValueError(f"--remote-equivalence takes one of {sorted(REFERENCES)}, got {name!r}")
@@ -192,8 +228,16 @@ def remote_equivalence(name: str, path: str | Path | None = None, device: str = 
     if theirs is None:
         del adapter
         theirs = REFERENCES[name](path, ids, [(p.float().cpu(), g) for p, g in images])
-    return Equivalence(name, dtype, reference, len(ids), float((ours - theirs).abs().max()), float(theirs.abs().max()),
-                       kl(theirs.float(), ours.float()), int(ours.argmax()) == int(theirs.argmax()))
+    return Equivalence(
+        name,
+        dtype,
+        reference,
+        len(ids),
+        float((ours - theirs).abs().max()),
+        float(theirs.abs().max()),
+        kl(theirs.float(), ours.float()),
+        int(ours.argmax()) == int(theirs.argmax()),
+    )
 
 
 def engine_check(dtypes: list[str], path: str | None = None) -> bool:
@@ -218,11 +262,16 @@ def engine_check(dtypes: list[str], path: str | None = None) -> bool:
             kl_of = {r["arm"]: r["kl"] for r in rows}
             good = kl_of["patch_r256"] < kl_of["blind"] / 100
             ok &= good
-            arms = " ".join(f"{a} {kl_of[a]:.2e}" for a in ("unrotated", "blind", "patch_r8", "patch_r64", "patch_r256"))
+            arms = " ".join(
+                f"{a} {kl_of[a]:.2e}" for a in ("unrotated", "blind", "patch_r8", "patch_r64", "patch_r256")
+            )
             le1 = next(r["ulp_le1"] for r in rows if r["arm"] == "patch_r256")
-            print(f"engine {name} {dtype:9s} KL {arms} | r256 within 1 bf16 ULP {le1:.4f} | TTFT prefill "
-                  f"{1e3 * t['ttft_prefill_s']:.2f} ms, splice {1e3 * t['ttft_splice_s']:.2f} ms, write "
-                  f"{1e6 * t['write_s'] / t['claimed_tokens']:.3f} µs/token | {'ok' if good else 'MISMATCH'}", flush=True)
+            print(
+                f"engine {name} {dtype:9s} KL {arms} | r256 within 1 bf16 ULP {le1:.4f} | TTFT prefill "
+                f"{1e3 * t['ttft_prefill_s']:.2f} ms, splice {1e3 * t['ttft_splice_s']:.2f} ms, write "
+                f"{1e6 * t['write_s'] / t['claimed_tokens']:.3f} µs/token | {'ok' if good else 'MISMATCH'}",
+                flush=True,
+            )
     return ok
 
 
@@ -238,11 +287,22 @@ def main() -> None:
     ap.add_argument("--engine", action="store_true", help="check vLLM with the kamera KV connector (the engine venv)")
     ap.add_argument("--paper", action="store_true", help="the paper's GPU claims on paper-width models (docs/gpu.md)")
     ap.add_argument("--tiny", action="store_true", help="--paper on the tiny twins at short lengths (CPU rehearsal)")
-    ap.add_argument("--out", help="--paper: folder for gpu_check.json / .md / .log (default $OUT, else outputs/gpu_check)")
-    ap.add_argument("--sections", nargs="+", choices=gpu_paper.SECTIONS, default=list(gpu_paper.SECTIONS),
-                    help="--paper: the sections to run")
-    ap.add_argument("--budget-s", type=float, default=420.0,
-                    help="--paper: seconds the run may take; the MLA section is skipped when too little is left")
+    ap.add_argument(
+        "--out", help="--paper: folder for gpu_check.json / .md / .log (default $OUT, else outputs/gpu_check)"
+    )
+    ap.add_argument(
+        "--sections",
+        nargs="+",
+        choices=gpu_paper.SECTIONS,
+        default=list(gpu_paper.SECTIONS),
+        help="--paper: the sections to run",
+    )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=420.0,
+        help="--paper: seconds the run may take; the MLA section is skipped when too little is left",
+    )
     args = ap.parse_args()
     if args.tiny and not args.paper:
         ap.error("--tiny goes with --paper")
@@ -252,13 +312,16 @@ def main() -> None:
         sys.exit(gpu_paper.run(args))
     if args.engine:
         sys.exit(0 if engine_check(args.dtypes, args.path) else 1)
-    print(f"torch {torch.__version__}, device {args.device}"
-          + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else ""))
+    print(
+        f"torch {torch.__version__}, device {args.device}"
+        + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else "")
+    )
     if args.remote_equivalence:
         failed = False
         for dtype in args.dtypes:
-            result = remote_equivalence(args.remote_equivalence, args.path, args.device, dtype, tuple(args.image_size),
-                                        args.num_crops)
+            result = remote_equivalence(
+                args.remote_equivalence, args.path, args.device, dtype, tuple(args.image_size), args.num_crops
+            )
             print(result.line(), flush=True)
             failed |= not result.ok
         sys.exit(1 if failed else 0)

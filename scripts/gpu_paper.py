@@ -234,7 +234,9 @@ def synced(device: torch.device, fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def ttft(adapter: Adapter, plan: Plan, copy_bps: float, progress: Callable[[str], None] = print) -> Iterator[list[dict]]:
+def ttft(
+    adapter: Adapter, plan: Plan, copy_bps: float, progress: Callable[[str], None] = print
+) -> Iterator[list[dict]]:
     """Fig. 11(b, c) (module docstring): the records of one n_B at a time, one per rank, with the SDPA ops its prefill
     and its reuse ran; ``progress`` receives a line per n_B."""
     clock, gen = Clock(adapter.device), torch.Generator().manual_seed(0)
@@ -245,8 +247,9 @@ def ttft(adapter: Adapter, plan: Plan, copy_bps: float, progress: Callable[[str]
         b, q = ctx.enc.spans[ctx.b], ctx.enc.spans[ctx.q]
 
         def prefill(ctx=ctx, b=b, q=q):
-            return adapter.forward([(b, ctx.b_start), (q, ctx.start(ctx.q))], cache=adapter.cache(ctx.context_kv),
-                                   tag="ttft")
+            return adapter.forward(
+                [(b, ctx.b_start), (q, ctx.start(ctx.q))], cache=adapter.cache(ctx.context_kv), tag="ttft"
+            )
 
         def reuse(p: Patch, ctx=ctx):
             return ctx.query(p.apply(ctx.canonical, ctx.delta), tag="ttft")
@@ -257,14 +260,28 @@ def ttft(adapter: Adapter, plan: Plan, copy_bps: float, progress: Callable[[str]
             apply_ms = timed(clock, lambda p=p, ctx=ctx: p.apply(ctx.canonical, ctx.delta), plan.repeats)
             reuse_ms = timed(clock, lambda p=p: reuse(p), plan.repeats)
             nbytes, form_ms = apply_bytes(ctx.canonical, p, ctx.delta), 1e3 * (forward_s + svd_s)
-            out.append({"model": adapter.name, "n_b": ctx.n_b, "rank": m, "prefill_ms": prefill_ms,
-                        "apply_ms": apply_ms, "reuse_ms": reuse_ms, "speedup": prefill_ms / reuse_ms,
-                        "paper_speedup": PAPER["speedup_prefill"].get(ctx.n_b), "apply_bytes": nbytes,
-                        "apply_bytes_per_s": nbytes / (apply_ms / 1e3), "copy_bytes_per_s": copy_bps,
-                        "form_ms": form_ms, "form_svd_ms": 1e3 * svd_s,
-                        "break_even": break_even(form_ms, reuse_ms, prefill_ms)})
-        progress(f"ttft {i}/{len(plan.sizes)}: n_B {ctx.n_b}, prefill {prefill_ms:.2f} ms, reuse {reuse_ms:.2f} ms "
-                 f"(rank {m}), forming {1e3 * (forward_s + svd_s):.0f} ms")
+            out.append(
+                {
+                    "model": adapter.name,
+                    "n_b": ctx.n_b,
+                    "rank": m,
+                    "prefill_ms": prefill_ms,
+                    "apply_ms": apply_ms,
+                    "reuse_ms": reuse_ms,
+                    "speedup": prefill_ms / reuse_ms,
+                    "paper_speedup": PAPER["speedup_prefill"].get(ctx.n_b),
+                    "apply_bytes": nbytes,
+                    "apply_bytes_per_s": nbytes / (apply_ms / 1e3),
+                    "copy_bytes_per_s": copy_bps,
+                    "form_ms": form_ms,
+                    "form_svd_ms": 1e3 * svd_s,
+                    "break_even": break_even(form_ms, reuse_ms, prefill_ms),
+                }
+            )
+        progress(
+            f"ttft {i}/{len(plan.sizes)}: n_B {ctx.n_b}, prefill {prefill_ms:.2f} ms, reuse {reuse_ms:.2f} ms "
+            f"(rank {m}), forming {1e3 * (forward_s + svd_s):.0f} ms"
+        )
         ops = {"sdpa_prefill": sdpa_ops(prefill), "sdpa_reuse": sdpa_ops(lambda p=p: reuse(p))}
         yield [r | ops for r in out]
 
@@ -279,17 +296,31 @@ def identities(ctx: ReuseContext) -> dict:
     kl_full = kl(ref, ctx.query(full, tag="full_rank").logits, what="re-prefill ‖ full-rank patch")
     kl_floor = kl(ref, ctx.query(ctx.conditioned, tag="exact_splice").logits, what="re-prefill ‖ KV(B|A) spliced")
     kl_zero = kl(blind, ctx.query(zero, tag="rank0").logits, what="blind ‖ rank-0 patch")
-    same_kv = all(torch.equal(x, y) for lz, lr in zip(zero.layers, ctx.relocated.layers, strict=True)
-                  for x, y in zip(lz, lr, strict=True))
-    pairs = [(x, y) for lf, lc in zip(full.layers, ctx.conditioned.layers, strict=True) for x, y in zip(lf, lc, strict=True)]
+    same_kv = all(
+        torch.equal(x, y)
+        for lz, lr in zip(zero.layers, ctx.relocated.layers, strict=True)
+        for x, y in zip(lz, lr, strict=True)
+    )
+    pairs = [
+        (x, y) for lf, lc in zip(full.layers, ctx.conditioned.layers, strict=True) for x, y in zip(lf, lc, strict=True)
+    ]
     share = float(torch.cat([(bf16_ulps(x, y) <= 1).flatten() for x, y in pairs]).double().mean())
     worst = max(float(bf16_vector_ulps(x, y).max()) for x, y in pairs)
-    return {"model": a.name, "n_b": ctx.n_b, "delta": ctx.delta, "kl_blind": kl_blind, "kl_full": kl_full,
-            "kl_splice_floor": kl_floor, "kl_rank0_vs_blind": kl_zero, "rank0_kv_equal": same_kv,
-            "full_ulp_le1": share, "full_vector_ulp_max": worst,
-            "rank0_ok": same_kv and kl_zero <= RANK0_KL,
-            "full_ok": kl_full <= max(kl_blind / FULL_UNDER_BLIND, FULL_OVER_FLOOR * kl_floor, KL_ABS),
-            "paper_kl_patch": PAPER_KL_PATCH}
+    return {
+        "model": a.name,
+        "n_b": ctx.n_b,
+        "delta": ctx.delta,
+        "kl_blind": kl_blind,
+        "kl_full": kl_full,
+        "kl_splice_floor": kl_floor,
+        "kl_rank0_vs_blind": kl_zero,
+        "rank0_kv_equal": same_kv,
+        "full_ulp_le1": share,
+        "full_vector_ulp_max": worst,
+        "rank0_ok": same_kv and kl_zero <= RANK0_KL,
+        "full_ok": kl_full <= max(kl_blind / FULL_UNDER_BLIND, FULL_OVER_FLOOR * kl_floor, KL_ABS),
+        "paper_kl_patch": PAPER_KL_PATCH,
+    }
 
 
 def kernels(adapter: Adapter, plan: Plan) -> list[dict]:
@@ -299,14 +330,18 @@ def kernels(adapter: Adapter, plan: Plan) -> list[dict]:
     def under(label: str, scope) -> dict:
         try:
             with scope():
-                return {"kernel": label, "ran": True,
-                        **identities(ReuseContext(adapter, spans, canonical_context="none"))}
+                return {
+                    "kernel": label,
+                    "ran": True,
+                    **identities(ReuseContext(adapter, spans, canonical_context="none")),
+                }
         except Exception as err:  # a kernel that cannot serve these forwards on this device: a fact to report,
             why = f"{type(err).__name__}: {(str(err) or '?').splitlines()[0]}"  # unless every device has it
             return {"kernel": label, "ran": False, "why": why, **({"ok": False} if label in EVERYWHERE else {})}
 
-    out = [under(f"sdpa {name.lower()}", lambda name=name: sdpa_kernel([getattr(SDPBackend, name)]))
-           for name in BACKENDS]
+    out = [
+        under(f"sdpa {name.lower()}", lambda name=name: sdpa_kernel([getattr(SDPBackend, name)])) for name in BACKENDS
+    ]
     out.append(under("eager", lambda: adapter.attention_kernel("eager")))
     if importlib.util.find_spec("flash_attn") and adapter.device.type == "cuda":
         out.append(under("flash_attention_2", lambda: adapter.attention_kernel("flash_attention_2")))
@@ -320,19 +355,30 @@ def relocation(adapter: Adapter, plan: Plan) -> list[dict]:
     span = grid_span(adapter, plan.grid, torch.Generator().manual_seed(2))
     k = next(c for c, s in enumerate(adapter.specs) if s.rotary is not None)
     distances = [d for d in DISTANCES if d + span.extent <= adapter.max_positions]
-    rel = {(r["distance"], r["layer"]): r["value"] for r in relocation_error(adapter, span, distances)
-           if r["quantity"] == "rel_err" and r["channel"] == adapter.specs[k].name}
+    rel = {
+        (r["distance"], r["layer"]): r["value"]
+        for r in relocation_error(adapter, span, distances)
+        if r["quantity"] == "rel_err" and r["channel"] == adapter.specs[k].name
+    }
     base = prefill_alone(adapter, span, 0)
     out = []
     for d in distances:
         moved, target = relocate(base, d).layers[0][k], prefill_alone(adapter, span, d).layers[0][k]
         err0 = relative(frobenius(moved.double() - target.double()), frobenius(target))
-        out.append({"model": adapter.name, "scheme": rope_scheme(adapter), "theta": rope_theta(adapter),
-                    "channel": adapter.specs[k].name, "distance": d, "rel_err_l0": err0,
-                    "rel_err_max_layer": max(v for (dd, _), v in rel.items() if dd == d),
-                    "ulp_le1_l0": float((bf16_ulps(moved, target) <= 1).double().mean()),
-                    "vector_ulp_max_l0": float(bf16_vector_ulps(moved, target).max()),
-                    "ok": d > RELOC_GATED or err0 <= RELOC_BOUND})
+        out.append(
+            {
+                "model": adapter.name,
+                "scheme": rope_scheme(adapter),
+                "theta": rope_theta(adapter),
+                "channel": adapter.specs[k].name,
+                "distance": d,
+                "rel_err_l0": err0,
+                "rel_err_max_layer": max(v for (dd, _), v in rel.items() if dd == d),
+                "ulp_le1_l0": float((bf16_ulps(moved, target) <= 1).double().mean()),
+                "vector_ulp_max_l0": float(bf16_vector_ulps(moved, target).max()),
+                "ok": d > RELOC_GATED or err0 <= RELOC_BOUND,
+            }
+        )
     return out
 
 
@@ -342,28 +388,80 @@ def _fmt(v, spec: str = ".3g") -> str:
 
 
 def table(head: list[str], rows: list[list[str]]) -> str:
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)])
+    return "\n".join(
+        ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
+    )
 
 
 TABLES: dict[str, Callable[[list[dict]], str]] = {
     "env": lambda rs: table(["quantity", "value"], [[k, str(v)] for r in rs for k, v in r.items()]),
-    "models": lambda rs: table(["model", "built", "layers", "attention", "cache channels", "rotary", "θ"],
-                               [[r["model"], r["built"], str(r["layers"]), r["attention"], r["channels"], r["scheme"],
-                                 _fmt(r["theta"], ".0e")] for r in rs]),
+    "models": lambda rs: table(
+        ["model", "built", "layers", "attention", "cache channels", "rotary", "θ"],
+        [
+            [
+                r["model"],
+                r["built"],
+                str(r["layers"]),
+                r["attention"],
+                r["channels"],
+                r["scheme"],
+                _fmt(r["theta"], ".0e"),
+            ]
+            for r in rs
+        ],
+    ),
     "ttft": lambda rs: table(
-        ["model", "n_B", "m", "prefill ms", "reuse ms", "apply ms", "prefill / reuse", "paper (H100)",
-         "apply GB/s", "copy GB/s", "form ms", "break-even N"],
-        [[r["model"], str(r["n_b"]), str(r["rank"]), _fmt(r["prefill_ms"], ".2f"), _fmt(r["reuse_ms"], ".2f"),
-          _fmt(r["apply_ms"], ".3f"), _fmt(r["speedup"], ".1f") + "×",
-          _fmt(r["paper_speedup"], ".1f") + ("×" if r["paper_speedup"] else ""), _fmt(r["apply_bytes_per_s"] / 1e9, ".3g"),
-          _fmt(r["copy_bytes_per_s"] / 1e9, ".3g"), _fmt(r["form_ms"], ".0f"), _fmt(r["break_even"], ".0f")] for r in rs]),
+        [
+            "model",
+            "n_B",
+            "m",
+            "prefill ms",
+            "reuse ms",
+            "apply ms",
+            "prefill / reuse",
+            "paper (H100)",
+            "apply GB/s",
+            "copy GB/s",
+            "form ms",
+            "break-even N",
+        ],
+        [
+            [
+                r["model"],
+                str(r["n_b"]),
+                str(r["rank"]),
+                _fmt(r["prefill_ms"], ".2f"),
+                _fmt(r["reuse_ms"], ".2f"),
+                _fmt(r["apply_ms"], ".3f"),
+                _fmt(r["speedup"], ".1f") + "×",
+                _fmt(r["paper_speedup"], ".1f") + ("×" if r["paper_speedup"] else ""),
+                _fmt(r["apply_bytes_per_s"] / 1e9, ".3g"),
+                _fmt(r["copy_bytes_per_s"] / 1e9, ".3g"),
+                _fmt(r["form_ms"], ".0f"),
+                _fmt(r["break_even"], ".0f"),
+            ]
+            for r in rs
+        ],
+    ),
     "identities": lambda rs: _identity_table(rs, "model"),
     "kernels": lambda rs: _identity_table(rs, "kernel"),
     "relocation": lambda rs: table(
         ["model", "scheme", "θ", "δ", "rel err L0", "rel err max layer", "≤ 1 ULP L0", "max ULP L0 (vector)", "ok"],
-        [[r["model"], r["scheme"], _fmt(r["theta"], ".0e"), str(r["distance"]), _fmt(r["rel_err_l0"], ".2e"),
-          _fmt(r["rel_err_max_layer"], ".2e"), _fmt(r["ulp_le1_l0"], ".4f"), _fmt(r["vector_ulp_max_l0"], ".1f"),
-          "yes" if r["ok"] else "NO"] for r in rs]),
+        [
+            [
+                r["model"],
+                r["scheme"],
+                _fmt(r["theta"], ".0e"),
+                str(r["distance"]),
+                _fmt(r["rel_err_l0"], ".2e"),
+                _fmt(r["rel_err_max_layer"], ".2e"),
+                _fmt(r["ulp_le1_l0"], ".4f"),
+                _fmt(r["vector_ulp_max_l0"], ".1f"),
+                "yes" if r["ok"] else "NO",
+            ]
+            for r in rs
+        ],
+    ),
 }
 
 
@@ -373,11 +471,33 @@ def _identity_table(rs: list[dict], first: str) -> str:
         if not r.get("ran", True):
             rows.append([r[first], "did not run: " + r["why"], *[""] * 7])
             continue
-        rows.append([r[first], _fmt(r["kl_blind"], ".2e"), _fmt(r["kl_full"], ".2e"), _fmt(r["kl_splice_floor"], ".2e"),
-                     _fmt(r["full_ulp_le1"], ".4f"), _fmt(r["full_vector_ulp_max"], ".1f"), "yes" if r["rank0_ok"] else "NO", "yes" if r["full_ok"] else "NO",
-                     f"≈{r['paper_kl_patch']:.0e}, ≪ blind"])
-    return table([first, "KL blind", "KL full rank", "KL splice floor", "full rank ≤ 1 ULP", "max ULP (vector)", "rank 0 = blind",
-                  "full rank = re-prefill", "paper KL (Fig. 12a)"], rows)
+        rows.append(
+            [
+                r[first],
+                _fmt(r["kl_blind"], ".2e"),
+                _fmt(r["kl_full"], ".2e"),
+                _fmt(r["kl_splice_floor"], ".2e"),
+                _fmt(r["full_ulp_le1"], ".4f"),
+                _fmt(r["full_vector_ulp_max"], ".1f"),
+                "yes" if r["rank0_ok"] else "NO",
+                "yes" if r["full_ok"] else "NO",
+                f"≈{r['paper_kl_patch']:.0e}, ≪ blind",
+            ]
+        )
+    return table(
+        [
+            first,
+            "KL blind",
+            "KL full rank",
+            "KL splice floor",
+            "full rank ≤ 1 ULP",
+            "max ULP (vector)",
+            "rank 0 = blind",
+            "full rank = re-prefill",
+            "paper KL (Fig. 12a)",
+        ],
+        rows,
+    )
 
 
 class Report:
@@ -440,25 +560,44 @@ class Report:
         for name, rs in self.sections.items():
             key = "identities" if name.endswith("identities") else name.removeprefix("mla ")
             parts += [f"## {name}", "", TABLES[key](rs), ""]
-        parts += ["## verdict", "", "every identity holds" if not self.failures else "BROKEN:\n" + "\n".join(
-            f"- {f}" for f in self.failures), ""]
+        parts += [
+            "## verdict",
+            "",
+            "every identity holds" if not self.failures else "BROKEN:\n" + "\n".join(f"- {f}" for f in self.failures),
+            "",
+        ]
         self.md.write_text("\n".join(parts))
 
 
 # ----- the run -------------------------------------------------------------------------------------------------
 def environment(device: str, plan: Plan) -> list[dict]:
     """Library versions, the device and its copy rate."""
-    env = {"torch": torch.__version__, "transformers": tf.__version__, "python": platform.python_version(),
-           "device": device, "plan": json.dumps(asdict(plan))}
+    env = {
+        "torch": torch.__version__,
+        "transformers": tf.__version__,
+        "python": platform.python_version(),
+        "device": device,
+        "plan": json.dumps(asdict(plan)),
+    }
     if device.startswith("cuda"):
-        env |= {"gpu": torch.cuda.get_device_name(), "cuda": torch.version.cuda,
-                "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)}
+        env |= {
+            "gpu": torch.cuda.get_device_name(),
+            "cuda": torch.version.cuda,
+            "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1),
+        }
     env["copy_bytes_per_s"] = copy_rate(device, plan.copy_bytes, plan.repeats)
     return [env]
 
 
-def on_model(report: Report, role: str, layers: int | None, steps: dict[str, Callable[[Adapter], list[dict] | Iterator[list[dict]]]],
-             tiny: bool, device: str, may_not_fit: bool = False) -> None:
+def on_model(
+    report: Report,
+    role: str,
+    layers: int | None,
+    steps: dict[str, Callable[[Adapter], list[dict] | Iterator[list[dict]]]],
+    tiny: bool,
+    device: str,
+    may_not_fit: bool = False,
+) -> None:
     """Build the role's model, run each step on it (a step that raises is a failure, the others still run), free it."""
     try:
         adapter = build(role, tiny, layers, device)
@@ -467,12 +606,16 @@ def on_model(report: Report, role: str, layers: int | None, steps: dict[str, Cal
             raise
         report.note(f"{MODELS[role][1 if tiny else 0]} did not fit: {str(err).splitlines()[0]}")
         return
-    report.add("models", [structure(adapter, f"{'tiny twin' if tiny else 'published config'}, random weights on {device}")])
+    report.add(
+        "models", [structure(adapter, f"{'tiny twin' if tiny else 'published config'}, random weights on {device}")]
+    )
     try:
         for section, step in steps.items():
             if report.elapsed() > report.budget_s:
-                report.note(f"{section} on {adapter.name} skipped: the {report.budget_s:.0f} s budget is spent "
-                            f"(rerun with --sections)")
+                report.note(
+                    f"{section} on {adapter.name} skipped: the {report.budget_s:.0f} s budget is spent "
+                    f"(rerun with --sections)"
+                )
                 continue
             report.attempt(section, lambda step=step: step(adapter))
     finally:
@@ -493,8 +636,10 @@ def run(args: argparse.Namespace) -> int:
     report = Report(Path(args.out or os.environ.get("OUT") or "outputs/gpu_check"), args.budget_s)
     env = report.attempt("env", lambda: environment(device, plan))
     copy_bps = env[0]["copy_bytes_per_s"] if env else math.nan
-    report.say(f"torch {torch.__version__}, transformers {tf.__version__}; "
-               f"{'tiny twins' if args.tiny else 'published configs'}, sections {' '.join(args.sections)}")
+    report.say(
+        f"torch {torch.__version__}, transformers {tf.__version__}; "
+        f"{'tiny twins' if args.tiny else 'published configs'}, sections {' '.join(args.sections)}"
+    )
     wanted, gen = set(args.sections), torch.Generator().manual_seed(0)
     if args.tiny:
         report.attempt("models", published_structures)
@@ -502,8 +647,12 @@ def run(args: argparse.Namespace) -> int:
     def identity_item(a: Adapter) -> list[dict]:
         return [identities(ReuseContext(a, item(plan.sizes[0], plan.context, gen)))]
 
-    steps = {"ttft": lambda a: ttft(a, plan, copy_bps, report.say), "identities": identity_item,
-             "kernels": lambda a: kernels(a, plan), "relocation": lambda a: relocation(a, plan)}
+    steps = {
+        "ttft": lambda a: ttft(a, plan, copy_bps, report.say),
+        "identities": identity_item,
+        "kernels": lambda a: kernels(a, plan),
+        "relocation": lambda a: relocation(a, plan),
+    }
     if wanted & set(steps):
         on_model(report, "gqa", None, {k: v for k, v in steps.items() if k in wanted}, args.tiny, device)
     if "relocation" in wanted:
@@ -512,11 +661,20 @@ def run(args: argparse.Namespace) -> int:
     if "mla" in wanted:
         left = report.budget_s - report.elapsed()
         if left < plan.mla_reserve_s:
-            report.note(f"mla skipped: {left:.0f} s of the {report.budget_s:.0f} s budget left, it needs about "
-                        f"{plan.mla_reserve_s:.0f} s (rerun with --sections mla)")
+            report.note(
+                f"mla skipped: {left:.0f} s of the {report.budget_s:.0f} s budget left, it needs about "
+                f"{plan.mla_reserve_s:.0f} s (rerun with --sections mla)"
+            )
         else:
-            on_model(report, "mla", None, {f"mla {k}": steps[k] for k in ("ttft", "identities", "relocation")},
-                     args.tiny, device, may_not_fit=True)
+            on_model(
+                report,
+                "mla",
+                None,
+                {f"mla {k}": steps[k] for k in ("ttft", "identities", "relocation")},
+                args.tiny,
+                device,
+                may_not_fit=True,
+            )
     print("\n" + report.md.read_text(), flush=True)
     report.say(f"results → {report.json}, {report.md}, {report.log}")
     if report.failures:

@@ -50,9 +50,11 @@ class Weights:
 
     def matvec(self, name: str, x: torch.Tensor, chunk: int = 16384) -> torch.Tensor:
         """``weight @ x`` for a large [out, in] weight, read ``chunk`` rows at a time (the LM head)."""
+
         def run(sl) -> torch.Tensor:
             out = sl.get_shape()[0]
             return torch.cat([sl[a : min(a + chunk, out)].float() @ x for a in range(0, out, chunk)])
+
         return self._slice(name, run)
 
 
@@ -108,7 +110,9 @@ def moonvit_features(W: Weights, cfg: dict, patches: torch.Tensor, grid: tuple[i
         q, k, val = qkv.unbind(1)
         q = torch.view_as_real(torch.view_as_complex(q.reshape(-1, heads, hd // 2, 2)) * cis).flatten(-2)
         k = torch.view_as_real(torch.view_as_complex(k.reshape(-1, heads, hd // 2, 2)) * cis).flatten(-2)
-        att = ((q.transpose(0, 1) @ k.transpose(0, 1).transpose(1, 2)) / math.sqrt(hd)).softmax(-1) @ val.transpose(0, 1)
+        att = ((q.transpose(0, 1) @ k.transpose(0, 1).transpose(1, 2)) / math.sqrt(hd)).softmax(-1) @ val.transpose(
+            0, 1
+        )
         x = x + linear(att.transpose(0, 1).reshape(-1, d), W, p + "wo")
         h = F.gelu(linear(layer_norm(x, W, p + "norm1"), W, p + "mlp.fc0"), approximate="tanh")
         x = x + linear(h, W, p + "mlp.fc1")
@@ -148,16 +152,20 @@ def kimi_vl_logits(path: Path, ids: list[int], images: list[tuple[torch.Tensor, 
         h = rms(x, W(p + "input_layernorm.weight"), eps)
         q = linear(h, W, p + "self_attn.q_proj", bias=False).view(n, heads, nope + rope).transpose(0, 1)
         ckv = linear(h, W, p + "self_attn.kv_a_proj_with_mqa", bias=False)
-        c, k_pe = ckv[:, : t["kv_lora_rank"]], ckv[:, t["kv_lora_rank"]:]
+        c, k_pe = ckv[:, : t["kv_lora_rank"]], ckv[:, t["kv_lora_rank"] :]
         kv = linear(rms(c, W(p + "self_attn.kv_a_layernorm.weight"), eps), W, p + "self_attn.kv_b_proj", bias=False)
         kv = kv.view(n, heads, nope + vd).transpose(0, 1)
         q_pe = deepseek_rope(q[..., nope:], pos, t["rope_theta"])
         k_pe = deepseek_rope(k_pe, pos, t["rope_theta"])[None].expand(heads, -1, -1)
         qf = torch.cat([q[..., :nope], q_pe], dim=-1)
         kf = torch.cat([kv[..., :nope], k_pe], dim=-1)
-        x = x + linear(causal_attention(qf, kf, kv[..., nope:], (nope + rope) ** -0.5), W, p + "self_attn.o_proj", bias=False)
+        x = x + linear(
+            causal_attention(qf, kf, kv[..., nope:], (nope + rope) ** -0.5), W, p + "self_attn.o_proj", bias=False
+        )
         h = rms(x, W(p + "post_attention_layernorm.weight"), eps)
-        x = x + (deepseek_mlp(W, p + "mlp.", h) if layer < t["first_k_dense_replace"] else deepseek_moe(W, t, p + "mlp.", h))
+        x = x + (
+            deepseek_mlp(W, p + "mlp.", h) if layer < t["first_k_dense_replace"] else deepseek_moe(W, t, p + "mlp.", h)
+        )
     x = rms(x, W("language_model.model.norm.weight"), eps)
     return logits_of_last(x, W, "language_model.lm_head.weight")
 
@@ -195,7 +203,9 @@ def clip_patches(W: Weights, pixels: torch.Tensor, layers: int) -> torch.Tensor:
         p = f"{c}encoder.layers.{layer}."
         h = layer_norm(x, W, p + "layer_norm1")
         b, n, d = h.shape
-        q, k, v = (linear(h, W, f"{p}self_attn.{s}_proj").view(b, n, heads, -1).transpose(1, 2) for s in ("q", "k", "v"))
+        q, k, v = (
+            linear(h, W, f"{p}self_attn.{s}_proj").view(b, n, heads, -1).transpose(1, 2) for s in ("q", "k", "v")
+        )
         att = ((q @ k.transpose(-1, -2)) * (d // heads) ** -0.5).softmax(-1) @ v
         x = x + linear(att.transpose(1, 2).reshape(b, n, d), W, p + "self_attn.out_proj")
         h = linear(layer_norm(x, W, p + "layer_norm2"), W, p + "mlp.fc1")
@@ -226,8 +236,9 @@ def hd_tokens(W: Weights, feats: torch.Tensor, size: tuple[int, int]) -> torch.T
     return linear(F.gelu(linear(x, W, v + "img_projection.0")), W, v + "img_projection.2")
 
 
-def phi3_v_logits(path: Path, ids: list[int], images: list[tuple[torch.Tensor, tuple[int, int]]],
-                  image_token_id: int = 32044) -> torch.Tensor:
+def phi3_v_logits(
+    path: Path, ids: list[int], images: list[tuple[torch.Tensor, tuple[int, int]]], image_token_id: int = 32044
+) -> torch.Tensor:
     """Next-token logits [vocab] (float64) after ``ids``; image-token rows take the images' HD features in order."""
     cfg = json.loads((Path(path) / "config.json").read_text())
     W = Weights(path)
@@ -245,8 +256,11 @@ def phi3_v_logits(path: Path, ids: list[int], images: list[tuple[torch.Tensor, t
     if n > cfg["original_max_position_embeddings"]:
         raise ValueError("the reference implements the short-factor regime (≤ original_max_position_embeddings)")
     inv = 1.0 / (torch.tensor(rope["short_factor"]) * cfg["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
-    scale = math.sqrt(1 + math.log(cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"])
-                      / math.log(cfg["original_max_position_embeddings"]))
+    scale = math.sqrt(
+        1
+        + math.log(cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"])
+        / math.log(cfg["original_max_position_embeddings"])
+    )
     ang = torch.cat([torch.arange(n)[:, None].float() * inv] * 2, dim=-1)
     cos, sin = ang.cos() * scale, ang.sin() * scale
     for layer in range(cfg["num_hidden_layers"]):
@@ -254,8 +268,10 @@ def phi3_v_logits(path: Path, ids: list[int], images: list[tuple[torch.Tensor, t
         qkv = linear(rms(x, W(p + "input_layernorm.weight"), eps), W, p + "self_attn.qkv_proj", bias=False)
         q, k, v = (t.view(n, heads, hd).transpose(0, 1) for t in qkv.split(h, dim=-1))
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        x = x + linear(causal_attention(q, k, v, hd ** -0.5), W, p + "self_attn.o_proj", bias=False)
-        gate, up = linear(rms(x, W(p + "post_attention_layernorm.weight"), eps), W, p + "mlp.gate_up_proj", bias=False).chunk(2, -1)
+        x = x + linear(causal_attention(q, k, v, hd**-0.5), W, p + "self_attn.o_proj", bias=False)
+        gate, up = linear(
+            rms(x, W(p + "post_attention_layernorm.weight"), eps), W, p + "mlp.gate_up_proj", bias=False
+        ).chunk(2, -1)
         x = x + linear(F.silu(gate) * up, W, p + "mlp.down_proj", bias=False)
     return logits_of_last(rms(x, W("model.norm.weight"), eps), W, "lm_head.weight")
 
@@ -295,14 +311,17 @@ def internvit_tokens(W: Weights, cfg: dict, pixels: torch.Tensor) -> torch.Tenso
         blocks = [(i, j) for i in range(side // 2) for j in range(side // 2)]
         if cfg.get("ps_version", "v1") == "v1":  # the transposed order: column blocks outer
             blocks = [(i, j) for j in range(side // 2) for i in range(side // 2)]
-        tokens += [torch.cat([g[2 * i, 2 * j], g[2 * i, 2 * j + 1], g[2 * i + 1, 2 * j], g[2 * i + 1, 2 * j + 1]])
-                   for i, j in blocks]
+        tokens += [
+            torch.cat([g[2 * i, 2 * j], g[2 * i, 2 * j + 1], g[2 * i + 1, 2 * j], g[2 * i + 1, 2 * j + 1]])
+            for i, j in blocks
+        ]
     y = layer_norm(torch.stack(tokens), W, "mlp1.0")
     return linear(F.gelu(linear(y, W, "mlp1.1")), W, "mlp1.3")
 
 
-def internvl_chat_logits(path: Path, ids: list[int], images: list[tuple[torch.Tensor, tuple[int, int]]],
-                         image_token_id: int | None = None) -> torch.Tensor:
+def internvl_chat_logits(
+    path: Path, ids: list[int], images: list[tuple[torch.Tensor, tuple[int, int]]], image_token_id: int | None = None
+) -> torch.Tensor:
     """Next-token logits [vocab] (float64) after ``ids``; ``<IMG_CONTEXT>`` rows (its id from tokenizer.json unless
     given) take the images' features in order."""
     cfg = json.loads((Path(path) / "config.json").read_text())
@@ -327,11 +346,20 @@ def internvl_chat_logits(path: Path, ids: list[int], images: list[tuple[torch.Te
         p = f"language_model.model.layers.{layer}."
         hn = rms(x, W(p + "input_layernorm.weight"), eps)
         q = linear(hn, W, p + "self_attn.q_proj", bias=False).view(n, heads, hd).transpose(0, 1)
-        k, v = (linear(hn, W, f"{p}self_attn.{s}_proj", bias=False).view(n, kv, hd).transpose(0, 1).repeat_interleave(
-            heads // kv, dim=0) for s in ("k", "v"))
+        k, v = (
+            linear(hn, W, f"{p}self_attn.{s}_proj", bias=False)
+            .view(n, kv, hd)
+            .transpose(0, 1)
+            .repeat_interleave(heads // kv, dim=0)
+            for s in ("k", "v")
+        )
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        x = x + linear(causal_attention(q, k, v, hd ** -0.5), W, p + "self_attn.o_proj", bias=False)
+        x = x + linear(causal_attention(q, k, v, hd**-0.5), W, p + "self_attn.o_proj", bias=False)
         hn = rms(x, W(p + "post_attention_layernorm.weight"), eps)
-        x = x + linear(F.silu(linear(hn, W, p + "mlp.gate_proj", bias=False)) * linear(hn, W, p + "mlp.up_proj", bias=False),
-                       W, p + "mlp.down_proj", bias=False)
+        x = x + linear(
+            F.silu(linear(hn, W, p + "mlp.gate_proj", bias=False)) * linear(hn, W, p + "mlp.up_proj", bias=False),
+            W,
+            p + "mlp.down_proj",
+            bias=False,
+        )
     return logits_of_last(rms(x, W("language_model.model.norm.weight"), eps), W, "language_model.lm_head.weight")

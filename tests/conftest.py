@@ -53,5 +53,7 @@ def pytest_collection_modifyitems(config, items):
     beyond = [item.nodeid for item in items if item.get_closest_marker("shaped") and not item.get_closest_marker("full")
               and (params(item) & models) - set(CANARIES.values())]
     if beyond:
-        raise pytest.UsageError("shaped tests of a model that is not a canary belong to make test-full: give them "
-                                "shaped_marks(name) (tests/shaped_fixtures.py) or @pytest.mark.full: " + ", ".join(beyond))
+        raise pytest.UsageError(
+            "shaped tests of a model that is not a canary belong to make test-full: give them "
+            "shaped_marks(name) (tests/shaped_fixtures.py) or @pytest.mark.full: " + ", ".join(beyond)
+        )

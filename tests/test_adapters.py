@@ -40,7 +40,9 @@ def test_spanwise_encoding_matches_the_models_own_forward(tiny, name):
     torch.testing.assert_close(ours, ref, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe", "tiny_qwen3_omni", "tiny_qwen2_5_omni"])
+@pytest.mark.parametrize(
+    "name", ["tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_qwen3_vl_moe", "tiny_qwen3_omni", "tiny_qwen2_5_omni"]
+)
 def test_mrope_positions_compose_per_span(tiny, name):
     """Each span's rope index alone, offset by the previous spans' extents, is the whole item's index."""
     adapter = tiny(name)
@@ -48,7 +50,9 @@ def test_mrope_positions_compose_per_span(tiny, name):
     whole = adapter._rope_index(ids, kwargs["mm_token_type_ids"], kwargs["image_grid_thw"], None, None)
     ours = torch.cat([s.local_pos + start for s, start in place(enc.spans)], dim=-1)
     assert torch.equal(ours, whole[:, 0])
-    assert enc.spans[1].local_pos.shape[0] == 3 and not torch.equal(enc.spans[1].local_pos[1], enc.spans[1].local_pos[0])
+    assert enc.spans[1].local_pos.shape[0] == 3 and not torch.equal(
+        enc.spans[1].local_pos[1], enc.spans[1].local_pos[0]
+    )
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -122,7 +126,11 @@ def test_missing_checkpoint_names_the_path_and_how_to_fetch(tmp_path, monkeypatc
     with pytest.raises(CheckpointNotFoundError) as err:
         load_model("qwen2_5_vl_7b")
     msg = str(err.value)
-    assert str(tmp_path / "Qwen2.5-VL-7B-Instruct") in msg and "hf download Qwen/Qwen2.5-VL-7B-Instruct" in msg and "huggingface-cli" not in msg
+    assert (
+        str(tmp_path / "Qwen2.5-VL-7B-Instruct") in msg
+        and "hf download Qwen/Qwen2.5-VL-7B-Instruct" in msg
+        and "huggingface-cli" not in msg
+    )
     with pytest.raises(CheckpointNotFoundError, match="/nowhere/ckpt"):
         load_model("llava_1_5_7b", path="/nowhere/ckpt")
     monkeypatch.delenv("KAMERA_MODELS")
@@ -149,9 +157,11 @@ def test_logits_are_an_fp32_head_on_a_bf16_model(tiny, name):
     adapter = tiny(name, "bfloat16")
     enc = adapter.encode(standard_spans(adapter))
     with torch.no_grad():
-        h = adapter.lm(inputs_embeds=torch.cat([s.embeds for s in enc.spans])[None],
-                       position_ids=adapter.position_ids(torch.cat([s.local_pos + p for s, p in place(enc.spans)], -1)),
-                       use_cache=False).last_hidden_state[0, -1]
+        h = adapter.lm(
+            inputs_embeds=torch.cat([s.embeds for s in enc.spans])[None],
+            position_ids=adapter.position_ids(torch.cat([s.local_pos + p for s, p in place(enc.spans)], -1)),
+            use_cache=False,
+        ).last_hidden_state[0, -1]
         exact = F.linear(h.float(), adapter.head.weight.float())
         bf16_head = adapter.head(h).float()
     chunk, base.HEAD_CHUNK_BYTES = base.HEAD_CHUNK_BYTES, {"cpu": 100 * 4 * h.numel(), "other": 1}

@@ -108,7 +108,9 @@ def test_chunk_validates_shapes_and_slices():
     with pytest.raises(ValueError, match="channels"):
         ChunkKV(c.specs, [(c.layers[0][0],)], c.positions)
     both = concat([c.slice(0, 5), c.slice(5, 12)])
-    assert all(torch.equal(a, b) for la, lb in zip(both.layers, c.layers, strict=True) for a, b in zip(la, lb, strict=True))
+    assert all(
+        torch.equal(a, b) for la, lb in zip(both.layers, c.layers, strict=True) for a, b in zip(la, lb, strict=True)
+    )
     assert c.nbytes() == 3 * 2 * 12 * 32 * 4
 
 
@@ -224,7 +226,9 @@ def test_relocating_a_patch_equals_forming_it_on_rotated_kv():
 def test_orbit_mean_of_one_ordering_is_that_ordering():
     *_, delta = deficit_pair()
     mean = orbit_mean([delta])
-    assert all(torch.equal(a, b) for la, lb in zip(mean.layers, delta.layers, strict=True) for a, b in zip(la, lb, strict=True))
+    assert all(
+        torch.equal(a, b) for la, lb in zip(mean.layers, delta.layers, strict=True) for a, b in zip(la, lb, strict=True)
+    )
     other = Deficit(delta.specs, [tuple(2 * t for t in lc) for lc in delta.layers], delta.positions)
     torch.testing.assert_close(orbit_mean([delta, other]).layers[0][0], 1.5 * delta.layers[0][0])
     with pytest.raises(ValueError, match="at least one"):

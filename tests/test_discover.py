@@ -28,7 +28,10 @@ def test_every_module_but_base_is_imported_and_each_spec_found_by_name(tmp_path,
     pkg = folder(tmp_path, monkeypatch, base="raise RuntimeError('base is not a plugin')", a=SPEC.format("alpha"),
                  b=SPEC.format("beta"), helpers="X = 1\n")
     assert [m.__name__.rsplit(".", 1)[1] for m in import_all(pkg)] == ["a", "b", "helpers"]
-    assert declared(pkg, SimpleNamespace) == {"alpha": SimpleNamespace(name="alpha"), "beta": SimpleNamespace(name="beta")}
+    assert declared(pkg, SimpleNamespace) == {
+        "alpha": SimpleNamespace(name="alpha"),
+        "beta": SimpleNamespace(name="beta"),
+    }
 
 
 def test_a_name_declared_twice_is_refused(tmp_path, monkeypatch):

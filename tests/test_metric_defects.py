@@ -104,8 +104,12 @@ def test_removal_e90_in_bf16_reports_rounding_as_rank_zero(tiny, name):
 
 def as_window_rows(adapter, rows: list[dict]) -> pd.DataFrame:
     """Probe rows as a window job stores them (the columns the runner adds: shape, model, family, attention)."""
-    return pd.DataFrame([{"shape": "window", "model": adapter.name, "family": "kimi_k25", "attention": adapter.attention,
-                          **r} for r in rows])
+    return pd.DataFrame(
+        [
+            {"shape": "window", "model": adapter.name, "family": "kimi_k25", "attention": adapter.attention, **r}
+            for r in rows
+        ]
+    )
 
 
 def test_removal_structure_is_the_shallow_and_deep_half_and_the_e90_above_rounding():
@@ -151,11 +155,14 @@ def fig3_energy(e90_by_layer: dict[int, tuple[float, bool | None]]) -> pd.DataFr
     return pd.DataFrame(out).assign(probe="energy", knobs='{"fraction":0.9,"name":"energy"}', dtype="bfloat16")
 
 
-@pytest.mark.parametrize(("layers", "want"), [
-    ({0: (20.0, False), 1: (4.0, True), 2: (6.0, True)}, "median e90 rank 5.5"),  # bf16 noise at layer 0: left out
-    ({0: (0.0, None), 1: (4.0, None), 2: (6.0, None)}, "median e90 rank 5.5"),  # unflagged: Δ = 0 (e90 0) left out
-    ({0: (0.0, False), 1: (0.0, False)}, "median e90 rank 0"),  # no layer above rounding: no direction needed
-])
+@pytest.mark.parametrize(
+    ("layers", "want"),
+    [
+        ({0: (20.0, False), 1: (4.0, True), 2: (6.0, True)}, "median e90 rank 5.5"),  # bf16 noise at layer 0: left out
+        ({0: (0.0, None), 1: (4.0, None), 2: (6.0, None)}, "median e90 rank 5.5"),  # unflagged: Δ = 0 (e90 0) left out
+        ({0: (0.0, False), 1: (0.0, False)}, "median e90 rank 0"),  # no layer above rounding: no direction needed
+    ],
+)
 def test_fig3_e90_summary_leaves_out_layers_below_rounding(tmp_path, layers, want):
     from experiments import fig3
 
@@ -190,9 +197,21 @@ def fig11_rows() -> pd.DataFrame:
     for subset, blind_right in (("multi_hop", 0.0), ("single_hop", 1.0)):
         for i in range(4):
             for arm, frac, correct in (("reprefill", 1.0, 1.0), ("blind", 0.0, blind_right), ("patch_r16", 0.06, 1.0)):
-                out.append({"model": "kimi_vl_a3b", "dtype": "bfloat16", "bench": "mmlongbench_doc", "subset": subset,
-                            "seed": 0, "item_id": f"{subset}{i}", "arm": arm, "knobs": "{}", "bytes": int(frac * 2**23),
-                            "bytes_frac": frac, "correct": correct})
+                out.append(
+                    {
+                        "model": "kimi_vl_a3b",
+                        "dtype": "bfloat16",
+                        "bench": "mmlongbench_doc",
+                        "subset": subset,
+                        "seed": 0,
+                        "item_id": f"{subset}{i}",
+                        "arm": arm,
+                        "knobs": "{}",
+                        "bytes": int(frac * 2**23),
+                        "bytes_frac": frac,
+                        "correct": correct,
+                    }
+                )
     return pd.DataFrame(out)
 
 
@@ -217,8 +236,12 @@ def test_fig11_paper_bytes_print_beside_the_papers_model_only(tmp_path):
 
     rows = pd.concat([fig11_rows(), fig11_rows().assign(model="toy_binding")])
     md, _ = fig11.render(rows, pd.DataFrame(), "g", tmp_path / "f")
-    kimi = next(line for line in md.splitlines() if line.startswith("| kimi_vl_a3b | mmlongbench_doc | multi_hop | patch_r16"))
-    toy = next(line for line in md.splitlines() if line.startswith("| toy_binding | mmlongbench_doc | multi_hop | patch_r16"))
+    kimi = next(
+        line for line in md.splitlines() if line.startswith("| kimi_vl_a3b | mmlongbench_doc | multi_hop | patch_r16")
+    )
+    toy = next(
+        line for line in md.splitlines() if line.startswith("| toy_binding | mmlongbench_doc | multi_hop | patch_r16")
+    )
     assert kimi.endswith("| 6.2 MB (2.1%) |") and toy.endswith("| – |")
 
 
@@ -242,19 +265,50 @@ def window_recall_rows(share: bool) -> pd.DataFrame:
     out = []
     for item, cluster, v in clustered({0: 0.1, 1: 0.9, 2: 0.3, 3: 0.7}):
         for variant, eta in (("stale_patch", v), ("fresh_patch", 1 - v / 2)):
-            out.append({"shape": "window", "model": "m", "family": "qwen2_5_vl", "attention": "GQA", "item_id": item,
-                        "cluster_key": cluster if share else item, "probe": "recall", "setting": "tau=1",
-                        "variant": variant, "tau": 1.0, "eta": eta, "kl": 1 - eta, "kl_blind": 1.0, "flip": False,
-                        "recovered": True})
+            out.append(
+                {
+                    "shape": "window",
+                    "model": "m",
+                    "family": "qwen2_5_vl",
+                    "attention": "GQA",
+                    "item_id": item,
+                    "cluster_key": cluster if share else item,
+                    "probe": "recall",
+                    "setting": "tau=1",
+                    "variant": variant,
+                    "tau": 1.0,
+                    "eta": eta,
+                    "kl": 1 - eta,
+                    "kl_blind": 1.0,
+                    "flip": False,
+                    "recovered": True,
+                }
+            )
     return pd.DataFrame(out)
 
 
 def accuracy_rows(share: bool) -> pd.DataFrame:
     """Arm rows of one model, subset and arm whose correctness is a property of the document (cluster)."""
-    return pd.DataFrame([{"model": "m", "dtype": "bfloat16", "bench": "mmlongbench_doc", "subset": "two_page", "seed": 0,
-                          "item_id": item, "cluster_key": cluster if share else None, "arm": "blind", "knobs": "{}",
-                          "n_choices": 4, "bytes": 0, "bytes_frac": 0.0, "correct": v}
-                         for item, cluster, v in clustered({0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0})])
+    return pd.DataFrame(
+        [
+            {
+                "model": "m",
+                "dtype": "bfloat16",
+                "bench": "mmlongbench_doc",
+                "subset": "two_page",
+                "seed": 0,
+                "item_id": item,
+                "cluster_key": cluster if share else None,
+                "arm": "blind",
+                "knobs": "{}",
+                "n_choices": 4,
+                "bytes": 0,
+                "bytes_frac": 0.0,
+                "correct": v,
+            }
+            for item, cluster, v in clustered({0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0})
+        ]
+    )
 
 
 @pytest.mark.parametrize("where", ("table1", "table3", "fig11"))
@@ -280,10 +334,19 @@ def test_table8_sweep_band_resamples_clusters():
     from experiments import table8
 
     def rows(share: bool) -> pd.DataFrame:
-        return pd.DataFrame([{"model": "m", "item_id": item, "cluster_key": cluster if share else None,
-                              "arm_name": "shallow_reprefill", "eta": v,
-                              "params": json.dumps({"rerun_fraction_effective": 0.5, "computed_fraction": 0.75})}
-                             for item, cluster, v in clustered({0: 0.2, 1: 0.9, 2: 0.4, 3: 0.7})])
+        return pd.DataFrame(
+            [
+                {
+                    "model": "m",
+                    "item_id": item,
+                    "cluster_key": cluster if share else None,
+                    "arm_name": "shallow_reprefill",
+                    "eta": v,
+                    "params": json.dumps({"rerun_fraction_effective": 0.5, "computed_fraction": 0.75}),
+                }
+                for item, cluster, v in clustered({0: 0.2, 1: 0.9, 2: 0.4, 3: 0.7})
+            ]
+        )
 
     (_, clustered_ci, _), (_, row_ci, _) = (table8.sweep_band(rows(s))[1] for s in (True, False))
     assert clustered_ci[2] - clustered_ci[1] > 1.3 * (row_ci[2] - row_ci[1])
@@ -301,8 +364,9 @@ def test_a_forks_branches_are_one_draw():
     from experiments.windows import eta_cell
 
     recs = [{"item_id": f"i{i}", "cluster_key": f"i{i}", "eta": v} for i, v in enumerate((0.2, 0.8)) for _ in range(6)]
-    assert ci_width(eta_cell(recs)) > 1.3 * ci_width(eta_cell([{**r, "item_id": f"{r['item_id']}-{j}",
-                                                                   "cluster_key": None} for j, r in enumerate(recs)]))
+    assert ci_width(eta_cell(recs)) > 1.3 * ci_width(
+        eta_cell([{**r, "item_id": f"{r['item_id']}-{j}", "cluster_key": None} for j, r in enumerate(recs)])
+    )
 
 
 # ----- defect 6: the n each cell ran on, and the selection rule ----------------------------------------
@@ -320,10 +384,25 @@ def test_table3_cells_say_the_n_they_ran_on():
 def test_table7_cells_measured_on_fewer_items_say_so():
     from experiments import table7
 
-    rows = pd.DataFrame([{"model": "m", "item_id": f"i{i}", "arm_name": arm, "canonical_context": "native", "kl": 0.1,
-                          "kl_oracle": math.nan, "e90_nb_content": 0.2, "e90_nb_rotary": 0.1, "cluster_key": None,
-                          "rank": math.nan, "eta_floor": 1e-4}
-                         for i in range(4) for arm in ("blind", "oracle4d")])
+    rows = pd.DataFrame(
+        [
+            {
+                "model": "m",
+                "item_id": f"i{i}",
+                "arm_name": arm,
+                "canonical_context": "native",
+                "kl": 0.1,
+                "kl_oracle": math.nan,
+                "e90_nb_content": 0.2,
+                "e90_nb_rotary": 0.1,
+                "cluster_key": None,
+                "rank": math.nan,
+                "eta_floor": 1e-4,
+            }
+            for i in range(4)
+            for arm in ("blind", "oracle4d")
+        ]
+    )
     rows = rows[~((rows["item_id"] == "i3") & (rows["arm_name"] == "oracle4d"))]  # the oracle failed on one item
     cell = table7.model_row(rows, {})
     assert cell["n"] == "4" and cell["loss-KL"].endswith("(n = 3)") and "(n = " not in cell["e90/n_B (V)"]
@@ -346,22 +425,37 @@ def test_tables_3_and_7_state_their_selection_rule_and_cap_the_papers_n(name):
 
 
 # ----- defects 7, 8 and the C.2 plateau: Fig. 5 -----------------------------------------------------------
-def row(model: str, item: str, arm: str, kl: float, kl_blind: float = 1.0, params: dict | None = None,
-        **values) -> dict:
+def row(
+    model: str, item: str, arm: str, kl: float, kl_blind: float = 1.0, params: dict | None = None, **values
+) -> dict:
     """A Fig. 5 row: the columns its renderer reads (a patch arm when ``arm`` starts with patch_)."""
     patch = arm.startswith("patch_")
-    return {"model": model, "item_id": item, "subset": "s", "attention": "MLA" if "kimi" in model else "GQA",
-            "arm": arm, "arm_name": "patch" if patch else arm, "kl": kl, "kl_blind": kl_blind,
-            "params": json.dumps({"layers": "all", "granularity": "layer", **(params or {})} if patch else {}),
-            "rank": math.nan, "effective_rank": math.nan, "effective_rotary_rank": math.nan, "bytes_frac": 0.0,
-            "cluster_key": None, **values}
+    return {
+        "model": model,
+        "item_id": item,
+        "subset": "s",
+        "attention": "MLA" if "kimi" in model else "GQA",
+        "arm": arm,
+        "arm_name": "patch" if patch else arm,
+        "kl": kl,
+        "kl_blind": kl_blind,
+        "params": json.dumps({"layers": "all", "granularity": "layer", **(params or {})} if patch else {}),
+        "rank": math.nan,
+        "effective_rank": math.nan,
+        "effective_rotary_rank": math.nan,
+        "bytes_frac": 0.0,
+        "cluster_key": None,
+        **values,
+    }
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def fig5_rows(n_b: int = 24, ranks=(1, 2, 4, 8, 16, 32, 64, 128, None), n_items: int = 6, k_pe: int = 16) -> pd.DataFrame:
+def fig5_rows(
+    n_b: int = 24, ranks=(1, 2, 4, 8, 16, 32, 64, 128, None), n_items: int = 6, k_pe: int = 16
+) -> pd.DataFrame:
     """Patch rows of one GQA and one MLA model with n_B = ``n_b`` (ranks above it clamp), KL halving per rank
     doubling up to full rank (KL ≈ 0), and on MLA the k_pe variants (rotary_rank m/2 and m) besides the default
     ⌈m/4⌉; the GQA model ran the variant arms too (they must be left out of its lines)."""
@@ -377,13 +471,28 @@ def fig5_rows(n_b: int = 24, ranks=(1, 2, 4, 8, 16, 32, 64, 128, None), n_items:
                     m_eff = n_b if m is None else min(m, n_b)
                     width = k_pe if model == "kimi_vl_a3b" else n_b  # MLA's k_pe band, else K as wide as B
                     r_eff = min(rr or n_b, n_b, width)
-                    kl = 0.0 if m_eff == n_b and r_eff >= min(n_b, k_pe) else (1.0 + 0.01 * i) / (2 * m_eff) / (1 + r_eff)
+                    kl = (
+                        0.0
+                        if m_eff == n_b and r_eff >= min(n_b, k_pe)
+                        else (1.0 + 0.01 * i) / (2 * m_eff) / (1 + r_eff)
+                    )
                     arm = "patch_full" if m is None else f"patch_r{m}"
                     params = {"rank": m} if rule == "auto" else {"rank": m, "rotary_rank": rr}
-                    out.append(row(model, f"i{i}", arm if rule == "auto" else f"{arm}_kpe{rr}", kl=kl,
-                                   kl_blind=1.0 + 0.01 * i, rank=math.nan if m is None else float(m),
-                                   effective_rank=float(m_eff), effective_rotary_rank=float(r_eff),
-                                   bytes_frac=(m_eff * 2 + r_eff) / 100, cluster_key=f"doc{i // 2}", params=params))
+                    out.append(
+                        row(
+                            model,
+                            f"i{i}",
+                            arm if rule == "auto" else f"{arm}_kpe{rr}",
+                            kl=kl,
+                            kl_blind=1.0 + 0.01 * i,
+                            rank=math.nan if m is None else float(m),
+                            effective_rank=float(m_eff),
+                            effective_rotary_rank=float(r_eff),
+                            bytes_frac=(m_eff * 2 + r_eff) / 100,
+                            cluster_key=f"doc{i // 2}",
+                            params=params,
+                        )
+                    )
     return frame(out)
 
 
@@ -396,7 +505,9 @@ def test_fig5_sweeps_the_mla_k_pe_rank_and_leaves_it_out_of_gqa():
     specs = {s.label: s.knobs for s in build_specs("arm", compose_config(["experiment=fig5"]).arms)}
     for m in (4, 16, 64):  # ⌈m/4⌉ (the default), ⌈m/2⌉ and m
         assert f"patch_r{m}" in labels and f"patch_r{m}_kpe{m}" in labels and f"patch_r{m}_kpe{m // 2}" in labels
-        assert specs[f"patch_r{m}_kpe{m // 2}"]["rotary_rank"] == m // 2 and specs[f"patch_r{m}"]["rotary_rank"] == "auto"
+        assert (
+            specs[f"patch_r{m}_kpe{m // 2}"]["rotary_rank"] == m // 2 and specs[f"patch_r{m}"]["rotary_rank"] == "auto"
+        )
     frame = fig5.curve(fig5_rows())
     assert set(frame["line"]) == {"qwen2_5_vl_7b", "kimi_vl_a3b", "kimi_vl_a3b · k_pe m/2", "kimi_vl_a3b · k_pe m"}
     at16 = frame[frame["m"] == "16"].set_index("line")
@@ -416,8 +527,11 @@ def test_fig5_draws_the_ranks_clamped_to_full_rank_once_and_hollow():
     mla = fig5.drawn(frame[frame["line"] == "kimi_vl_a3b"])  # k_pe ⌈m/4⌉ still grows past the content clamp
     assert list(mla["m"]) == ["1", "2", "4", "8", "16", "32", "64"] and mla["label"].iloc[-1] == "64=128=full"
     fig = fig5.plot(frame, "t")
-    hollow = [c for c in fig.axes[0].collections if len(c.get_offsets()) and
-              (c.get_facecolors().size == 0 or c.get_facecolors()[:, 3].max() == 0)]
+    hollow = [
+        c
+        for c in fig.axes[0].collections
+        if len(c.get_offsets()) and (c.get_facecolors().size == 0 or c.get_facecolors()[:, 3].max() == 0)
+    ]
     assert sum(len(c.get_offsets()) for c in hollow) >= 3  # the clamped points of the three lines that reach n_B
     for line in fig.axes[0].lines:  # a line never runs vertically through the points stacked at one x
         x = list(line.get_xdata())
@@ -433,10 +547,19 @@ def plateau_rows(share_at: dict[int, float], n_items: int = 8, wobble: float = 0
         out.append(row("qwen2_5_vl_7b", f"i{i}", "blind", kl=blind, cluster_key=f"doc{i // 2}"))
         for m, closed in share_at.items():
             noise = wobble * ((i % 3) - 1)
-            out.append(row("qwen2_5_vl_7b", f"i{i}", f"patch_r{m}" if m else "patch_full",
-                           kl=blind * (1 - min(closed + noise, 1.0)), kl_blind=blind,
-                           rank=float(m) if m else math.nan, effective_rank=float(m or 24), cluster_key=f"doc{i // 2}",
-                           params={"rank": m}))
+            out.append(
+                row(
+                    "qwen2_5_vl_7b",
+                    f"i{i}",
+                    f"patch_r{m}" if m else "patch_full",
+                    kl=blind * (1 - min(closed + noise, 1.0)),
+                    kl_blind=blind,
+                    rank=float(m) if m else math.nan,
+                    effective_rank=float(m or 24),
+                    cluster_key=f"doc{i // 2}",
+                    params={"rank": m},
+                )
+            )
     return frame(out)
 
 
@@ -449,8 +572,11 @@ def test_the_plateau_is_the_smallest_rank_closing_the_stated_share_with_a_ci_of_
     assert p["fit_star"] == 32 and p["held_closed"] > 0.9 and p["held_lo"] <= p["held_closed"] <= p["held_hi"]
     assert p["clusters"] == 4
     assert p["r32"] == pytest.approx(0.94, abs=0.02) and p["r32_lo"] <= p["r32"] <= p["r32_hi"]
-    md = fig5.to_markdown(fig5.curve(plateau_rows({16: 0.85, 32: 0.94, 64: 1.0})), "g",
-                          plateaus=fig5.plateau(plateau_rows({16: 0.85, 32: 0.94, 64: 1.0})))
+    md = fig5.to_markdown(
+        fig5.curve(plateau_rows({16: 0.85, 32: 0.94, 64: 1.0})),
+        "g",
+        plateaus=fig5.plateau(plateau_rows({16: 0.85, 32: 0.94, 64: 1.0})),
+    )
     assert "| qwen2_5_vl_7b | 8 | 4 | 64 | 32 [" in md and "rank 32 closes of the gap to 64" in md
     unsure = fig5.plateau(plateau_rows({16: 0.895, 32: 0.905, 64: 1.0}, wobble=0.08)).iloc[0]  # straddles 0.9
     assert unsure["lo"] < unsure["hi"]
@@ -496,8 +622,17 @@ def test_adapter_logits_apply_the_configs_final_logit_softcapping():
     from kamera.models.text import TextAdapter
 
     torch.manual_seed(0)
-    cfg = Gemma2Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                       num_key_value_heads=1, head_dim=16, max_position_embeddings=64, final_logit_softcapping=5.0)
+    cfg = Gemma2Config(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=64,
+        final_logit_softcapping=5.0,
+    )
     model = Gemma2ForCausalLM(cfg).eval()
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(40)  # logits well past the cap, so the cap matters

@@ -91,7 +91,9 @@ def test_a_family_file_defines_its_labels_once(tmp_path, monkeypatch):
     arm_dir = tmp_path / "conf" / "arm"
     arm_dir.mkdir(parents=True)
     monkeypatch.setattr(job.spec, "CONF_DIR", tmp_path / "conf")
-    (arm_dir / "fam.yaml").write_text("name: patch\nlayers: all\nlabels:\n  p_a: {rank: 3}\n  p_b: {rank: 5, layers: deep_half}\n")
+    (arm_dir / "fam.yaml").write_text(
+        "name: patch\nlayers: all\nlabels:\n  p_a: {rank: 3}\n  p_b: {rank: 5, layers: deep_half}\n"
+    )
     a, b = build_specs("arm", ["p_a", "p_b"])
     assert (a.plugin.rank, a.knobs["layers"], b.plugin.rank, b.knobs["layers"]) == (3, "all", 5, "deep_half")
     assert job.conf_labels("arm") == ["p_a", "p_b"]  # the file's own stem is not a label: it lists its labels
@@ -136,8 +138,13 @@ def test_sweep_preflight_lists_every_missing_path(monkeypatch, capsys):
 # ----- the store -----------------------------------------------------------------------------------
 def test_shard_writes_whole_items_atomically(tmp_path, monkeypatch):
     shard = Shard(tmp_path, "g", "abc")
-    shard.append("rows", [{"item_id": "a", "arm": "x", "knobs": "{}", "kl": 1.0},
-                          {"item_id": "a", "arm": "y", "knobs": "{}", "kl": 2.0}])
+    shard.append(
+        "rows",
+        [
+            {"item_id": "a", "arm": "x", "knobs": "{}", "kl": 1.0},
+            {"item_id": "a", "arm": "y", "knobs": "{}", "kl": 2.0},
+        ],
+    )
     with pytest.raises(ValueError, match="duplicate"):
         shard.append("rows", [{"item_id": "a", "arm": "x", "knobs": "{}", "kl": 3.0}])
     shard.append("rows", [{"item_id": "a", "arm": "x", "knobs": '{"k":1}', "kl": 3.0}])  # other knobs: another arm
@@ -183,8 +190,20 @@ def test_job_rows_metrics_provenance_and_skip_on_rerun(tmp_path, caplog):
     assert set(rows["pred"]) <= set("ABCD") and rows["correct"].isin([0.0, 1.0]).all()
     meta = json.loads(path.with_suffix(".json").read_text())
     run = meta["runs"][0]
-    for key in ("commit", "dirty", "kamera", "torch", "transformers", "device_name", "dtype", "attention", "start",
-                "end", "hostname", "slurm"):
+    for key in (
+        "commit",
+        "dirty",
+        "kamera",
+        "torch",
+        "transformers",
+        "device_name",
+        "dtype",
+        "attention",
+        "start",
+        "end",
+        "hostname",
+        "slurm",
+    ):
         assert key in run, key
     assert run["dtype"] == "float32" and run["attention"] == "sdpa" and run["device"] == "cpu"
     assert run["items_run"] == cfg.n_items and run["seconds_per_item"] > 0 and run["peak_memory_bytes"] > 2**20
@@ -199,10 +218,18 @@ def test_open_answer_items_are_greedy_decoded_and_scored(tmp_path):
     from kamera.data import make_fixture
 
     root = make_fixture("musique", tmp_path / "data", n=2)
-    rows = pd.read_parquet(runner.run(job_config(
-        tmp_path, "testbed=tiny_deepseek_v2", f"bench.root={root}", "arms=[reprefill,blind]", "n_items=2",
-        "max_new_tokens=3",
-    )))
+    rows = pd.read_parquet(
+        runner.run(
+            job_config(
+                tmp_path,
+                "testbed=tiny_deepseek_v2",
+                f"bench.root={root}",
+                "arms=[reprefill,blind]",
+                "n_items=2",
+                "max_new_tokens=3",
+            )
+        )
+    )
     assert len(rows) == 4 and rows["correct"].between(0, 1).all() and (rows["n_choices"] == 0).all()
     assert (rows["forwards"] == 0).all()  # greedy decoding is scoring, not the arm: re-prefill and blind run none
 
@@ -229,8 +256,9 @@ def test_resume_after_kill_loses_nothing_and_duplicates_nothing(tmp_path):
 
 @pytest.mark.integration
 def test_multirun_with_the_local_submitit_launcher(tmp_path):
-    out = finish(cli(tmp_path, "testbed=tiny_qwen2_5_vl,tiny_kimi", ARMS3, "n_items=2", "launcher=submitit_local",
-                     multirun=True))
+    out = finish(
+        cli(tmp_path, "testbed=tiny_qwen2_5_vl,tiny_kimi", ARMS3, "n_items=2", "launcher=submitit_local", multirun=True)
+    )
     rows = all_rows(tmp_path / "raw")
     assert len(rows) == 2 * 2 * 3, out[-2000:]
     assert set(rows["model"]) == {"tiny_qwen2_5_vl", "tiny_kimi"} and rows["job_key"].nunique() == 2
@@ -263,13 +291,21 @@ def fixed_rows() -> pd.DataFrame:
             for ai, arm in enumerate(["reprefill", "blind", "patch_r16", "patch_r64", "patch_r1", "patch_full"]):
                 rank = {"patch_r16": 16, "patch_r64": 64, "patch_r1": 1}.get(arm, math.nan)
                 kl = 0.0 if arm in ("reprefill", "patch_full") else 0.5 / (1 + ai) / (1 + mi)
-                rows.append({
-                    "model": model, "subset": "reasoning-image", "arm": arm, "item_id": f"i{i}", "n_choices": 2,
-                    "correct": float((i * (ai + 1) + mi) % 4 != 0), "kl": kl + 1e-6 * i, "rank": rank,
-                    "effective_rank": float(full if math.isnan(rank) else min(rank, full)),
-                    "arm_name": "blind" if arm == "blind" else ("reprefill" if arm == "reprefill" else "patch"),
-                    "params": '{"granularity": "layer", "layers": "all"}',
-                })
+                rows.append(
+                    {
+                        "model": model,
+                        "subset": "reasoning-image",
+                        "arm": arm,
+                        "item_id": f"i{i}",
+                        "n_choices": 2,
+                        "correct": float((i * (ai + 1) + mi) % 4 != 0),
+                        "kl": kl + 1e-6 * i,
+                        "rank": rank,
+                        "effective_rank": float(full if math.isnan(rank) else min(rank, full)),
+                        "arm_name": "blind" if arm == "blind" else ("reprefill" if arm == "reprefill" else "patch"),
+                        "params": '{"granularity": "layer", "layers": "all"}',
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -317,21 +353,35 @@ def test_plain_sbatch_array_writes_the_same_shard_as_hydra(tmp_path):
 
     bin_dir = fake_bin(tmp_path, srun='exec "$@"')
     results = tmp_path / "my results" / "it's"
-    overrides = ["model=tiny_llava", "arms=[blind, patch_r8]", "n_items=1", f'paths.results="{results}"',
-                 f"paths.outputs={tmp_path}/out"]
+    overrides = [
+        "model=tiny_llava",
+        "arms=[blind, patch_r8]",
+        "n_items=1",
+        f'paths.results="{results}"',
+        f"paths.outputs={tmp_path}/out",
+    ]
     (line,) = expand(overrides)
     manifest = tmp_path / "jobs.txt"
     manifest.write_text("model=tiny_kimi n_items=1\n" + manifest_line(line) + "\n")
-    run_env = env(PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_ARRAY_TASK_ID="1", SLURM_ARRAY_JOB_ID="77",
-                  KAMERA_VENV=sys.prefix)
-    proc = subprocess.run(["bash", "SLURM/array.sbatch", str(manifest)], cwd=ROOT, env=run_env, capture_output=True,
-                          text=True, timeout=300)
+    run_env = env(
+        PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_ARRAY_TASK_ID="1", SLURM_ARRAY_JOB_ID="77", KAMERA_VENV=sys.prefix
+    )
+    proc = subprocess.run(
+        ["bash", "SLURM/array.sbatch", str(manifest)],
+        cwd=ROOT,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = all_rows(results)
     assert set(rows["model"]) == {"tiny_llava"} and len(rows) == 2  # line 2 ran, line 1 did not
     assert set(rows["config_key"]) == {config_key(job_config(tmp_path, *overrides[:3]))}
     meta = json.loads(next((results / "adhoc").glob("*.json")).read_text())
-    assert digest(meta["identity"]) == rows["job_key"].iloc[0] and meta["runs"][0]["slurm"]["SLURM_ARRAY_JOB_ID"] == "77"
+    assert (
+        digest(meta["identity"]) == rows["job_key"].iloc[0] and meta["runs"][0]["slurm"]["SLURM_ARRAY_JOB_ID"] == "77"
+    )
 
 
 @pytest.mark.integration
@@ -344,8 +394,14 @@ def test_the_sbatch_scripts_submit_themselves_and_create_their_log_folder(tmp_pa
     manifest.write_text("model=tiny_kimi\nmodel=tiny_llava\nmodel=tiny_qwen3_vl\n")
     run_env = {k: v for k, v in env(PATH=f"{bin_dir}:{os.environ['PATH']}").items() if not k.startswith("SLURM_")}
     for script, args in (("array.sbatch", [str(manifest), "2"]), ("driver.sbatch", ["table3", "n_items=3"])):
-        proc = subprocess.run(["bash", str(ROOT / "SLURM" / script), *args], cwd=tmp_path, env=run_env,
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["bash", str(ROOT / "SLURM" / script), *args],
+            cwd=tmp_path,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "logs" / "slurm").is_dir()
     calls = log.read_text().splitlines()

@@ -85,6 +85,9 @@ def test_a_bad_kamera_tracking_stops_a_render_before_it_reads_rows(monkeypatch, 
     monkeypatch.setenv("KAMERA_TRACKING", "offlin")
     with pytest.raises(SystemExit) as stop:
         parse("x", "table3_tiny", [])
-    assert stop.value.code == 2 and "KAMERA_TRACKING must be one of disabled, offline, online, got 'offlin'" in capsys.readouterr().err
+    assert (
+        stop.value.code == 2
+        and "KAMERA_TRACKING must be one of disabled, offline, online, got 'offlin'" in capsys.readouterr().err
+    )
     monkeypatch.setenv("KAMERA_TRACKING", "")
     assert parse("x", "table3_tiny", []).tracking == "disabled"

@@ -50,8 +50,9 @@ def query_mass_blind(ctx: ReuseContext) -> list[torch.Tensor]:
         q0, q1 = ctx.ranges[ctx.q]
         b0, b1 = ctx.ranges[ctx.b]
         rows = torch.arange(q0, q1, device=ctx.adapter.device)
-        return attention_to(driver, rows, ctx.enc.spans[ctx.q].embeds, carry=True,
-                            reduce=lambda probs: query_mass(probs)[b0:b1])
+        return attention_to(
+            driver, rows, ctx.enc.spans[ctx.q].embeds, carry=True, reduce=lambda probs: query_mass(probs)[b0:b1]
+        )
 
     return shared(ctx, "conduit_query_mass", make)
 
@@ -61,8 +62,9 @@ def query_mass(probs: torch.Tensor) -> torch.Tensor:
     return probs.sum((0, 1)).double() / (probs.shape[0] * probs.shape[1])
 
 
-def throughput_scores(mass: list[torch.Tensor], values: list[torch.Tensor], image: torch.Tensor,
-                      strength: float) -> torch.Tensor:
+def throughput_scores(
+    mass: list[torch.Tensor], values: list[torch.Tensor], image: torch.Tensor, strength: float
+) -> torch.Tensor:
     """Per candidate: the layer mean of attention mass × ‖V‖ (``mass[ℓ]`` [n], ``values[ℓ]`` [n, heads, dim]), times
     its image's coefficient c_j (:func:`image_coefficients`)."""
     scores = torch.stack([m * v.double().flatten(1).norm(dim=-1) for m, v in zip(mass, values, strict=True)]).mean(0)
@@ -98,8 +100,12 @@ class ConduitArm(ImageTokenArm):
         cand = torch.cat([torch.arange(a, z) for a, z in runs])
         image = torch.cat([torch.full((z - a,), j) for j, (a, z) in enumerate(runs)])
         content = next(i for i, s in enumerate(ctx.adapter.specs) if s.rotary is None)
-        scores = throughput_scores([m.cpu()[cand] for m in query_mass_blind(ctx)],
-                                   [lay[content].cpu()[cand] for lay in ctx.relocated.layers], image, self.image_bias)
+        scores = throughput_scores(
+            [m.cpu()[cand] for m in query_mass_blind(ctx)],
+            [lay[content].cpu()[cand] for lay in ctx.relocated.layers],
+            image,
+            self.image_bias,
+        )
         budget = min(cand.numel(), math.ceil(self.ratio * cand.numel() - 1e-9))
         picked = [cand[top_rows(scores, budget)]]
         if self.text:

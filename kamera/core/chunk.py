@@ -93,7 +93,9 @@ class ChunkKV:
     def slice(self, start: int, stop: int) -> ChunkKV:
         """Tokens [start, stop) of this chunk (views, no copy)."""
         if self.state is not None:
-            raise ValueError("a chunk with recurrent-state pages cannot be sliced by token (its state sums all of them)")
+            raise ValueError(
+                "a chunk with recurrent-state pages cannot be sliced by token (its state sums all of them)"
+            )
         return ChunkKV(
             self.specs,
             [tuple(t[start:stop] for t in chans) for chans in self.layers],
@@ -126,7 +128,9 @@ def same_positions(a: torch.Tensor, b: torch.Tensor) -> bool:
 def relocate(chunk: ChunkKV, delta: int) -> ChunkKV:
     """R(δ)·KV: rotate every rotary channel by δ positions; content channels and state pages are shared, not copied."""
     layers = [
-        tuple(t if s.rotary is None else rotate(t, delta, s.rotary_at(l)) for t, s in zip(chans, chunk.specs, strict=True))
+        tuple(
+            t if s.rotary is None else rotate(t, delta, s.rotary_at(l)) for t, s in zip(chans, chunk.specs, strict=True)
+        )
         for l, chans in enumerate(chunk.layers)
     ]
     return ChunkKV(chunk.specs, layers, chunk.positions + int(delta), chunk.state)

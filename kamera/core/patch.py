@@ -94,8 +94,10 @@ def orbit_mean(deficits: Sequence[Deficit]) -> Deficit:
     ]
     state = None
     if first.state is not None:
-        state = StateDeficit(first.state.layers, [torch.stack([d.state.deltas[i] for d in deficits]).mean(0)
-                                                  for i in range(len(first.state.layers))])
+        state = StateDeficit(
+            first.state.layers,
+            [torch.stack([d.state.deltas[i] for d in deficits]).mean(0) for i in range(len(first.state.layers))],
+        )
     return Deficit(first.specs, layers, first.positions.clone(), state)
 
 
@@ -152,8 +154,9 @@ def default_rotary_rank(m: int | None, attention: str) -> int | None:
 AUTO_ROTARY = "auto"
 
 
-def family_rank_view(patch: Patch, m: int | None, attention: str,
-                     rotary_rank: int | Literal["auto"] | None = AUTO_ROTARY) -> Patch:
+def family_rank_view(
+    patch: Patch, m: int | None, attention: str, rotary_rank: int | Literal["auto"] | None = AUTO_ROTARY
+) -> Patch:
     """``patch`` viewed at content rank m and the rotary rank that goes with it: the one rank rule.
 
     ``rotary_rank`` ``"auto"`` (default) is :func:`default_rotary_rank` (m on GQA / MHA, ⌈m/4⌉ on MLA's

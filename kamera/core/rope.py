@@ -50,7 +50,9 @@ class RotarySpec:
                 f"rotary_dim {self.rotary_dim} must be even and equal 2 × len(inv_freq) ({self.inv_freq.numel()})"
             )
 
-    def cos_sin(self, delta: int | float, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def cos_sin(
+        self, delta: int | float, device: torch.device, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of δ·θ_i, each [rotary_dim / 2] in ``dtype`` on ``device``, cached per (δ, device, dtype)."""
         key = (float(delta), torch.device(device), dtype)
         tables = self._tables.get(key)

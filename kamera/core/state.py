@@ -130,15 +130,15 @@ def scan(state: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tens
     """
     s = state.clone()
     for c0 in range(0, k.shape[0], chunk):
-        kc, vc = k[c0:c0 + chunk].transpose(0, 1), v[c0:c0 + chunk].transpose(0, 1)  # [H, C, d_k], [H, C, W]
-        bc, cum = beta[c0:c0 + chunk].T, g[c0:c0 + chunk].T.cumsum(-1)  # [H, C]
+        kc, vc = k[c0 : c0 + chunk].transpose(0, 1), v[c0 : c0 + chunk].transpose(0, 1)  # [H, C, d_k], [H, C, W]
+        bc, cum = beta[c0 : c0 + chunk].T, g[c0 : c0 + chunk].T.cumsum(-1)  # [H, C]
         n = kc.shape[1]
         upper = torch.ones(n, n, dtype=torch.bool, device=kc.device).triu(1)
         decay = (cum[:, :, None] - cum[:, None, :]).masked_fill(upper, float("-inf")).exp()  # e^{γ_i − γ_j}, j ≤ i
         system = (bc[:, :, None] * (kc @ kc.transpose(1, 2))) * decay  # its unit diagonal is implied below
         rhs = torch.cat([bc[:, :, None] * vc, bc[:, :, None] * kc * cum.exp()[:, :, None]], dim=-1)
         sol = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
-        u, w = sol[..., : vc.shape[-1]], sol[..., vc.shape[-1]:]
+        u, w = sol[..., : vc.shape[-1]], sol[..., vc.shape[-1] :]
         last = cum[:, -1:]
         s = s * last.exp()[:, :, None] + (kc * (last - cum).exp()[:, :, None]).transpose(1, 2) @ (u - w @ s)
     return s
@@ -174,8 +174,13 @@ def page(spec: DeltaRuleSpec, x: LayerInputs) -> StatePage:
     start[:, :, :dk] = torch.eye(dk, device=x.mixed.device)
     aug_v = torch.cat([torch.zeros(n - h, hv, dk, device=v.device), v[h:]], dim=-1)
     ts = scan(start, k[h:], aug_v, beta[h:], g[h:])
-    return StatePage(x.slice(0, h), ts[:, :, :dk].contiguous(), ts[:, :, dk:].contiguous(),
-                     x.mixed[n - min(n, spec.kernel - 1):].clone(), n)
+    return StatePage(
+        x.slice(0, h),
+        ts[:, :, :dk].contiguous(),
+        ts[:, :, dk:].contiguous(),
+        x.mixed[n - min(n, spec.kernel - 1) :].clone(),
+        n,
+    )
 
 
 def compose(spec: DeltaRuleSpec, prev: Carry, p: StatePage) -> Carry:
@@ -186,7 +191,7 @@ def compose(spec: DeltaRuleSpec, prev: Carry, p: StatePage) -> Carry:
     s = torch.bmm(p.transition, s) + p.state
     if p.correction is not None:
         s = s + p.correction
-    history = torch.cat([prev.history, p.conv.to(prev.history.dtype)])[-(spec.kernel - 1):]
+    history = torch.cat([prev.history, p.conv.to(prev.history.dtype)])[-(spec.kernel - 1) :]
     return Carry(s, history)
 
 
@@ -214,8 +219,10 @@ class ChunkState:
 
     def corrected(self, corrections: Sequence[torch.Tensor | None]) -> ChunkState:
         """The same pages with a state correction added after composition (the patch's Eq. 1 for GDN layers)."""
-        pages = [p if c is None else replace(p, correction=c if p.correction is None else p.correction + c)
-                 for p, c in zip(self.pages, corrections, strict=True)]
+        pages = [
+            p if c is None else replace(p, correction=c if p.correction is None else p.correction + c)
+            for p, c in zip(self.pages, corrections, strict=True)
+        ]
         return ChunkState(self.specs, pages, self.before)
 
 
@@ -247,8 +254,9 @@ def state_deficit(conditioned: ChunkState, canonical: ChunkState) -> StateDefici
         raise ValueError("the conditioned chunk carries no incoming state (read it from the full forward)")
     deltas = [
         compose(s, c, cond).state - compose(s, c, canon).state
-        for s, c, cond, canon in zip(conditioned.specs, conditioned.before, conditioned.pages, canonical.pages,
-                                     strict=True)
+        for s, c, cond, canon in zip(
+            conditioned.specs, conditioned.before, conditioned.pages, canonical.pages, strict=True
+        )
     ]
     return StateDeficit(conditioned.layers, deltas)
 
@@ -290,8 +298,10 @@ class StatePatch:
     def nbytes(self, m: int | None) -> int:
         """Stored bytes at rank m: Σ over layers and heads of r·(d_k + d_v) in the storage dtype."""
         r = self.rank(m)
-        return sum(r * u.shape[0] * (u.shape[1] + vt.shape[2]) * u.element_size() for u, vt in zip(self.us, self.vt,
-                                                                                                  strict=True))
+        return sum(
+            r * u.shape[0] * (u.shape[1] + vt.shape[2]) * u.element_size()
+            for u, vt in zip(self.us, self.vt, strict=True)
+        )
 
     def energy(self, m: int | None) -> dict[int, float]:
         """Per layer: the fraction of ‖Δ_S‖² the kept rank captures (1.0 where Δ_S = 0)."""
@@ -301,4 +311,3 @@ class StatePatch:
             total = float((s**2).sum())
             out[layer] = 1.0 if total == 0 else float((s[:, :r] ** 2).sum()) / total
         return out
-

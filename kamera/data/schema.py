@@ -377,12 +377,8 @@ class ChunkedItem:
         if expected_media is not None and Counter(keys) != Counter(expected_media):
             missing = sorted(set(expected_media) - set(keys))
             extra = sorted(set(keys) - set(expected_media))
-            raise ItemError(
-                f"media of the source row not placed exactly once: missing {missing}, extra {extra}"
-            )
-        if self.answer_format == "letter" and (
-            not self.gold_norm or self.gold_norm not in self.choice_letters
-        ):
+            raise ItemError(f"media of the source row not placed exactly once: missing {missing}, extra {extra}")
+        if self.answer_format == "letter" and (not self.gold_norm or self.gold_norm not in self.choice_letters):
             raise ItemError(f"gold letter {self.gold_norm!r} not among options {self.choice_letters!r}")
         dot = Image.new("RGB", (1, 1))  # stands in for each picture so the shape check decodes nothing
         shape = [

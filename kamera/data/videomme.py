@@ -78,22 +78,33 @@ def _with_audio_b(item: ChunkedItem, audio_seconds: float) -> ChunkedItem:
     start = float(frames[len(a)].timestamp_s or 0.0)
     length = min(audio_seconds, float(item.meta["duration_s"]) - start)
     if length <= 0:
-        raise ItemError(f"video {item.meta['video']} ends at {item.meta['duration_s']:.1f} s, before its audio B at {start:.1f} s")
+        raise ItemError(
+            f"video {item.meta['video']} ends at {item.meta['duration_s']:.1f} s, before its audio B at {start:.1f} s"
+        )
     group = tuple(int(f.frame_index) for f in a)
     units = [Unit("", dataclasses.replace(f, frame_group=group)) for f in a]
     n_chunks = len({s.chunk for s in item.segments if s.role == "A"})
-    audio = MediaRef("audio", f"audio[{start:.2f}s:{start + length:.2f}s]", path=frames[0].path,
-                     timestamp_s=start, duration_s=length)
+    audio = MediaRef(
+        "audio", f"audio[{start:.2f}s:{start + length:.2f}s]", path=frames[0].path, timestamp_s=start, duration_s=length
+    )
     chunks = [([units[i] for i in g], False) for g in group_evenly(len(units), n_chunks)]
-    out = dataclasses.replace(item, segments=layout("", chunks, [Unit("", audio)]),
-                              meta={**item.meta, "audio_b": {"start_s": start, "duration_s": length}})
+    out = dataclasses.replace(
+        item,
+        segments=layout("", chunks, [Unit("", audio)]),
+        meta={**item.meta, "audio_b": {"start_s": start, "duration_s": length}},
+    )
     out.validate(expected_media=[*(f.source_key for f in a), audio.source_key])
     return out
 
 
 def rows(
-    ctx: LoadContext, *, n_frames: int = 32, a_chunks: int | None = 1, task_types: list[str] | None = None,
-    audio: bool = False, audio_seconds: float = 30.0,
+    ctx: LoadContext,
+    *,
+    n_frames: int = 32,
+    a_chunks: int | None = 1,
+    task_types: list[str] | None = None,
+    audio: bool = False,
+    audio_seconds: float = 30.0,
 ) -> Iterator[Row]:
     """Questions of the subset's duration from ``videomme/<split>-*.parquet``; ``audio``: B is the audio track."""
     if n_frames < 2:

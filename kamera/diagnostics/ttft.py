@@ -207,9 +207,11 @@ def table(records: Sequence[dict], ranks: Sequence[int]) -> str:
     for n in sizes:
         line = f"{n:>5} {t[(n, None, 'vision_ms')]:>8.1f} {t[(n, None, 'prefill_ms')]:>9.1f} {t[(n, None, 'form_ms')]:>9.1f}"
         for m in ranks:
-            line += (f" | {'':<4} {t[(n, m, 'apply_ms')]:>7.2f} {t[(n, m, 'reuse_ms')]:>8.1f}"
-                     f" {t[(n, m, 'speedup_prefill')]:>7.1f}× {t[(n, m, 'speedup_recompute')]:>7.1f}×"
-                     f" {_count(cum[(n, m, 'break_even_prefill')]):>5} {_count(cum[(n, m, 'break_even_recompute')]):>5}")
+            line += (
+                f" | {'':<4} {t[(n, m, 'apply_ms')]:>7.2f} {t[(n, m, 'reuse_ms')]:>8.1f}"
+                f" {t[(n, m, 'speedup_prefill')]:>7.1f}× {t[(n, m, 'speedup_recompute')]:>7.1f}×"
+                f" {_count(cum[(n, m, 'break_even_prefill')]):>5} {_count(cum[(n, m, 'break_even_recompute')]):>5}"
+            )
         lines.append(line)
     return "\n".join(lines)
 
@@ -230,16 +232,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
         torch.set_num_threads(args.threads)
     Clock(args.device)  # fail on a missing GPU before building anything
     dtype = DTYPES[args.dtype]
-    adapter = (bench_vl(args.device, dtype) if args.model == BENCH_MODEL
-               else load_model(args.model, dtype=dtype, device=args.device))
+    adapter = (
+        bench_vl(args.device, dtype)
+        if args.model == BENCH_MODEL
+        else load_model(args.model, dtype=dtype, device=args.device)
+    )
     records = ttft(adapter, args.sizes, args.ranks, args.repeats, args.frame_px, progress=print)
     device = torch.cuda.get_device_name(adapter.device) if adapter.device.type == "cuda" else "CPU"
-    print(f"\n{device} ({records[0]['timer']}), {args.dtype}, model {adapter.name}; median of {args.repeats}; "
-          f"times in ms{'' if adapter.device.type == 'cuda' else ' — CPU timings, not the paper H100 comparison'}")
+    print(
+        f"\n{device} ({records[0]['timer']}), {args.dtype}, model {adapter.name}; median of {args.repeats}; "
+        f"times in ms{'' if adapter.device.type == 'cuda' else ' — CPU timings, not the paper H100 comparison'}"
+    )
     print(table(records, args.ranks))
-    print("×prefill = prefill / reuse TTFT; ×recomp = (vision + prefill) / reuse; N*pre / N*rec = break-even reuses "
-          f"against a prefill (recompute) per reuse. Paper (H100): ×prefill {PAPER['speedup_prefill'][256]}× at 256 → "
-          f"{PAPER['speedup_prefill'][2048]}× at 2048, break-even ≈ {PAPER['break_even_prefill']}.")
+    print(
+        "×prefill = prefill / reuse TTFT; ×recomp = (vision + prefill) / reuse; N*pre / N*rec = break-even reuses "
+        f"against a prefill (recompute) per reuse. Paper (H100): ×prefill {PAPER['speedup_prefill'][256]}× at 256 → "
+        f"{PAPER['speedup_prefill'][2048]}× at 2048, break-even ≈ {PAPER['break_even_prefill']}."
+    )
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"ttft": records, "cumulative": cumulative(records)}, indent=1))

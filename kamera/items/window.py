@@ -60,7 +60,9 @@ class WindowItem:
             raise ValueError(f"window item {self.item_id}: the prefix span has role {self.prefix.role!r}, not 'prefix'")
         if self.choices is not None:
             if len(set(self.choices)) != len(self.choices) or len(self.choices) < 2:
-                raise ValueError(f"window item {self.item_id}: choices must be ≥ 2 distinct strings, got {self.choices}")
+                raise ValueError(
+                    f"window item {self.item_id}: choices must be ≥ 2 distinct strings, got {self.choices}"
+                )
             if isinstance(self.gold, str) and self.gold not in self.choices:
                 raise ValueError(f"window item {self.item_id}: gold {self.gold!r} is not among choices {self.choices}")
 
@@ -103,8 +105,15 @@ def from_spans(
     prefix = spans[0] if spans[0].role == "prefix" else None
     history = spans[1 if prefix else 0 : -1]
     return WindowItem(
-        item_id, tuple(history), spans[-1], window, prefix, tuple(foreign),
-        None if choices is None else tuple(choices), gold, dict(meta or {}),
+        item_id,
+        tuple(history),
+        spans[-1],
+        window,
+        prefix,
+        tuple(foreign),
+        None if choices is None else tuple(choices),
+        gold,
+        dict(meta or {}),
     )
 
 

@@ -402,7 +402,8 @@ class Adapter:
         deepstack = None
         if pieces and pieces[0].deepstack is not None:
             deepstack = [
-                torch.cat([p.deepstack[k] for p in pieces]).to(dev, embeds.dtype) for k in range(len(pieces[0].deepstack))
+                torch.cat([p.deepstack[k] for p in pieces]).to(dev, embeds.dtype)
+                for k in range(len(pieces[0].deepstack))
             ]
         pos = self._local_positions(ids_t, pieces)
         return EncodedSpan(span, ids_t, embeds, pos[:, :-1], int(pos[:, -1].max()), vis_t, deepstack)

@@ -55,8 +55,10 @@ def served_families() -> dict[str, ModelEntry]:
         first = out.setdefault(e.family, e)
         lend = [f for f in _SERVED_FIELDS if getattr(first, f) != getattr(e, f)]
         if e.kind == first.kind == "paper" and lend:
-            raise ModelConfError(f"conf/model/{first.name}.yaml and {e.name}.yaml are both family {e.family} but "
-                                 f"differ in {', '.join(lend)}: a checkpoint of that family by path would be ambiguous")
+            raise ModelConfError(
+                f"conf/model/{first.name}.yaml and {e.name}.yaml are both family {e.family} but "
+                f"differ in {', '.join(lend)}: a checkpoint of that family by path would be ambiguous"
+            )
     return out
 
 
@@ -120,8 +122,13 @@ def own_entry(name: str, path: str | Path | None = None, models_root: str | Path
     if kind in TEXT_DECODERS:
         config = checkpoint_config(ckpt)
         heads, kv = config.get("num_attention_heads"), config.get("num_key_value_heads")
-        return dataclasses.replace(e, family=kind, attention="MHA" if kv in (None, heads) else "GQA",
-                                   adapter=TextAdapter, model_class=TEXT_DECODERS[kind])
+        return dataclasses.replace(
+            e,
+            family=kind,
+            attention="MHA" if kv in (None, heads) else "GQA",
+            adapter=TextAdapter,
+            model_class=TEXT_DECODERS[kind],
+        )
     served = served_families()
     if kind in served and not is_gguf(ckpt):
         base = served[kind]

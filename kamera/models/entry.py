@@ -70,7 +70,7 @@ class ModelEntry:
 
     @property
     def kind(self) -> str:
-        """"tiny" (random, from a config), "toy" (shipped trained weights) or "paper" (local checkpoint)."""
+        """ "tiny" (random, from a config), "toy" (shipped trained weights) or "paper" (local checkpoint)."""
         if self.tiny_config is not None:
             return "tiny"
         return "toy" if self.weights is not None else "paper"

@@ -28,6 +28,7 @@ class Forward(NamedTuple):
     context: float
     count: float = 1.0
 
+
 @dataclass(frozen=True)
 class ItemShape:
     """Tokens of one arm item: the whole context ``n``, B's ``n_b``, the prefix, the query and image tokens."""
@@ -57,6 +58,7 @@ class ItemShape:
     def b_in_context(self, count: float = 1.0) -> Forward:
         """B's rows re-run over the full prefill's cache (``count`` < 1: through that share of the layers)."""
         return Forward(self.n_b, self.n, count)
+
 
 @dataclass(frozen=True)
 class WindowShape:
@@ -88,6 +90,7 @@ class WindowShape:
         """The target's rows re-run through ``share`` of the layers over a layout of ``chunks`` chunks."""
         return Forward(self.chunk, self.prefix + chunks * self.chunk, share)
 
+
 @dataclass(frozen=True)
 class ModelFlops:
     """Per-token FLOPs of a model, read off its published config."""
@@ -113,9 +116,11 @@ class ModelFlops:
         """FLOPs of a list of forwards plus ``image_tokens`` through the vision tower."""
         return sum(f.count * self.forward(f.tokens, f.context) for f in forwards) + image_tokens * self.vision_per_token
 
+
 def _get(config: object, key: str, default: object = None) -> object:
     value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
     return default if value is None else value
+
 
 def model_flops(name: str, config: dict) -> ModelFlops:
     """Per-token FLOPs from a published config, read through transformers' config classes (so values the
@@ -142,7 +147,11 @@ def model_flops(name: str, config: dict) -> ModelFlops:
         gate = 1 if _get(t, "attn_output_gate", False) else 0
         attn = (2 + gate) * h * heads * head_dim + 2 * h * kv * head_dim
         q_width = heads * head_dim
-    kv_proj = 0 if _get(t, "kv_lora_rank") else 2 * h * _get(t, "num_key_value_heads", heads) * (_get(t, "head_dim") or h // heads)
+    kv_proj = (
+        0
+        if _get(t, "kv_lora_rank")
+        else 2 * h * _get(t, "num_key_value_heads", heads) * (_get(t, "head_dim") or h // heads)
+    )
     types = list(_get(t, "layer_types", []) or [])
     linear = sum(1 for k in types if k == "linear_attention")
     attn_total = (layers - linear) * attn - _get(t, "num_kv_shared_layers", 0) * kv_proj  # KV-shared: no K/V
@@ -157,13 +166,22 @@ def model_flops(name: str, config: dict) -> ModelFlops:
     experts = _get(t, "num_experts") or _get(t, "n_routed_experts")
     if experts:
         moe = t.num_experts_per_tok * 3 * h * t.moe_intermediate_size + h * experts
-        moe += 3 * h * (_get(t, "shared_expert_intermediate_size", 0) or _get(t, "n_shared_experts", 0) * t.moe_intermediate_size)
+        moe += (
+            3
+            * h
+            * (
+                _get(t, "shared_expert_intermediate_size", 0)
+                or _get(t, "n_shared_experts", 0) * t.moe_intermediate_size
+            )
+        )
         dense = _get(t, "first_k_dense_replace", 0)
         mlp_total = dense * 3 * h * inter[0] + (layers - dense) * moe
     else:
         mlp_total = 3 * h * sum(inter)
     per_layer = _get(t, "hidden_size_per_layer_input", 0)
-    if per_layer:  # Gemma-3n: the per-layer input projection, each layer's gate and projection, AltUp in and out, LAuReL
+    if (
+        per_layer
+    ):  # Gemma-3n: the per-layer input projection, each layer's gate and projection, AltUp in and out, LAuReL
         streams = _get(t, "altup_num_inputs", 1)
         mlp_total += h * layers * per_layer + layers * 2 * h * per_layer + 2 * (streams - 1) * h * h
         mlp_total += layers * (2 * h * _get(t, "laurel_rank", 0) + h * streams)
@@ -176,11 +194,24 @@ def model_flops(name: str, config: dict) -> ModelFlops:
         vlayers = _get(v_cfg, "depth") or v_cfg.num_hidden_layers
         # patches the tower sees per token the language model sees: merge², merge kernel, 1 / pixel-shuffle ratio², scale²
         kernel = _get(v_cfg, "merge_kernel_size")
-        per_token = (kernel[0] * kernel[1] if kernel else None) or (_get(v_cfg, "spatial_merge_size") or _get(
-            parsed, "scale_factor") or round(1 / _get(parsed, "downsample_ratio", 1.0))) ** 2
+        per_token = (kernel[0] * kernel[1] if kernel else None) or (
+            _get(v_cfg, "spatial_merge_size")
+            or _get(parsed, "scale_factor")
+            or round(1 / _get(parsed, "downsample_ratio", 1.0))
+        ) ** 2
         vision = 2.0 * vlayers * (4 * vh * vh + 2 * vh * vint) * per_token
-    return ModelFlops(name, 2.0 * (attn_total + mlp_total), layers, q_width, 2.0 * h * t.vocab_size, vision, sliding,
-                      int(_get(t, "sliding_window", 0) or 0) if sliding else 0, linear)
+    return ModelFlops(
+        name,
+        2.0 * (attn_total + mlp_total),
+        layers,
+        q_width,
+        2.0 * h * t.vocab_size,
+        vision,
+        sliding,
+        int(_get(t, "sliding_window", 0) or 0) if sliding else 0,
+        linear,
+    )
+
 
 def published_config(name: str) -> dict:
     """A paper model's full published config, as transformers reads it: ``configs/<name>.json``, or
@@ -202,9 +233,12 @@ def published_config(name: str) -> dict:
     loader = entry(name).loader
     native = getattr(importlib.import_module(loader.split(":")[0]), "native_config", None) if loader else None
     if native is None:
-        raise ValueError(f"{name}: its published config ({config.get('model_type')}) is remote code and its loader "
-                         "has no native_config mapping for transformers")
+        raise ValueError(
+            f"{name}: its published config ({config.get('model_type')}) is remote code and its loader "
+            "has no native_config mapping for transformers"
+        )
     return native(config).to_dict()
+
 
 @cache
 def paper_model_flops(name: str) -> ModelFlops:

@@ -100,11 +100,14 @@ class MobileNetV5Tower(PreTrainedModel):
         stages, stem = ARCHITECTURES[config.architecture]
         if "stage_depths" in args:
             stages = cut_stages(stages, args["stage_depths"])
-        self.timm_model = MobileNetV5Encoder(stages, stem, config.hidden_size, int(args.get("msfa_output_resolution", 16)))
+        self.timm_model = MobileNetV5Encoder(
+            stages, stem, config.hidden_size, int(args.get("msfa_output_resolution", 16))
+        )
         self.post_init()
 
-    def forward(self, pixel_values: torch.Tensor, do_pooling: bool = False, return_dict: bool = True,
-                **kwargs) -> BaseModelOutputWithPooling:
+    def forward(
+        self, pixel_values: torch.Tensor, do_pooling: bool = False, return_dict: bool = True, **kwargs
+    ) -> BaseModelOutputWithPooling:
         """Pixels [B, 3, H, W] → ``last_hidden_state`` [B, hidden, r, r] (Gemma-3n never pools)."""
         if do_pooling:
             raise ValueError("Gemma-3n reads the MobileNetV5 map unpooled (do_pooling=False)")
@@ -150,9 +153,11 @@ class Gemma3nAdapter(Adapter):
         ids = super().tokenize(text)
         top = int(self.text_config.vocab_size_per_layer_input)
         if any(i >= top for i in ids):
-            raise ValueError(f"{self.name}: text {text[:40]!r} holds token ids >= {top}, Gemma-3n's vision and audio "
-                             "soft tokens: an image is a part of its own (the adapter places its tokens), and audio is "
-                             f"not served ({AUDIO_REASON})")
+            raise ValueError(
+                f"{self.name}: text {text[:40]!r} holds token ids >= {top}, Gemma-3n's vision and audio "
+                "soft tokens: an image is a part of its own (the adapter places its tokens), and audio is "
+                f"not served ({AUDIO_REASON})"
+            )
         return ids
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -187,8 +192,10 @@ class Gemma3nAdapter(Adapter):
         ``vision_soft_tokens_per_image``."""
         cfg = self.model.config
         if n != cfg.vision_soft_tokens_per_image:
-            raise RuntimeError(f"{self.name}: the vision tower gave {n} soft tokens, the config lays out "
-                               f"{cfg.vision_soft_tokens_per_image}")
+            raise RuntimeError(
+                f"{self.name}: the vision tower gave {n} soft tokens, the config lays out "
+                f"{cfg.vision_soft_tokens_per_image}"
+            )
         gap = self.tokenize("\n\n")
         ids = [*gap, cfg.boi_token_id, *[cfg.image_token_id] * n, cfg.eoi_token_id, *gap]
         return ids, [False] * (len(gap) + 1) + [True] * n + [False] * (len(gap) + 1)
@@ -238,6 +245,8 @@ class Gemma3nAdapter(Adapter):
         sliding = allow & (from_right <= self.window)
         visible = total if past < self.window else self.window - 1 + n_new  # DynamicSlidingWindowLayer.get_mask_sizes
         if bool(sliding[:, : total - visible].any()):
-            raise ValueError(f"{self.name}: the 4D mask lets rows attend columns a sliding layer's cache no longer hands "
-                             f"attention (more than {self.window - 1} cached rows back)")
-        return {"full_attention": mask, "sliding_attention": additive_mask(sliding[:, total - visible:], mask.dtype)}
+            raise ValueError(
+                f"{self.name}: the 4D mask lets rows attend columns a sliding layer's cache no longer hands "
+                f"attention (more than {self.window - 1} cached rows back)"
+            )
+        return {"full_attention": mask, "sliding_attention": additive_mask(sliding[:, total - visible :], mask.dtype)}

@@ -111,7 +111,9 @@ class Load:
 
     def build(self, get: Callable[[str], torch.Tensor]) -> torch.Tensor:
         """The tensor for one part (``get`` reads or fakes a checkpoint tensor)."""
-        return self._finish([torch.cat([get(s) for s in part]) if len(part) > 1 else get(part[0]) for part in self.parts])
+        return self._finish(
+            [torch.cat([get(s) for s in part]) if len(part) > 1 else get(part[0]) for part in self.parts]
+        )
 
     def _finish(self, parts: list[torch.Tensor]) -> torch.Tensor:
         out = torch.stack(parts) if len(parts) > 1 else parts[0]
@@ -161,10 +163,14 @@ class WeightPlan:
             raise CheckpointMismatchError(f"weight plan loads {sorted(dupes)[:3]} twice")
         unplanned = sorted(set(targets) - set(planned))
         if unplanned:
-            raise CheckpointMismatchError(f"native tensor {unplanned[0]!r} has no source in {ckpt.path} ({unplanned[:5]})")
+            raise CheckpointMismatchError(
+                f"native tensor {unplanned[0]!r} has no source in {ckpt.path} ({unplanned[:5]})"
+            )
         for load in self.loads:
             if load.target not in targets:
-                raise CheckpointMismatchError(f"weight plan names {load.target!r}, which the native model does not have")
+                raise CheckpointMismatchError(
+                    f"weight plan names {load.target!r}, which the native model does not have"
+                )
             shape = tuple(load.build(lambda s: torch.empty(ckpt.shapes[s], device="meta")).shape)
             if shape != tuple(targets[load.target].shape):
                 raise CheckpointMismatchError(

@@ -83,7 +83,9 @@ LLAMA_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
 
 def _require(cfg: dict, where: str, key: str, want) -> None:
     if cfg.get(key, want) != want:
-        raise CheckpointMismatchError(f"config.json {where}{key} = {cfg.get(key)!r}; the native mapping implements {want!r}")
+        raise CheckpointMismatchError(
+            f"config.json {where}{key} = {cfg.get(key)!r}; the native mapping implements {want!r}"
+        )
 
 
 def _parts(hub: dict) -> tuple[dict, dict]:
@@ -91,7 +93,9 @@ def _parts(hub: dict) -> tuple[dict, dict]:
         raise CheckpointMismatchError(f"config.json has model_type {hub.get('model_type')!r}, expected 'internvl_chat'")
     llm, vis = hub.get("llm_config") or {}, hub.get("vision_config") or {}
     if (llm.get("architectures") or [None])[0] != "LlamaForCausalLM":
-        raise CheckpointMismatchError(f"llm_config.architectures {llm.get('architectures')!r}; only LlamaForCausalLM is mapped")
+        raise CheckpointMismatchError(
+            f"llm_config.architectures {llm.get('architectures')!r}; only LlamaForCausalLM is mapped"
+        )
     return llm, vis
 
 
@@ -120,8 +124,12 @@ def native_text_config(hub: dict) -> tf.LlamaConfig:
     missing = [k for k in (*LLAMA_KEYS, "rope_theta") if k not in llm]
     if missing:
         raise CheckpointMismatchError(f"config.json llm_config lacks {missing}")
-    return tf.LlamaConfig(**{k: llm[k] for k in LLAMA_KEYS}, hidden_act="silu", tie_word_embeddings=False,
-                          rope_parameters={"rope_type": "default", "rope_theta": float(llm["rope_theta"])})
+    return tf.LlamaConfig(
+        **{k: llm[k] for k in LLAMA_KEYS},
+        hidden_act="silu",
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": float(llm["rope_theta"])},
+    )
 
 
 def native_vision_config(hub: dict, used: int) -> tf.InternVLVisionConfig:
@@ -132,18 +140,27 @@ def native_vision_config(hub: dict, used: int) -> tf.InternVLVisionConfig:
     _, vis = _parts(hub)
     _require(vis, "vision_config.", "hidden_act", "gelu")
     if vis.get("qk_normalization", True) and vis.get("layer_norm_eps", 1e-6) != 1e-6:
-        raise CheckpointMismatchError("config.json vision_config.layer_norm_eps must be 1e-6 with qk_normalization "
-                                      "(the native q/k RMSNorm eps)")
+        raise CheckpointMismatchError(
+            "config.json vision_config.layer_norm_eps must be 1e-6 with qk_normalization (the native q/k RMSNorm eps)"
+        )
     if vis.get("norm_type", "rms_norm") not in ("rms_norm", "layer_norm"):
         raise CheckpointMismatchError(f"config.json vision_config.norm_type {vis['norm_type']!r}")
     side = image_size(hub)
     return tf.InternVLVisionConfig(
-        hidden_size=vis["hidden_size"], intermediate_size=vis["intermediate_size"],
-        num_attention_heads=vis["num_attention_heads"], num_hidden_layers=used, image_size=[side, side],
-        patch_size=[vis["patch_size"]] * 2, num_channels=vis.get("num_channels", 3),
-        attention_bias=bool(vis.get("qkv_bias", False)), use_qk_norm=bool(vis.get("qk_normalization", True)),
-        norm_type=vis.get("norm_type", "rms_norm"), layer_norm_eps=vis.get("layer_norm_eps", 1e-6), hidden_act="gelu",
-        layer_scale_init_value=vis.get("initializer_factor", 0.1), use_mean_pooling=True,
+        hidden_size=vis["hidden_size"],
+        intermediate_size=vis["intermediate_size"],
+        num_attention_heads=vis["num_attention_heads"],
+        num_hidden_layers=used,
+        image_size=[side, side],
+        patch_size=[vis["patch_size"]] * 2,
+        num_channels=vis.get("num_channels", 3),
+        attention_bias=bool(vis.get("qkv_bias", False)),
+        use_qk_norm=bool(vis.get("qk_normalization", True)),
+        norm_type=vis.get("norm_type", "rms_norm"),
+        layer_norm_eps=vis.get("layer_norm_eps", 1e-6),
+        hidden_act="gelu",
+        layer_scale_init_value=vis.get("initializer_factor", 0.1),
+        use_mean_pooling=True,
         use_absolute_position_embeddings=True,
     )
 
@@ -153,8 +170,13 @@ def native_config(hub: dict) -> tf.InternVLConfig:
     used = read_layers(hub, hub["vision_config"]["num_hidden_layers"])
     text = native_text_config(hub).to_dict() | {"model_type": "llama"}
     context = text["vocab_size"] - len(ADDED_TOKENS) + ADDED_TOKENS.index(IMG_CONTEXT)  # the training code's order
-    return tf.InternVLConfig(vision_config=native_vision_config(hub, used).to_dict(), text_config=text,
-                             downsample_ratio=hub["downsample_ratio"], image_token_id=context, tie_word_embeddings=False)
+    return tf.InternVLConfig(
+        vision_config=native_vision_config(hub, used).to_dict(),
+        text_config=text,
+        downsample_ratio=hub["downsample_ratio"],
+        image_token_id=context,
+        tie_word_embeddings=False,
+    )
 
 
 # ----- the native model ----------------------------------------------------------------------------------
@@ -162,8 +184,13 @@ class InternVLChatModel(nn.Module):
     """InternVL-Chat as native parts: ``language_model`` (LlamaForCausalLM), ``vision_model`` (InternVLVisionModel up
     to the read layer) and ``mlp1`` (LayerNorm → Linear → GELU → Linear, the remote code's own names)."""
 
-    def __init__(self, language_model: tf.LlamaForCausalLM, vision_model: tf.InternVLVisionModel,
-                 downsample_ratio: float, ps_version: str) -> None:
+    def __init__(
+        self,
+        language_model: tf.LlamaForCausalLM,
+        vision_model: tf.InternVLVisionModel,
+        downsample_ratio: float,
+        ps_version: str,
+    ) -> None:
         super().__init__()
         if ps_version not in ("v1", "v2"):
             raise CheckpointMismatchError(f"config.json ps_version {ps_version!r}; expected 'v1' or 'v2'")
@@ -218,7 +245,8 @@ class TileImageProcessor:
         """Pixels [1, 3, size, size], float32."""
         img = image.convert("RGB").resize((self.size, self.size), Image.Resampling.BICUBIC)
         arr = (np.asarray(img, dtype=np.float32) / 255.0 - np.asarray(self.image_mean, np.float32)) / np.asarray(
-            self.image_std, np.float32)
+            self.image_std, np.float32
+        )
         return torch.from_numpy(arr).permute(2, 0, 1)[None].contiguous()
 
 
@@ -253,45 +281,79 @@ def hub_tensor_shapes(hub: dict) -> list[tuple[str, tuple[int, ...]]]:
     out: list[tuple[str, tuple[int, ...]]] = [(LLM + "model.embed_tokens.weight", (v, h))]
     for layer in range(llm["num_hidden_layers"]):
         p = f"{LLM}model.layers.{layer}."
-        out += [(p + "self_attn.q_proj.weight", (heads * hd, h)), (p + "self_attn.k_proj.weight", (kv * hd, h)),
-                (p + "self_attn.v_proj.weight", (kv * hd, h)), (p + "self_attn.o_proj.weight", (h, heads * hd)),
-                (p + "mlp.gate_proj.weight", (i, h)), (p + "mlp.up_proj.weight", (i, h)), (p + "mlp.down_proj.weight", (h, i)),
-                (p + "input_layernorm.weight", (h,)), (p + "post_attention_layernorm.weight", (h,))]
+        out += [
+            (p + "self_attn.q_proj.weight", (heads * hd, h)),
+            (p + "self_attn.k_proj.weight", (kv * hd, h)),
+            (p + "self_attn.v_proj.weight", (kv * hd, h)),
+            (p + "self_attn.o_proj.weight", (h, heads * hd)),
+            (p + "mlp.gate_proj.weight", (i, h)),
+            (p + "mlp.up_proj.weight", (i, h)),
+            (p + "mlp.down_proj.weight", (h, i)),
+            (p + "input_layernorm.weight", (h,)),
+            (p + "post_attention_layernorm.weight", (h,)),
+        ]
     out += [(LLM + "model.norm.weight", (h,)), (LLM + "lm_head.weight", (v, h))]
     c, ci, ps = vis["hidden_size"], vis["intermediate_size"], vis["patch_size"]
     grid = (image_size(hub) // ps) ** 2
     e = VISION + "embeddings."
-    out += [(e + "class_embedding", (1, 1, c)), (e + "patch_embedding.weight", (c, vis.get("num_channels", 3), ps, ps)),
-            (e + "patch_embedding.bias", (c,)), (e + "position_embedding", (1, grid + 1, c))]
+    out += [
+        (e + "class_embedding", (1, 1, c)),
+        (e + "patch_embedding.weight", (c, vis.get("num_channels", 3), ps, ps)),
+        (e + "patch_embedding.bias", (c,)),
+        (e + "position_embedding", (1, grid + 1, c)),
+    ]
     norms = ("weight",) if vis.get("norm_type", "rms_norm") == "rms_norm" else ("weight", "bias")
     for layer in range(vis["num_hidden_layers"]):
         p = f"{VISION}encoder.layers.{layer}."
-        out += [(p + "attn.qkv.weight", (3 * c, c))] + ([(p + "attn.qkv.bias", (3 * c,))] if vis.get("qkv_bias") else [])
+        out += [(p + "attn.qkv.weight", (3 * c, c))] + (
+            [(p + "attn.qkv.bias", (3 * c,))] if vis.get("qkv_bias") else []
+        )
         if vis.get("qk_normalization", True):
             out += [(p + "attn.q_norm.weight", (c,)), (p + "attn.k_norm.weight", (c,))]
-        out += [(p + "attn.proj.weight", (c, c)), (p + "attn.proj.bias", (c,)), (p + "mlp.fc1.weight", (ci, c)),
-                (p + "mlp.fc1.bias", (ci,)), (p + "mlp.fc2.weight", (c, ci)), (p + "mlp.fc2.bias", (c,))]
+        out += [
+            (p + "attn.proj.weight", (c, c)),
+            (p + "attn.proj.bias", (c,)),
+            (p + "mlp.fc1.weight", (ci, c)),
+            (p + "mlp.fc1.bias", (ci,)),
+            (p + "mlp.fc2.weight", (c, ci)),
+            (p + "mlp.fc2.bias", (c,)),
+        ]
         out += [(f"{p}{n}.{k}", (c,)) for n in ("norm1", "norm2") for k in norms]
         out += [(p + "ls1", (c,)), (p + "ls2", (c,))]
     d = c * round(1 / hub["downsample_ratio"]) ** 2
-    out += [(MLP + "0.weight", (d,)), (MLP + "0.bias", (d,)), (MLP + "1.weight", (h, d)), (MLP + "1.bias", (h,)),
-            (MLP + "3.weight", (h, h)), (MLP + "3.bias", (h,))]
+    out += [
+        (MLP + "0.weight", (d,)),
+        (MLP + "0.bias", (d,)),
+        (MLP + "1.weight", (h, d)),
+        (MLP + "1.bias", (h,)),
+        (MLP + "3.weight", (h, h)),
+        (MLP + "3.bias", (h,)),
+    ]
     return out
 
 
-VISION_RENAMES = {"attn.proj": "attention.projection_layer", "attn.q_norm": "attention.q_norm",
-                  "attn.k_norm": "attention.k_norm", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2",
-                  "norm1": "layernorm_before", "norm2": "layernorm_after"}
-EMBEDDING_RENAMES = {"class_embedding": "cls_token", "position_embedding": "position_embeddings",
-                     "patch_embedding.weight": "patch_embeddings.projection.weight",
-                     "patch_embedding.bias": "patch_embeddings.projection.bias"}
+VISION_RENAMES = {
+    "attn.proj": "attention.projection_layer",
+    "attn.q_norm": "attention.q_norm",
+    "attn.k_norm": "attention.k_norm",
+    "mlp.fc1": "mlp.fc1",
+    "mlp.fc2": "mlp.fc2",
+    "norm1": "layernorm_before",
+    "norm2": "layernorm_after",
+}
+EMBEDDING_RENAMES = {
+    "class_embedding": "cls_token",
+    "position_embedding": "position_embeddings",
+    "patch_embedding.weight": "patch_embeddings.projection.weight",
+    "patch_embedding.bias": "patch_embeddings.projection.bias",
+}
 
 
 def _vision_load(name: str) -> list[Load]:
     """The native tensors of one InternViT checkpoint tensor (``qkv`` split into q, k, v rows)."""
-    rest = name[len(VISION):]
+    rest = name[len(VISION) :]
     if rest.startswith("embeddings."):
-        return [Load.copy(VISION + "embeddings." + EMBEDDING_RENAMES[rest[len("embeddings."):]], name)]
+        return [Load.copy(VISION + "embeddings." + EMBEDDING_RENAMES[rest[len("embeddings.") :]], name)]
     m = re.fullmatch(r"encoder\.layers\.(\d+)\.(.+)\.(weight|bias)|encoder\.layers\.(\d+)\.(ls[12])", rest)
     if m is None:
         raise CheckpointMismatchError(f"no native InternViT tensor for {name!r}")
@@ -300,8 +362,10 @@ def _vision_load(name: str) -> list[Load]:
     layer, module, kind = m.group(1), m.group(2), m.group(3)
     q = f"{VISION}encoder.layer.{layer}."
     if module == "attn.qkv":
-        return [Load.copy(f"{q}attention.{proj}.{kind}", name, lambda x, k=k: x.chunk(3)[k])  # rows q | k | v
-                for k, proj in enumerate(("q_proj", "k_proj", "v_proj"))]
+        return [
+            Load.copy(f"{q}attention.{proj}.{kind}", name, lambda x, k=k: x.chunk(3)[k])  # rows q | k | v
+            for k, proj in enumerate(("q_proj", "k_proj", "v_proj"))
+        ]
     return [Load.copy(f"{q}{VISION_RENAMES[module]}.{kind}", name)]
 
 
@@ -312,12 +376,20 @@ def weight_plan(hub: dict, used: int) -> WeightPlan:
     loads: list[Load] = []
     for name, _ in hub_tensor_shapes(hub | {"vision_config": vis | {"num_hidden_layers": used}}):
         loads += _vision_load(name) if name.startswith(VISION) else [Load.copy(name, name)]
-    ignored = [Ignored(r"language_model\.model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",
-                       "a buffer the native rotary embedding recomputes from rope_theta")]
+    ignored = [
+        Ignored(
+            r"language_model\.model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",
+            "a buffer the native rotary embedding recomputes from rope_theta",
+        )
+    ]
     if used < depth:
         unread = "|".join(str(k) for k in range(used, depth))
-        ignored.append(Ignored(rf"vision_model\.encoder\.layers\.({unread})\..+",
-                               f"after hidden_states[select_layer]: the model reads the output of layer {used - 1}"))
+        ignored.append(
+            Ignored(
+                rf"vision_model\.encoder\.layers\.({unread})\..+",
+                f"after hidden_states[select_layer]: the model reads the output of layer {used - 1}",
+            )
+        )
     return WeightPlan(loads, ignored)
 
 
@@ -327,7 +399,9 @@ def image_ids(tokenizer, vocab_size: int, path: Path) -> tuple[int, int, int]:
     for token in (IMG_START, IMG_CONTEXT, IMG_END):
         got = tokenizer.convert_tokens_to_ids(token)
         if not isinstance(got, int) or got == tokenizer.unk_token_id or not 0 <= got < vocab_size:
-            raise CheckpointMismatchError(f"{path}: the tokenizer has no token {token} inside the {vocab_size}-row embedding")
+            raise CheckpointMismatchError(
+                f"{path}: the tokenizer has no token {token} inside the {vocab_size}-row embedding"
+            )
         ids.append(got)
     return ids[0], ids[1], ids[2]
 
@@ -339,24 +413,30 @@ def _tokenizer(path: Path):
     return tf.LlamaTokenizer.from_pretrained(path)
 
 
-def load_internvl_chat_v1_1(path: Path, *, dtype: torch.dtype, device: str, attn_implementation: str) -> InternVLChatAdapter:
+def load_internvl_chat_v1_1(
+    path: Path, *, dtype: torch.dtype, device: str, attn_implementation: str
+) -> InternVLChatAdapter:
     """Load an InternVL-Chat-V1.1 checkpoint directory (Hub layout) into native modules; no remote code runs."""
     path = Path(path)
     hub = read_json(path / "config.json")
     text_config = native_text_config(hub)
     processor = TileImageProcessor.from_dict(read_json(path / "preprocessor_config.json"))
     if processor.size != image_size(hub):
-        raise CheckpointMismatchError(f"{path}: preprocessor crop_size {processor.size} is not the tower's {image_size(hub)} px")
+        raise CheckpointMismatchError(
+            f"{path}: preprocessor crop_size {processor.size} is not the tower's {image_size(hub)} px"
+        )
     ckpt = HubCheckpoint.open(path)
     used = read_layers(hub, hub["vision_config"]["num_hidden_layers"])
     plan = weight_plan(hub, used)
     tokenizer = _tokenizer(path)
     ids = image_ids(tokenizer, text_config.vocab_size, path)
     with torch.device(device):
-        model = InternVLChatModel(build_empty(tf.LlamaForCausalLM, text_config, dtype, attn_implementation),
-                                  build_empty(tf.InternVLVisionModel, native_vision_config(hub, used), dtype,
-                                              attn_implementation),
-                                  float(hub["downsample_ratio"]), str(hub.get("ps_version", "v1")))
+        model = InternVLChatModel(
+            build_empty(tf.LlamaForCausalLM, text_config, dtype, attn_implementation),
+            build_empty(tf.InternVLVisionModel, native_vision_config(hub, used), dtype, attn_implementation),
+            float(hub["downsample_ratio"]),
+            str(hub.get("ps_version", "v1")),
+        )
     plan.apply(ckpt, model)
     adapter = InternVLChatAdapter(model, tokenizer, processor, name="internvl_chat_v1_1")
     adapter.image_ids = ids

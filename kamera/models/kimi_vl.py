@@ -68,12 +68,29 @@ HUB_PREPROCESSOR: dict = {
     "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
 }
 
-MEDIA_START, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD = "<|media_start|>", "<|media_content|>", "<|media_end|>", "<|media_pad|>"
+MEDIA_START, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD = (
+    "<|media_start|>",
+    "<|media_content|>",
+    "<|media_end|>",
+    "<|media_pad|>",
+)
 SPECIALS: dict[str, int] = {
-    "[BOS]": 163584, "[EOS]": 163585, "<|im_end|>": 163586, "<|im_user|>": 163587, "<|im_assistant|>": 163588,
-    "<|start_header_id|>": 163590, "<|end_header_id|>": 163591, "[EOT]": 163593, "<|im_system|>": 163594,
-    "<|im_middle|>": 163601, MEDIA_START: 163602, MEDIA_CONTENT: 163603, MEDIA_END: 163604, MEDIA_PAD: 163605,
-    "[UNK]": 163838, "[PAD]": 163839,
+    "[BOS]": 163584,
+    "[EOS]": 163585,
+    "<|im_end|>": 163586,
+    "<|im_user|>": 163587,
+    "<|im_assistant|>": 163588,
+    "<|start_header_id|>": 163590,
+    "<|end_header_id|>": 163591,
+    "[EOT]": 163593,
+    "<|im_system|>": 163594,
+    "<|im_middle|>": 163601,
+    MEDIA_START: 163602,
+    MEDIA_CONTENT: 163603,
+    MEDIA_END: 163604,
+    MEDIA_PAD: 163605,
+    "[UNK]": 163838,
+    "[PAD]": 163839,
 }
 RESERVED = range(163584, 163840)  # the tokenizer's 256-id special block; unnamed ids are reserved tokens
 CHAT_TOKENS = ("<|im_user|>", "<|im_middle|>", "<|im_end|>", "<|im_assistant|>")
@@ -90,15 +107,43 @@ CHAT_TEMPLATE = (
 )
 
 TEXT_KEYS = (
-    "vocab_size", "max_position_embeddings", "hidden_size", "intermediate_size", "moe_intermediate_size",
-    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "n_shared_experts", "n_routed_experts",
-    "routed_scaling_factor", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim",
-    "n_group", "topk_group", "num_experts_per_tok", "first_k_dense_replace", "norm_topk_prob", "hidden_act",
-    "rms_norm_eps", "attention_bias", "bos_token_id", "eos_token_id", "pad_token_id",
+    "vocab_size",
+    "max_position_embeddings",
+    "hidden_size",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "n_shared_experts",
+    "n_routed_experts",
+    "routed_scaling_factor",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "qk_nope_head_dim",
+    "n_group",
+    "topk_group",
+    "num_experts_per_tok",
+    "first_k_dense_replace",
+    "norm_topk_prob",
+    "hidden_act",
+    "rms_norm_eps",
+    "attention_bias",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
 )
 # config values the native classes implement; anything else would load but compute something different
-REQUIRED_TEXT = {"topk_method": "noaux_tc", "scoring_func": "sigmoid", "moe_layer_freq": 1, "rope_scaling": None,
-                 "hidden_act": "silu", "tie_word_embeddings": False}
+REQUIRED_TEXT = {
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "moe_layer_freq": 1,
+    "rope_scaling": None,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+}
 
 
 def native_config(hub: dict) -> tf.Kimi_K25Config:
@@ -115,20 +160,32 @@ def native_config(hub: dict) -> tf.Kimi_K25Config:
     if missing:
         raise CheckpointMismatchError(f"text_config lacks {missing}")
     text_cfg = {k: text[k] for k in TEXT_KEYS} | {
-        "model_type": "deepseek_v3", "rope_interleave": True, "tie_word_embeddings": False,
+        "model_type": "deepseek_v3",
+        "rope_interleave": True,
+        "tie_word_embeddings": False,
         "rope_parameters": {"rope_type": "default", "rope_theta": float(text["rope_theta"])},
     }
     vis_cfg = {
-        "patch_size": vis["patch_size"], "pos_emb_height": vis["init_pos_emb_height"],
-        "pos_emb_width": vis["init_pos_emb_width"], "num_attention_heads": vis["num_attention_heads"],
-        "num_hidden_layers": vis["num_hidden_layers"], "hidden_size": vis["hidden_size"],
-        "intermediate_size": vis["intermediate_size"], "merge_kernel_size": list(vis["merge_kernel_size"]),
-        "hidden_act": "gelu_pytorch_tanh", "rope_parameters": {"rope_type": "axial", "rope_theta": 10000.0},
+        "patch_size": vis["patch_size"],
+        "pos_emb_height": vis["init_pos_emb_height"],
+        "pos_emb_width": vis["init_pos_emb_width"],
+        "num_attention_heads": vis["num_attention_heads"],
+        "num_hidden_layers": vis["num_hidden_layers"],
+        "hidden_size": vis["hidden_size"],
+        "intermediate_size": vis["intermediate_size"],
+        "merge_kernel_size": list(vis["merge_kernel_size"]),
+        "hidden_act": "gelu_pytorch_tanh",
+        "rope_parameters": {"rope_type": "axial", "rope_theta": 10000.0},
     }
     return tf.Kimi_K25Config(
-        text_config=text_cfg, vision_config=vis_cfg, projection_hidden_size=vis["hidden_size"],
-        projection_layer_norm_eps=1e-5, image_token_id=hub["media_placeholder_token_id"],
-        vision_start_token_id=SPECIALS[MEDIA_START], vision_end_token_id=SPECIALS[MEDIA_END], tie_word_embeddings=False,
+        text_config=text_cfg,
+        vision_config=vis_cfg,
+        projection_hidden_size=vis["hidden_size"],
+        projection_layer_norm_eps=1e-5,
+        image_token_id=hub["media_placeholder_token_id"],
+        vision_start_token_id=SPECIALS[MEDIA_START],
+        vision_end_token_id=SPECIALS[MEDIA_END],
+        tie_word_embeddings=False,
     )
 
 
@@ -146,8 +203,11 @@ def hub_tensor_shapes(hub: dict) -> list[tuple[str, tuple[int, ...]]]:
             out.append((p + "self_attn.q_proj.weight", (heads * qk, h)))
         else:
             r = t["q_lora_rank"]
-            out += [(p + "self_attn.q_a_proj.weight", (r, h)), (p + "self_attn.q_a_layernorm.weight", (r,)),
-                    (p + "self_attn.q_b_proj.weight", (heads * qk, r))]
+            out += [
+                (p + "self_attn.q_a_proj.weight", (r, h)),
+                (p + "self_attn.q_a_layernorm.weight", (r,)),
+                (p + "self_attn.q_b_proj.weight", (heads * qk, r)),
+            ]
         out += [
             (p + "self_attn.kv_a_proj_with_mqa.weight", (t["kv_lora_rank"] + t["qk_rope_head_dim"], h)),
             (p + "self_attn.kv_a_layernorm.weight", (t["kv_lora_rank"],)),
@@ -157,32 +217,58 @@ def hub_tensor_shapes(hub: dict) -> list[tuple[str, tuple[int, ...]]]:
         ]
         if layer < t["first_k_dense_replace"]:
             i = t["intermediate_size"]
-            out += [(p + "mlp.gate_proj.weight", (i, h)), (p + "mlp.up_proj.weight", (i, h)), (p + "mlp.down_proj.weight", (h, i))]
+            out += [
+                (p + "mlp.gate_proj.weight", (i, h)),
+                (p + "mlp.up_proj.weight", (i, h)),
+                (p + "mlp.down_proj.weight", (h, i)),
+            ]
             continue
         i, s = t["moe_intermediate_size"], t["moe_intermediate_size"] * t["n_shared_experts"]
         for e in range(t["n_routed_experts"]):
             q = f"{p}mlp.experts.{e}."
             out += [(q + "gate_proj.weight", (i, h)), (q + "up_proj.weight", (i, h)), (q + "down_proj.weight", (h, i))]
-        out += [(p + "mlp.gate.weight", (t["n_routed_experts"], h)),
-                (p + "mlp.gate.e_score_correction_bias", (t["n_routed_experts"],)),
-                (p + "mlp.shared_experts.gate_proj.weight", (s, h)), (p + "mlp.shared_experts.up_proj.weight", (s, h)),
-                (p + "mlp.shared_experts.down_proj.weight", (h, s))]
+        out += [
+            (p + "mlp.gate.weight", (t["n_routed_experts"], h)),
+            (p + "mlp.gate.e_score_correction_bias", (t["n_routed_experts"],)),
+            (p + "mlp.shared_experts.gate_proj.weight", (s, h)),
+            (p + "mlp.shared_experts.up_proj.weight", (s, h)),
+            (p + "mlp.shared_experts.down_proj.weight", (h, s)),
+        ]
     out += [("language_model.model.norm.weight", (h,)), ("language_model.lm_head.weight", (t["vocab_size"], h))]
     d, kh, kw = v["hidden_size"], *v["merge_kernel_size"]
     merged = d * kh * kw
-    out += [("multi_modal_projector.pre_norm.weight", (d,)), ("multi_modal_projector.pre_norm.bias", (d,)),
-            ("multi_modal_projector.linear_1.weight", (merged, merged)), ("multi_modal_projector.linear_1.bias", (merged,)),
-            ("multi_modal_projector.linear_2.weight", (h, merged)), ("multi_modal_projector.linear_2.bias", (h,))]
+    out += [
+        ("multi_modal_projector.pre_norm.weight", (d,)),
+        ("multi_modal_projector.pre_norm.bias", (d,)),
+        ("multi_modal_projector.linear_1.weight", (merged, merged)),
+        ("multi_modal_projector.linear_1.bias", (merged,)),
+        ("multi_modal_projector.linear_2.weight", (h, merged)),
+        ("multi_modal_projector.linear_2.bias", (h,)),
+    ]
     for layer in range(v["num_hidden_layers"]):
         p = f"vision_tower.encoder.blocks.{layer}."
-        out += [(p + "norm0.weight", (d,)), (p + "norm0.bias", (d,)), (p + "norm1.weight", (d,)), (p + "norm1.bias", (d,)),
-                (p + "wqkv.weight", (3 * d, d)), (p + "wqkv.bias", (3 * d,)), (p + "wo.weight", (d, d)), (p + "wo.bias", (d,)),
-                (p + "mlp.fc0.weight", (v["intermediate_size"], d)), (p + "mlp.fc0.bias", (v["intermediate_size"],)),
-                (p + "mlp.fc1.weight", (d, v["intermediate_size"])), (p + "mlp.fc1.bias", (d,))]
+        out += [
+            (p + "norm0.weight", (d,)),
+            (p + "norm0.bias", (d,)),
+            (p + "norm1.weight", (d,)),
+            (p + "norm1.bias", (d,)),
+            (p + "wqkv.weight", (3 * d, d)),
+            (p + "wqkv.bias", (3 * d,)),
+            (p + "wo.weight", (d, d)),
+            (p + "wo.bias", (d,)),
+            (p + "mlp.fc0.weight", (v["intermediate_size"], d)),
+            (p + "mlp.fc0.bias", (v["intermediate_size"],)),
+            (p + "mlp.fc1.weight", (d, v["intermediate_size"])),
+            (p + "mlp.fc1.bias", (d,)),
+        ]
     ps = v["patch_size"]
-    out += [("vision_tower.encoder.final_layernorm.weight", (d,)), ("vision_tower.encoder.final_layernorm.bias", (d,)),
-            ("vision_tower.patch_embed.pos_emb.weight", (v["init_pos_emb_height"], v["init_pos_emb_width"], d)),
-            ("vision_tower.patch_embed.proj.weight", (d, 3, ps, ps)), ("vision_tower.patch_embed.proj.bias", (d,))]
+    out += [
+        ("vision_tower.encoder.final_layernorm.weight", (d,)),
+        ("vision_tower.encoder.final_layernorm.bias", (d,)),
+        ("vision_tower.patch_embed.pos_emb.weight", (v["init_pos_emb_height"], v["init_pos_emb_width"], d)),
+        ("vision_tower.patch_embed.proj.weight", (d, 3, ps, ps)),
+        ("vision_tower.patch_embed.proj.bias", (d,)),
+    ]
     return out
 
 
@@ -202,13 +288,19 @@ def weight_plan(hub: dict) -> WeightPlan:
     for name, _ in hub_tensor_shapes(hub):
         if not name.startswith(src) or ".mlp.experts." in name or name.endswith("inv_freq"):
             continue
-        loads.append(Load.copy(dst + name[len(src):], name))
+        loads.append(Load.copy(dst + name[len(src) :], name))
     for layer in range(t["first_k_dense_replace"], t["num_hidden_layers"]):
         p = f"{src}layers.{layer}.mlp.experts."
         experts = range(t["n_routed_experts"])
-        loads.append(Load(f"{dst}layers.{layer}.mlp.experts.gate_up_proj",
-                          tuple((f"{p}{e}.gate_proj.weight", f"{p}{e}.up_proj.weight") for e in experts)))
-        loads.append(Load(f"{dst}layers.{layer}.mlp.experts.down_proj", tuple((f"{p}{e}.down_proj.weight",) for e in experts)))
+        loads.append(
+            Load(
+                f"{dst}layers.{layer}.mlp.experts.gate_up_proj",
+                tuple((f"{p}{e}.gate_proj.weight", f"{p}{e}.up_proj.weight") for e in experts),
+            )
+        )
+        loads.append(
+            Load(f"{dst}layers.{layer}.mlp.experts.down_proj", tuple((f"{p}{e}.down_proj.weight",) for e in experts))
+        )
     loads.append(Load.copy("lm_head.weight", "language_model.lm_head.weight"))
     for name in ("pre_norm.weight", "pre_norm.bias"):
         loads.append(Load.copy(f"model.mm_projector.{name}", f"multi_modal_projector.{name}"))
@@ -224,19 +316,27 @@ def weight_plan(hub: dict) -> WeightPlan:
                 loads.append(Load.copy(f"{q}{ours}.{kind}", f"{p}{theirs}.{kind}"))
         for k, proj in enumerate(("q_proj", "k_proj", "v_proj")):
             for kind in ("weight", "bias"):
+
                 def part(x: torch.Tensor, k: int = k) -> torch.Tensor:
-                    rows = x[k * d:(k + 1) * d]
+                    rows = x[k * d : (k + 1) * d]
                     return rows if k == 2 else deinterleave(rows, heads)
+
                 loads.append(Load.copy(f"{q}attn.{proj}.{kind}", f"{p}wqkv.{kind}", part))
     loads += [
         Load.copy("model.vision_tower.final_layernorm.weight", "vision_tower.encoder.final_layernorm.weight"),
         Load.copy("model.vision_tower.final_layernorm.bias", "vision_tower.encoder.final_layernorm.bias"),
-        Load.copy("model.vision_tower.patch_embed.pos_emb.position_embeddings", "vision_tower.patch_embed.pos_emb.weight"),
+        Load.copy(
+            "model.vision_tower.patch_embed.pos_emb.position_embeddings", "vision_tower.patch_embed.pos_emb.weight"
+        ),
         Load.copy("model.vision_tower.patch_embed.proj.weight", "vision_tower.patch_embed.proj.weight"),
         Load.copy("model.vision_tower.patch_embed.proj.bias", "vision_tower.patch_embed.proj.bias"),
     ]
-    ignored = [Ignored(r"language_model\.model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",
-                       "a buffer the native rotary embedding recomputes from rope_theta; checked equal at load")]
+    ignored = [
+        Ignored(
+            r"language_model\.model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",
+            "a buffer the native rotary embedding recomputes from rope_theta; checked equal at load",
+        )
+    ]
     return WeightPlan(loads, ignored)
 
 
@@ -255,8 +355,14 @@ class MoonViTImageProcessor:
     @classmethod
     def from_dict(cls, cfg: dict) -> MoonViTImageProcessor:
         try:
-            return cls(int(cfg["patch_size"]), tuple(int(k) for k in cfg["merge_kernel_size"]), int(cfg["in_token_limit"]),
-                       bool(cfg.get("pad_input", True)), tuple(cfg["image_mean"]), tuple(cfg["image_std"]))
+            return cls(
+                int(cfg["patch_size"]),
+                tuple(int(k) for k in cfg["merge_kernel_size"]),
+                int(cfg["in_token_limit"]),
+                bool(cfg.get("pad_input", True)),
+                tuple(cfg["image_mean"]),
+                tuple(cfg["image_std"]),
+            )
         except (KeyError, TypeError, ValueError) as err:
             raise CheckpointMismatchError(f"preprocessor_config.json lacks or mistypes {err}") from err
 
@@ -283,7 +389,8 @@ class MoonViTImageProcessor:
         """Patches [gh·gw, 3, p, p] (float32, raster order) and the patch grid (gh, gw)."""
         image = self.rescale(image.convert("RGB"))
         arr = (np.asarray(image, dtype=np.float32) / 255.0 - np.asarray(self.image_mean, np.float32)) / np.asarray(
-            self.image_std, np.float32)
+            self.image_std, np.float32
+        )
         p = self.patch_size
         gh, gw = arr.shape[0] // p, arr.shape[1] // p
         x = torch.from_numpy(arr).permute(2, 0, 1)
@@ -329,7 +436,9 @@ def load_kimi_vl_a3b(path: Path, *, dtype: torch.dtype, device: str, attn_implem
     ckpt = HubCheckpoint.open(path)
     plan = weight_plan(hub)
     tokenizer = _tokenizer(path)
-    check_specials(tokenizer, {k: SPECIALS[k] for k in (MEDIA_START, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, *CHAT_TOKENS)}, path)
+    check_specials(
+        tokenizer, {k: SPECIALS[k] for k in (MEDIA_START, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, *CHAT_TOKENS)}, path
+    )
     with torch.device(device):
         model = build_empty(tf.Kimi_K25ForConditionalGeneration, config, dtype, attn_implementation)
     plan.apply(ckpt, model)

@@ -79,7 +79,9 @@ def resolve_attention(impl: str, device: str) -> str:
     if impl not in ATTENTION:
         raise ValueError(f"attn_implementation must be one of {(*ATTENTION, 'auto')}, got {impl!r}")
     if impl == "flash_attention_2" and (device == "cpu" or not is_flash_attn_2_available()):
-        raise ValueError("attn_implementation=flash_attention_2 needs CUDA and the flash-attn package (pip install -e '.[gpu]')")
+        raise ValueError(
+            "attn_implementation=flash_attention_2 needs CUDA and the flash-attn package (pip install -e '.[gpu]')"
+        )
     return impl
 
 
@@ -133,7 +135,9 @@ def stored_dtype(ckpt: Path) -> torch.dtype | None:
     name = cfg.get("torch_dtype") or cfg.get("dtype")
     for sub in ("text_config", "thinker_config", "llm_config"):
         name = name or (cfg.get(sub) or {}).get("torch_dtype") or (cfg.get(sub) or {}).get("dtype")
-    return getattr(torch, name) if isinstance(name, str) and isinstance(getattr(torch, name, None), torch.dtype) else None
+    return (
+        getattr(torch, name) if isinstance(name, str) and isinstance(getattr(torch, name, None), torch.dtype) else None
+    )
 
 
 def upcast_except_vocab(adapter: Adapter, dtype: torch.dtype) -> None:
@@ -147,7 +151,11 @@ def upcast_except_vocab(adapter: Adapter, dtype: torch.dtype) -> None:
             if p.dtype != dtype and p.is_floating_point():
                 setattr(module, name, torch.nn.Parameter(p.detach().to(dtype), requires_grad=False))
         for name, b in module.named_buffers(recurse=False):
-            if b.is_floating_point() and b.dtype != dtype and b.element_size() < torch.empty((), dtype=dtype).element_size():
+            if (
+                b.is_floating_point()
+                and b.dtype != dtype
+                and b.element_size() < torch.empty((), dtype=dtype).element_size()
+            ):
                 module.register_buffer(name, b.to(dtype), persistent=name not in module._non_persistent_buffers_set)
 
 
@@ -159,8 +167,9 @@ def _render(tokenizer, content: str) -> str | None:
     renders the parts list's Python form instead of reading it)."""
     body = [{"type": "text", "text": SENTINEL}] if content == "parts" else SENTINEL
     try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": body}], tokenize=False,
-                                             add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": body}], tokenize=False, add_generation_prompt=True
+        )
     except Exception:  # jinja raises TypeError, UndefinedError, TemplateError … for a content shape it does not take
         return None
     if not isinstance(text, str) or text.count(SENTINEL) != 1:
@@ -181,15 +190,18 @@ def chat_with_content(tokenizer, where: str) -> tuple[tuple[str, str], str]:
     header, as the family's processor would tokenize the rendered prompt.
     """
     if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(f"{where}: the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json); "
-                         "model.chat=none runs it without one")
+        raise ValueError(
+            f"{where}: the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json); "
+            "model.chat=none runs it without one"
+        )
     for content in CHAT_CONTENT:
         text = _render(tokenizer, content)
         if text is not None:
             break
     else:
-        raise ValueError(f"{where}: the chat template renders a user text exactly once neither as a list of parts "
-                         "nor as a string")
+        raise ValueError(
+            f"{where}: the chat template renders a user text exactly once neither as a list of parts nor as a string"
+        )
     if content != "parts":
         log.info("%s: the chat template takes message content as a string (not a list of parts)", where)
     header, _, footer = text.partition(SENTINEL)
@@ -253,8 +265,12 @@ def load_native(
     # a GGUF file holds config, tokenizer and (dequantised on load) weights: transformers reads it by directory + name
     where, gguf = (ckpt.parent, {"gguf_file": ckpt.name}) if is_gguf(ckpt) else (ckpt, {})
     model = cls.from_pretrained(
-        where, dtype=stored if widen else dtype, attn_implementation=attn_implementation,
-        device_map=device, **gguf, **dict(e.load_kwargs),
+        where,
+        dtype=stored if widen else dtype,
+        attn_implementation=attn_implementation,
+        device_map=device,
+        **gguf,
+        **dict(e.load_kwargs),
     )
     if e.submodule:
         model = getattr(model, e.submodule)
@@ -270,7 +286,9 @@ def load_native(
     else:
         adapter.chat, adapter.chat_content = chat_with_content(tokenizer, str(ckpt))
     adapter.video_pixels = video_pixels(ckpt)
-    log.info("%s: loaded %s from %s (%s, %s, attention %s)", e.name, e.model_class, ckpt, dtype, device, attn_implementation)
+    log.info(
+        "%s: loaded %s from %s (%s, %s, attention %s)", e.name, e.model_class, ckpt, dtype, device, attn_implementation
+    )
     return adapter
 
 

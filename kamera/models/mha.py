@@ -23,7 +23,9 @@ class MHAAdapter(Adapter):
         return int(getattr(cfg, "image_token_id", None) or cfg.image_token_index)
 
     def _pixels(self, image: Image.Image) -> dict[str, torch.Tensor]:
-        return {"pixel_values": self.image_processor(images=[image], return_tensors="pt")["pixel_values"].to(self.dtype)}
+        return {
+            "pixel_values": self.image_processor(images=[image], return_tensors="pt")["pixel_values"].to(self.dtype)
+        }
 
     def _features(self, pixels: dict[str, torch.Tensor]) -> tuple[torch.Tensor, None]:
         feats = self._image_features(pixels["pixel_values"])
@@ -61,7 +63,10 @@ class DeepseekVLHybridAdapter(MHAAdapter):
 
     def _pixels(self, image: Image.Image) -> dict[str, torch.Tensor]:
         px = self.image_processor(images=[image], return_tensors="pt")
-        return {"pixel_values": px["pixel_values"].to(self.dtype), "high_res_pixel_values": px["high_res_pixel_values"].to(self.dtype)}
+        return {
+            "pixel_values": px["pixel_values"].to(self.dtype),
+            "high_res_pixel_values": px["high_res_pixel_values"].to(self.dtype),
+        }
 
     def _features(self, pixels: dict[str, torch.Tensor]) -> tuple[torch.Tensor, None]:
         out = self.model.model.get_image_features(pixels["pixel_values"], pixels["high_res_pixel_values"])

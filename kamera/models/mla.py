@@ -64,8 +64,14 @@ class KimiK25Adapter(MLAAdapter):
         return {"pixel_values": patches.to(self.dtype), "image_grid_thw": torch.tensor([[1, gh, gw]])}
 
     def _features(self, pixels: dict[str, torch.Tensor]) -> tuple[torch.Tensor, None]:
-        return self.model.model.get_image_features(pixels["pixel_values"], pixels["image_grid_thw"]).pooler_output[0], None
+        return self.model.model.get_image_features(pixels["pixel_values"], pixels["image_grid_thw"]).pooler_output[
+            0
+        ], None
 
     def _image_ids(self, n: int, pixels: dict[str, torch.Tensor]) -> tuple[list[int], list[bool]]:
         cfg = self.model.config
-        return [cfg.vision_start_token_id, *[cfg.image_token_id] * n, cfg.vision_end_token_id], [False, *[True] * n, False]
+        return [cfg.vision_start_token_id, *[cfg.image_token_id] * n, cfg.vision_end_token_id], [
+            False,
+            *[True] * n,
+            False,
+        ]

@@ -301,7 +301,9 @@ class MobileNetV5Encoder(nn.Module):
     def __init__(self, stages: Stages = MOBILENETV5_300M, stem: int = 64, out: int = 2048, resolution: int = 16) -> None:
         super().__init__()
         if len(stages) < 2:
-            raise ValueError(f"MobileNetV5 needs at least two stages (the fusion adapter reads the last two), got {len(stages)}")
+            raise ValueError(
+                f"MobileNetV5 needs at least two stages (the fusion adapter reads the last two), got {len(stages)}"
+            )
         self.conv_stem = ConvNorm(3, stem, 3, 2, bias=True)
         chs, seq = stem, []
         for stage in stages:

@@ -137,8 +137,12 @@ def read_vision(hub: dict, ckpt_layers: int) -> tuple[tf.CLIPVisionConfig, int]:
     _require(img, "num_img_tokens", 144)
     if img.get("type_feature", "patch") != "patch":
         raise CheckpointMismatchError(f"img_processor.type_feature {img['type_feature']!r}; only 'patch' is implemented")
-    for key, want in (("use_hd_transform", True), ("with_learnable_separator", True), ("hd_transform_order", "sub_glb"),
-                      ("projection_cls", "mlp")):
+    for key, want in (
+        ("use_hd_transform", True),
+        ("with_learnable_separator", True),
+        ("hd_transform_order", "sub_glb"),
+        ("projection_cls", "mlp"),
+    ):
         _require(embd, key, want)
     layer_idx = int(img.get("layer_idx", -2))
     used = layer_idx % (ckpt_layers + 1)  # hidden_states[k] is the output of k layers (0 = embeddings)
@@ -188,8 +192,14 @@ def merge_2x2(patches: torch.Tensor, h: int, w: int) -> torch.Tensor:
     """[h·w crops, 24·24, C] → [h·12, w·12, 4C]: each 2×2 patch block to one token, crops tiled in raster order."""
     n, length, c = patches.shape
     side = math.isqrt(length)
-    x = patches.reshape(n, side // 2, 2, side // 2, 2, c).permute(0, 1, 3, 2, 4, 5).reshape(n, side // 2, side // 2, 4 * c)
-    return x.reshape(h, w, side // 2, side // 2, 4 * c).permute(0, 2, 1, 3, 4).reshape(h * side // 2, w * side // 2, 4 * c)
+    x = (
+        patches.reshape(n, side // 2, 2, side // 2, 2, c)
+        .permute(0, 1, 3, 2, 4, 5)
+        .reshape(n, side // 2, side // 2, 4 * c)
+    )
+    return (
+        x.reshape(h, w, side // 2, side // 2, 4 * c).permute(0, 2, 1, 3, 4).reshape(h * side // 2, w * side // 2, 4 * c)
+    )
 
 
 def with_newlines(grid: torch.Tensor, newline: torch.Tensor) -> torch.Tensor:
@@ -244,7 +254,8 @@ class HDImageProcessor:
         """Pixels [1 + crops, 3, 336, 336] (global first, float32) and the HD size (H, W)."""
         hd = self.hd_image(image)
         arr = (np.asarray(hd, dtype=np.float32) / 255.0 - np.asarray(self.image_mean, np.float32)) / np.asarray(
-            self.image_std, np.float32)
+            self.image_std, np.float32
+        )
         x = torch.from_numpy(arr).permute(2, 0, 1)  # [3, H, W]
         c = self.crop
         H, W = x.shape[1:]
@@ -293,23 +304,43 @@ def hub_tensor_shapes(hub: dict, vision_layers: int) -> list[tuple[str, tuple[in
     out: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (v, h))]
     for layer in range(hub["num_hidden_layers"]):
         p = f"model.layers.{layer}."
-        out += [(p + "self_attn.qkv_proj.weight", ((heads + 2 * kv) * hd, h)), (p + "self_attn.o_proj.weight", (h, h)),
-                (p + "mlp.gate_up_proj.weight", (2 * i, h)), (p + "mlp.down_proj.weight", (h, i)),
-                (p + "input_layernorm.weight", (h,)), (p + "post_attention_layernorm.weight", (h,))]
+        out += [
+            (p + "self_attn.qkv_proj.weight", ((heads + 2 * kv) * hd, h)),
+            (p + "self_attn.o_proj.weight", (h, h)),
+            (p + "mlp.gate_up_proj.weight", (2 * i, h)),
+            (p + "mlp.down_proj.weight", (h, i)),
+            (p + "input_layernorm.weight", (h,)),
+            (p + "post_attention_layernorm.weight", (h,)),
+        ]
     c, ci = CLIP_L14_336["hidden_size"], CLIP_L14_336["intermediate_size"]
-    out += [("model.norm.weight", (h,)), (VISION + "glb_GN", (1, 1, 4 * c)), (VISION + "sub_GN", (1, 1, 1, 4 * c)),
-            (VISION + "img_projection.0.weight", (h, 4 * c)), (VISION + "img_projection.0.bias", (h,)),
-            (VISION + "img_projection.2.weight", (h, h)), (VISION + "img_projection.2.bias", (h,)),
-            (CLIP + "embeddings.class_embedding", (c,)), (CLIP + "embeddings.patch_embedding.weight", (c, 3, 14, 14)),
-            (CLIP + "embeddings.position_embedding.weight", ((336 // 14) ** 2 + 1, c)),
-            (CLIP + "pre_layrnorm.weight", (c,)), (CLIP + "pre_layrnorm.bias", (c,))]
+    out += [
+        ("model.norm.weight", (h,)),
+        (VISION + "glb_GN", (1, 1, 4 * c)),
+        (VISION + "sub_GN", (1, 1, 1, 4 * c)),
+        (VISION + "img_projection.0.weight", (h, 4 * c)),
+        (VISION + "img_projection.0.bias", (h,)),
+        (VISION + "img_projection.2.weight", (h, h)),
+        (VISION + "img_projection.2.bias", (h,)),
+        (CLIP + "embeddings.class_embedding", (c,)),
+        (CLIP + "embeddings.patch_embedding.weight", (c, 3, 14, 14)),
+        (CLIP + "embeddings.position_embedding.weight", ((336 // 14) ** 2 + 1, c)),
+        (CLIP + "pre_layrnorm.weight", (c,)),
+        (CLIP + "pre_layrnorm.bias", (c,)),
+    ]
     for layer in range(vision_layers):
         p = f"{CLIP}encoder.layers.{layer}."
         for proj in ("k_proj", "v_proj", "q_proj", "out_proj"):
             out += [(f"{p}self_attn.{proj}.weight", (c, c)), (f"{p}self_attn.{proj}.bias", (c,))]
-        out += [(p + "layer_norm1.weight", (c,)), (p + "layer_norm1.bias", (c,)), (p + "mlp.fc1.weight", (ci, c)),
-                (p + "mlp.fc1.bias", (ci,)), (p + "mlp.fc2.weight", (c, ci)), (p + "mlp.fc2.bias", (c,)),
-                (p + "layer_norm2.weight", (c,)), (p + "layer_norm2.bias", (c,))]
+        out += [
+            (p + "layer_norm1.weight", (c,)),
+            (p + "layer_norm1.bias", (c,)),
+            (p + "mlp.fc1.weight", (ci, c)),
+            (p + "mlp.fc1.bias", (ci,)),
+            (p + "mlp.fc2.weight", (c, ci)),
+            (p + "mlp.fc2.bias", (c,)),
+            (p + "layer_norm2.weight", (c,)),
+            (p + "layer_norm2.bias", (c,)),
+        ]
     out += [(CLIP + "post_layernorm.weight", (c,)), (CLIP + "post_layernorm.bias", (c,)), ("lm_head.weight", (v, h))]
     return out
 
@@ -327,9 +358,9 @@ def weight_plan(hub: dict, ckpt_layers: int, used: int) -> WeightPlan:
     loads = []
     for name, _ in hub_tensor_shapes(hub, used):
         if name.startswith(CLIP):
-            loads.append(Load.copy("vision_tower." + name[len(CLIP):], name))
+            loads.append(Load.copy("vision_tower." + name[len(CLIP) :], name))
         elif name.startswith(VISION):
-            loads.append(Load.copy(name[len(VISION):], name))
+            loads.append(Load.copy(name[len(VISION) :], name))
         else:
             loads.append(Load.copy("language_model." + name, name))
     ignored = [
@@ -339,8 +370,12 @@ def weight_plan(hub: dict, ckpt_layers: int, used: int) -> WeightPlan:
     ]
     if used < ckpt_layers:
         unread = "|".join(str(k) for k in range(used, ckpt_layers))
-        ignored.append(Ignored(re.escape(CLIP) + rf"encoder\.layers\.({unread})\..+",
-                               f"after hidden_states[layer_idx]: the model reads the output of CLIP layer {used - 1}"))
+        ignored.append(
+            Ignored(
+                re.escape(CLIP) + rf"encoder\.layers\.({unread})\..+",
+                f"after hidden_states[layer_idx]: the model reads the output of CLIP layer {used - 1}",
+            )
+        )
     return WeightPlan(loads, ignored)
 
 
@@ -355,11 +390,14 @@ def load_phi3_5_vision(path: Path, *, dtype: torch.dtype, device: str, attn_impl
     vision_config, used = read_vision(hub, ckpt_layers)
     plan = weight_plan(hub, ckpt_layers, used)
     tokenizer = tf.PreTrainedTokenizerFast.from_pretrained(path)  # tokenizer.json alone: config.json names remote code
-    check_specials(tokenizer, {IMAGE_TOKEN: IMAGE_ID, **{k: SPECIALS[k] for k in ("<|user|>", "<|assistant|>", "<|end|>")}},
-                   path)
+    check_specials(
+        tokenizer, {IMAGE_TOKEN: IMAGE_ID, **{k: SPECIALS[k] for k in ("<|user|>", "<|assistant|>", "<|end|>")}}, path
+    )
     with torch.device(device):
-        model = Phi3VisionModel(build_empty(tf.Phi3ForCausalLM, text_config, dtype, attn_implementation),
-                                build_empty(tf.CLIPVisionModel, vision_config, dtype, attn_implementation))
+        model = Phi3VisionModel(
+            build_empty(tf.Phi3ForCausalLM, text_config, dtype, attn_implementation),
+            build_empty(tf.CLIPVisionModel, vision_config, dtype, attn_implementation),
+        )
     plan.apply(ckpt, model)
     adapter = Phi3VAdapter(model, tokenizer, processor, name="phi3_5_vision")
     adapter.chat = CHAT

@@ -32,12 +32,15 @@ def family_mismatch(e: ModelEntry, ckpt: Path) -> str | None:
         return f"{e.name}: {err}"
     if kind is None or kind == e.family:  # no model_type: nothing to compare (transformers names what is missing)
         return None
-    hint = f"; to run it as your own checkpoint use model=hf model.path={ckpt}" if kind in supported_model_types() else ""
+    hint = (
+        f"; to run it as your own checkpoint use model=hf model.path={ckpt}" if kind in supported_model_types() else ""
+    )
     return f"{e.name}: the checkpoint at {ckpt} has model_type {kind!r}, not {e.family!r} (the family {e.name} loads){hint}"
 
 
-def model_problems(name: str, path: str | Path | None = None, models_root: str | Path | None = None,
-                   chat: str = "template") -> list[str]:
+def model_problems(
+    name: str, path: str | Path | None = None, models_root: str | Path | None = None, chat: str = "template"
+) -> list[str]:
     """Why ``name`` cannot load, found without loading anything (empty when it can): an unknown name, a path on a
     built-in (tiny or toy) model, a paper model with no adapter yet (said first: fetching its checkpoint would not
     help), a missing checkpoint, a checkpoint whose ``model_type`` is not the entry's family (``model=hf``: one no
@@ -51,8 +54,10 @@ def model_problems(name: str, path: str | Path | None = None, models_root: str |
         return [str(err)]
     if e.kind != "paper":
         if path is not None:
-            return [f"model.path={path}: {name} is a built-in {e.kind} model and loads no checkpoint; to run a "
-                    f"checkpoint of your own use model=hf model.path={path}"]
+            return [
+                f"model.path={path}: {name} is a built-in {e.kind} model and loads no checkpoint; to run a "
+                f"checkpoint of your own use model=hf model.path={path}"
+            ]
         return []
     problems = []
     if not e.has_adapter:
@@ -67,8 +72,10 @@ def model_problems(name: str, path: str | Path | None = None, models_root: str |
         except (UnsupportedCheckpointError, ValueError) as err:
             return [*problems, str(err)]
         if chat == "template" and not has_chat_template(ckpt):
-            problems.append(f"{name}: {ckpt} has no chat template (chat_template.jinja, tokenizer_config.json's "
-                            f"chat_template, or a GGUF's tokenizer.chat_template); model.chat=none runs it without one")
+            problems.append(
+                f"{name}: {ckpt} has no chat template (chat_template.jinja, tokenizer_config.json's "
+                f"chat_template, or a GGUF's tokenizer.chat_template); model.chat=none runs it without one"
+            )
     elif e.has_adapter and (problem := family_mismatch(e, ckpt)):
         problems.append(problem)
     return problems
@@ -91,5 +98,7 @@ def image_problems(name: str, path: str | Path | None, bench: str, items: Iterab
     else:
         return []
     what = f"{name} ({e.family}, {Path(path).name})" if e.from_checkpoint and path else f"{name} ({e.family})"
-    return [f"bench={bench} has {' and '.join('video' if m == 'Clip' else 'image' for m in media)} chunks, but model "
-            f"{what} is text-only: run it on a text benchmark, or pick a model that reads images"]
+    return [
+        f"bench={bench} has {' and '.join('video' if m == 'Clip' else 'image' for m in media)} chunks, but model "
+        f"{what} is text-only: run it on a text benchmark, or pick a model that reads images"
+    ]

@@ -101,7 +101,8 @@ class Qwen25OmniAdapter(QwenVLAdapter):
         videos = [p for p in pieces if p.kind == "video"]
         audios = [p.feature_len for p in pieces if p.kind == "audio"]
         pos = self._rope_index(
-            ids, None,
+            ids,
+            None,
             torch.stack(images) if images else None,
             torch.stack([p.grid_thw for p in videos]) if videos else None,
             torch.tensor([p.second_per_grid for p in videos]) if videos else None,
@@ -112,7 +113,11 @@ class Qwen25OmniAdapter(QwenVLAdapter):
     def _rope_index(self, ids, kinds, image_grid, video_grid, seconds, audio_seqlens=None) -> torch.Tensor:
         """The model's own TMRoPE index [3, 1, n] (token kinds are read off the ids; an all-ones mask)."""
         pos, _ = self.model.model.get_rope_index(
-            ids, image_grid_thw=image_grid, video_grid_thw=video_grid, attention_mask=torch.ones_like(ids),
-            audio_seqlens=audio_seqlens, second_per_grids=seconds,
+            ids,
+            image_grid_thw=image_grid,
+            video_grid_thw=video_grid,
+            attention_mask=torch.ones_like(ids),
+            audio_seqlens=audio_seqlens,
+            second_per_grids=seconds,
         )
         return pos

@@ -62,7 +62,11 @@ class QwenVLAdapter(Adapter):
 
     def _image_ids(self, n: int, pixels: dict[str, torch.Tensor]) -> tuple[list[int], list[bool]]:
         cfg = self.model.config
-        return [cfg.vision_start_token_id, *[cfg.image_token_id] * n, cfg.vision_end_token_id], [False, *[True] * n, False]
+        return [cfg.vision_start_token_id, *[cfg.image_token_id] * n, cfg.vision_end_token_id], [
+            False,
+            *[True] * n,
+            False,
+        ]
 
     # ----- video -------------------------------------------------------------------------------
     @property
@@ -71,7 +75,10 @@ class QwenVLAdapter(Adapter):
 
     def _frame_size(self, n_frames: int, height: int, width: int) -> tuple[int, int]:
         """(height, width) every frame of a clip is resized to: per-frame budget (Qwen2-VL video processor)."""
-        lo, hi = self.video_pixels or (self.image_processor.size["shortest_edge"], self.image_processor.size["longest_edge"])
+        lo, hi = self.video_pixels or (
+            self.image_processor.size["shortest_edge"],
+            self.image_processor.size["longest_edge"],
+        )
         factor = self.image_processor.patch_size * self.image_processor.merge_size
         return smart_resize(height, width, factor=factor, min_pixels=lo, max_pixels=hi)
 
@@ -86,8 +93,9 @@ class QwenVLAdapter(Adapter):
         h, w = self._frame_size(len(frames), frames[0].height, frames[0].width)
         per_frame = []
         for f in frames:
-            px = self.image_processor(images=[f.convert("RGB").resize((w, h), Image.Resampling.BICUBIC)],
-                                      do_resize=False, return_tensors="pt")
+            px = self.image_processor(
+                images=[f.convert("RGB").resize((w, h), Image.Resampling.BICUBIC)], do_resize=False, return_tensors="pt"
+            )
             grid = px["image_grid_thw"][0]
             p = self.image_processor.patch_size
             per_frame.append(px["pixel_values"].reshape(-1, 3, tp, p, p)[:, :, 0])  # [N, C, p, p]: one frame
@@ -107,13 +115,24 @@ class QwenVLAdapter(Adapter):
         if sum(visual) != feats.shape[0]:
             raise RuntimeError(f"{self.name}: {sum(visual)} video slots for {feats.shape[0]} feature rows")
         step = (clip.timestamps[-1] - clip.timestamps[0]) / (len(clip) - 1) if len(clip) > 1 else 1.0 / DEFAULT_FPS
-        return VisionPiece(ids, visual, feats, pixels["video_grid_thw"][0], [d[0] for d in deep] if deep else None,
-                           kind="video", second_per_grid=step * self.temporal_patch)
+        return VisionPiece(
+            ids,
+            visual,
+            feats,
+            pixels["video_grid_thw"][0],
+            [d[0] for d in deep] if deep else None,
+            kind="video",
+            second_per_grid=step * self.temporal_patch,
+        )
 
     def _video_ids(self, n: int, patch_times: list[float]) -> tuple[list[int], list[bool]]:
         """One video: ``<|vision_start|>`` + n video pads + ``<|vision_end|>``."""
         cfg = self.model.config
-        return [cfg.vision_start_token_id, *[cfg.video_token_id] * n, cfg.vision_end_token_id], [False, *[True] * n, False]
+        return [cfg.vision_start_token_id, *[cfg.video_token_id] * n, cfg.vision_end_token_id], [
+            False,
+            *[True] * n,
+            False,
+        ]
 
     # ----- positions ---------------------------------------------------------------------------
     def _local_positions(self, ids: torch.Tensor, pieces: list[VisionPiece]) -> torch.Tensor:
@@ -128,7 +147,8 @@ class QwenVLAdapter(Adapter):
         images = [p.grid_thw for p in pieces if p.kind == "image"]
         videos = [p for p in pieces if p.kind == "video"]
         pos = self._rope_index(
-            ids[None], kinds[None],
+            ids[None],
+            kinds[None],
             torch.stack(images) if images else None,
             torch.stack([p.grid_thw for p in videos]) if videos else None,
             torch.tensor([p.second_per_grid for p in videos]) if videos else None,
@@ -138,7 +158,10 @@ class QwenVLAdapter(Adapter):
     def _rope_index(self, ids, kinds, image_grid, video_grid, seconds) -> torch.Tensor:
         """The model's own M-RoPE index [3, 1, n] of one span."""
         pos, _ = self.model.model.get_rope_index(
-            ids, mm_token_type_ids=kinds, image_grid_thw=image_grid, video_grid_thw=video_grid,
+            ids,
+            mm_token_type_ids=kinds,
+            image_grid_thw=image_grid,
+            video_grid_thw=video_grid,
             second_per_grid_ts=seconds,
         )
         return pos
@@ -157,10 +180,14 @@ class Qwen3VLAdapter(QwenVLAdapter):
 
     def _frame_size(self, n_frames: int, height: int, width: int) -> tuple[int, int]:
         """The pixel budget spread over all frames of the clip (Qwen3-VL video processor)."""
-        lo, hi = self.video_pixels or (self.image_processor.size["shortest_edge"], self.image_processor.size["longest_edge"])
+        lo, hi = self.video_pixels or (
+            self.image_processor.size["shortest_edge"],
+            self.image_processor.size["longest_edge"],
+        )
         factor = self.image_processor.patch_size * self.image_processor.merge_size
-        return smart_resize_video(n_frames, height, width, temporal_factor=self.temporal_patch, factor=factor,
-                                  min_pixels=lo, max_pixels=hi)
+        return smart_resize_video(
+            n_frames, height, width, temporal_factor=self.temporal_patch, factor=factor, min_pixels=lo, max_pixels=hi
+        )
 
     def _video_ids(self, n: int, patch_times: list[float]) -> tuple[list[int], list[bool]]:
         """Per temporal patch: ``<{t:.1f} seconds>`` then ``<|vision_start|>`` + its pads + ``<|vision_end|>``."""
@@ -196,7 +223,10 @@ class QwenOmniAdapter(QwenVLAdapter):
 
     def _rope_index(self, ids, kinds, image_grid, video_grid, seconds) -> torch.Tensor:
         pos, _ = self.model.model.get_rope_index(
-            ids, image_grid_thw=image_grid, video_grid_thw=video_grid, attention_mask=torch.ones_like(ids),
+            ids,
+            image_grid_thw=image_grid,
+            video_grid_thw=video_grid,
+            attention_mask=torch.ones_like(ids),
             second_per_grids=seconds,
         )
         return pos

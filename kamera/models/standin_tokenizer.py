@@ -65,7 +65,9 @@ def standin_tokenizer(
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in sorted(specials, key=specials.get)])
     if add_bos_token:
         bos = (bos_token, specials[bos_token])
-        tok.post_processor = processors.TemplateProcessing(single=f"{bos[0]} $A", pair=f"{bos[0]} $A $B", special_tokens=[bos])
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos[0]} $A", pair=f"{bos[0]} $A $B", special_tokens=[bos]
+        )
     out = PreTrainedTokenizerFast(tokenizer_object=tok, **named)
     if chat_template is not None:
         out.chat_template = chat_template

@@ -98,7 +98,12 @@ def kimi_config():
     return tf.Kimi_K25Config(
         text_config=dict(MLA_TEXT, model_type="deepseek_v3", n_group=1, topk_group=1),
         vision_config=dict(
-            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=2, pos_emb_height=16, pos_emb_width=16
+            num_hidden_layers=2,
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=2,
+            pos_emb_height=16,
+            pos_emb_width=16,
         ),
         projection_hidden_size=64,
         **SPECIAL_IDS,
@@ -113,8 +118,14 @@ def llava_config():
     return tf.LlavaConfig(
         text_config=dict(model_type="llama", **MHA_TEXT),
         vision_config=dict(
-            model_type="clip_vision_model", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=2, image_size=56, patch_size=14, projection_dim=64,
+            model_type="clip_vision_model",
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=56,
+            patch_size=14,
+            projection_dim=64,
         ),
         image_token_index=IMAGE,
         image_seq_length=16,
@@ -125,8 +136,13 @@ def deepseek_vl_config():
     return tf.DeepseekVLConfig(
         text_config=dict(model_type="llama", **MHA_TEXT),
         vision_config=dict(
-            model_type="siglip_vision_model", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=2, image_size=56, patch_size=14,
+            model_type="siglip_vision_model",
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=56,
+            patch_size=14,
         ),
         image_token_id=IMAGE,
     )
@@ -143,20 +159,48 @@ def gemma3n_config():
     128-px image (:func:`gemma3n_pixels`) gives a 4 × 4 map, 16 soft tokens of 64; a one-layer audio tower."""
     text_vocab, band = VOCAB - 64, 32
     text = dict(
-        **dict(TEXT, num_hidden_layers=6), head_dim=64, vocab_size_per_layer_input=text_vocab,
-        hidden_size_per_layer_input=32, laurel_rank=16, sliding_window=16, altup_correct_scale=False,
-        layer_types=["sliding_attention", "full_attention"] * 3, num_kv_shared_layers=2,
-        activation_sparsity_pattern=[0.95] + [0.0] * 5, final_logit_softcapping=30.0,
+        **dict(TEXT, num_hidden_layers=6),
+        head_dim=64,
+        vocab_size_per_layer_input=text_vocab,
+        hidden_size_per_layer_input=32,
+        laurel_rank=16,
+        sliding_window=16,
+        altup_correct_scale=False,
+        layer_types=["sliding_attention", "full_attention"] * 3,
+        num_kv_shared_layers=2,
+        activation_sparsity_pattern=[0.95] + [0.0] * 5,
+        final_logit_softcapping=30.0,
     )
-    vision = dict(architecture="kamera_mobilenetv5_tiny", model_args={"msfa_output_resolution": 4}, hidden_size=64,
-                  vocab_offset=text_vocab, vocab_size=band)
-    audio = dict(hidden_size=32, conf_num_attention_heads=2, conf_num_hidden_layers=1, input_feat_size=16,
-                 sscp_conv_channel_size=[8, 4], vocab_offset=text_vocab + band, vocab_size=band)
+    vision = dict(
+        architecture="kamera_mobilenetv5_tiny",
+        model_args={"msfa_output_resolution": 4},
+        hidden_size=64,
+        vocab_offset=text_vocab,
+        vocab_size=band,
+    )
+    audio = dict(
+        hidden_size=32,
+        conf_num_attention_heads=2,
+        conf_num_hidden_layers=1,
+        input_feat_size=16,
+        sscp_conv_channel_size=[8, 4],
+        vocab_offset=text_vocab + band,
+        vocab_size=band,
+    )
     return tf.Gemma3nConfig(
-        text_config=text, vision_config=vision, audio_config=audio, vision_soft_tokens_per_image=16,
-        boi_token_id=text_vocab - 1, eoi_token_id=text_vocab, image_token_id=text_vocab + 1,
-        boa_token_id=text_vocab - 2, eoa_token_id=text_vocab + band, audio_token_id=text_vocab + band + 1,
-        eos_token_id=TEXT["eos_token_id"], bos_token_id=TEXT["bos_token_id"], pad_token_id=TEXT["pad_token_id"],
+        text_config=text,
+        vision_config=vision,
+        audio_config=audio,
+        vision_soft_tokens_per_image=16,
+        boi_token_id=text_vocab - 1,
+        eoi_token_id=text_vocab,
+        image_token_id=text_vocab + 1,
+        boa_token_id=text_vocab - 2,
+        eoa_token_id=text_vocab + band,
+        audio_token_id=text_vocab + band + 1,
+        eos_token_id=TEXT["eos_token_id"],
+        bos_token_id=TEXT["bos_token_id"],
+        pad_token_id=TEXT["pad_token_id"],
     )
 
 

@@ -71,15 +71,20 @@ class InjectionDepthProbe(Probe):
     def __post_init__(self) -> None:
         if isinstance(self.layers, str):
             if self.layers != "all":
-                raise ValueError(f"injection_depth layers must be 'all' or a list of layer indices, got {self.layers!r}")
+                raise ValueError(
+                    f"injection_depth layers must be 'all' or a list of layer indices, got {self.layers!r}"
+                )
         elif not self.layers or not all(isinstance(l, int) and not isinstance(l, bool) and l >= 0 for l in self.layers):
             raise ValueError(f"injection_depth layers must be non-negative ints, got {self.layers!r}")
 
     def problems(self, device: str = "cpu", n_layers: int | None = None) -> list[str]:
         """Layer indices beyond the model's depth, known from its config before load."""
         bad = [] if n_layers is None or isinstance(self.layers, str) else [l for l in self.layers if l >= n_layers]
-        return [f"injection_depth layers {bad} are beyond the model's {n_layers} layers (0..{n_layers - 1})"] if bad \
+        return (
+            [f"injection_depth layers {bad} are beyond the model's {n_layers} layers (0..{n_layers - 1})"]
+            if bad
             else []
+        )
 
     def cost_forwards(self, shape: ItemShape, n_layers: int) -> list[Forward]:
         """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). One replay of
@@ -96,8 +101,9 @@ class InjectionDepthProbe(Probe):
         hidden, target = conditioned_hidden(ctx)
         context = [0] if ctx.has_prefix else []
         spans = [*(ctx.enc.spans[i] for i in context), ctx.enc.spans[ctx.b]]
-        driver = LayerDriver(ctx.adapter, spans, [*(ctx.context_kv[i] for i in context), ctx.conditioned],
-                             "probe_injection")
+        driver = LayerDriver(
+            ctx.adapter, spans, [*(ctx.context_kv[i] for i in context), ctx.conditioned], "probe_injection"
+        )
         rows = torch.arange(driver.n_tokens - ctx.n_b, driver.n_tokens, device=ctx.adapter.device)
 
         def final_kv(start: int) -> tuple[torch.Tensor, ...]:
@@ -111,8 +117,14 @@ class InjectionDepthProbe(Probe):
         records = []
         for layer in chosen:
             residual = _energy(target, final_kv(layer)) if layer else deficit
-            records.append({
-                "layer": layer, "n_layers": n_layers, "depth": layer / n_layers, "residual": residual,
-                "deficit": deficit, "explained": 1.0 - residual / deficit if deficit > 0 else float("nan"),
-            })
+            records.append(
+                {
+                    "layer": layer,
+                    "n_layers": n_layers,
+                    "depth": layer / n_layers,
+                    "residual": residual,
+                    "deficit": deficit,
+                    "explained": 1.0 - residual / deficit if deficit > 0 else float("nan"),
+                }
+            )
         return records

@@ -8,8 +8,14 @@ from __future__ import annotations
 from kamera.models.flops import Forward, ItemShape, WindowShape
 
 # which shared quantities a shared quantity computes first (kamera.reuse.context.ReuseContext), and the forward each runs
-_DEPENDS = {"conditioned": {"full"}, "relocated": {"canonical"}, "deficit": {"conditioned", "relocated"},
-            "patch": {"deficit"}, "blind": {"full", "relocated"}}
+_DEPENDS = {
+    "conditioned": {"full"},
+    "relocated": {"canonical"},
+    "deficit": {"conditioned", "relocated"},
+    "patch": {"deficit"},
+    "blind": {"full", "relocated"},
+}
+
 
 def item_forwards(shape: ItemShape, arms: list, probes: list, n_layers: int) -> list[Forward]:
     """The forwards of one arm item: the shared ones the plugins need (once each), one query per arm, and
@@ -25,6 +31,7 @@ def item_forwards(shape: ItemShape, arms: list, probes: list, n_layers: int) -> 
     if arms:
         out.append(shape.query_over(len(arms)))
     return out + [f for p in probes for f in p.cost_forwards(shape, n_layers)]
+
 
 def window_forwards(shape: WindowShape, probes: list, n_layers: int) -> list[Forward]:
     """The forwards of one window item: each window probe's ``cost_forwards``."""

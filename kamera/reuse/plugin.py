@@ -76,10 +76,11 @@ class Registry(Generic[T]):
     def make(self, name: str, **knobs) -> T:
         """Build a registered plugin from its name and knobs (unknown names and knobs list the valid ones)."""
         if name not in self.entries:
-            raise self.unknown(f"unknown {self.kind} {name!r}; registered {self.kind}s: {', '.join(sorted(self.entries))}")
+            raise self.unknown(
+                f"unknown {self.kind} {name!r}; registered {self.kind}s: {', '.join(sorted(self.entries))}"
+            )
         fields = {f.name for f in dataclasses.fields(self.entries[name])}
         bad = sorted(set(knobs) - fields)
         if bad:
             raise ValueError(f"{self.kind} {name!r} has no knob(s) {bad}; its knobs are {sorted(fields)}")
         return self.entries[name](**knobs)
-

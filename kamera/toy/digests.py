@@ -37,8 +37,11 @@ def weight_problems(folder: Path, root: Path = ROOT) -> list[str]:
     fix = "restore it (git checkout -- kamera/toy/weights) or, after retraining, run python -m kamera.toy.digests --update"
     problems = [f"{root / n}: missing (listed in {DIGESTS.name}); {fix}" for n in sorted(set(recorded) - set(have))]
     problems += [f"{root / n}: not listed in {DIGESTS.name}; {fix}" for n in sorted(set(have) - set(recorded))]
-    problems += [f"{have[n]}: sha256 {got[:12]}… differs from the shipped {recorded[n][:12]}… ({DIGESTS.name}); {fix}"
-                 for n in sorted(set(have) & set(recorded)) if (got := _sha256(have[n])) != recorded[n]]
+    problems += [
+        f"{have[n]}: sha256 {got[:12]}… differs from the shipped {recorded[n][:12]}… ({DIGESTS.name}); {fix}"
+        for n in sorted(set(have) & set(recorded))
+        if (got := _sha256(have[n])) != recorded[n]
+    ]
     return problems
 
 

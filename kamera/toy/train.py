@@ -119,7 +119,9 @@ class Sampler:
 
     def encode(self, worlds: Sequence[World], queries: Sequence[Sequence[Query]], with_a: bool = True) -> Batch:
         """One batch; every world must bind the same number of entries (so all rows share one layout)."""
-        ids = torch.tensor([self.tok.encode(sequence_words(w, q, self.variant, with_a)) for w, q in zip(worlds, queries, strict=True)])
+        ids = torch.tensor(
+            [self.tok.encode(sequence_words(w, q, self.variant, with_a)) for w, q in zip(worlds, queries, strict=True)]
+        )
         k = len(worlds[0].a)
         b0 = int((ids[0] == self.tok.ids["B:"]).nonzero()[0, 0])
         first = b0 + (2 if self.variant == "text" else 3)  # B: [<vision_start>] location object location object …
@@ -129,10 +131,12 @@ class Sampler:
         answer_ids = ids[rows, answer_pos + 1]
         prev = torch.tensor([[self.tok.ids[loc] for loc, _ in w.b] for w in worlds])
         colour = torch.tensor([[self.colour_index[w.colour_of[o]] for _, o in w.b] for w in worlds]) if with_a else None
-        target = torch.tensor([
-            [first + 2 * [loc for loc, _ in w.b].index(arg) if kind != "control" else -1 for kind, arg, _ in q]
-            for w, q in zip(worlds, queries, strict=True)
-        ])
+        target = torch.tensor(
+            [
+                [first + 2 * [loc for loc, _ in w.b].index(arg) if kind != "control" else -1 for kind, arg, _ in q]
+                for w, q in zip(worlds, queries, strict=True)
+            ]
+        )
         batch = Batch(ids, answer_pos.expand(len(worlds), -1), answer_ids, object_pos, prev, colour, target)
         if self.pixels is not None:
             images = [im for w in worlds for im in self.pixels.world(w, with_a)]
@@ -187,8 +191,16 @@ class WindowSampler:
         bound = n_before * spec.per_state
         return n_before, n_after, bound if rng.random() < 0.5 else int(rng.integers(1, bound + 1))
 
-    def sample(self, rng: np.random.Generator, size: int, n_queries: int, k: int, with_a: bool = True,
-               layout: tuple[int, int, int] | None = None, kind: str | None = None) -> Batch:
+    def sample(
+        self,
+        rng: np.random.Generator,
+        size: int,
+        n_queries: int,
+        k: int,
+        with_a: bool = True,
+        layout: tuple[int, int, int] | None = None,
+        kind: str | None = None,
+    ) -> Batch:
         """``size`` fresh windows (one layout, drawn for an entries cap of ``k`` unless given), ``n_queries``
         queries each (drawn from MIX, or all of ``kind``); without A a window is the scene alone with control_b
         queries."""
@@ -220,8 +232,13 @@ class WindowSampler:
         words = []
         for before, pairs, after, queries in rows:
             chunks = [window_task.state(g) for g in before], [window_task.state(g) for g in after]
-            parts = [PREFIX, *(c.parts[0] for c in chunks[0]), window_task.scene(pairs).parts[0],
-                     *(c.parts[0] for c in chunks[1]), *(f"{QUERY_WORD[kd]} {arg} {ans}" for kd, arg, ans in queries)]
+            parts = [
+                PREFIX,
+                *(c.parts[0] for c in chunks[0]),
+                window_task.scene(pairs).parts[0],
+                *(c.parts[0] for c in chunks[1]),
+                *(f"{QUERY_WORD[kd]} {arg} {ans}" for kd, arg, ans in queries),
+            ]
             words.append(" ".join(parts))
         ids = torch.tensor([self.tok.encode(w) for w in words])
         b0 = int((ids[0] == self.tok.ids["B:"]).nonzero()[0, 0])
@@ -232,15 +249,21 @@ class WindowSampler:
         prev = torch.tensor([[self.tok.ids[loc] for loc, _ in pairs] for _, pairs, _, _ in rows])
         colour = None
         if with_a:
-            colour = torch.tensor([
-                [self.colour_index[{o: c for g in before for o, c in g}[o]] for _, o in pairs]
-                for before, pairs, _, _ in rows
-            ])
-        target = torch.tensor([
-            [b0 + 2 + 2 * [loc for loc, _ in pairs].index(arg) if kd != "control" else -1 for kd, arg, _ in queries]
-            for _, pairs, _, queries in rows
-        ])
-        return Batch(ids, answer_pos.expand(len(rows), -1), ids[index, answer_pos + 1], object_pos, prev, colour, target)
+            colour = torch.tensor(
+                [
+                    [self.colour_index[{o: c for g in before for o, c in g}[o]] for _, o in pairs]
+                    for before, pairs, _, _ in rows
+                ]
+            )
+        target = torch.tensor(
+            [
+                [b0 + 2 + 2 * [loc for loc, _ in pairs].index(arg) if kd != "control" else -1 for kd, arg, _ in queries]
+                for _, pairs, _, queries in rows
+            ]
+        )
+        return Batch(
+            ids, answer_pos.expand(len(rows), -1), ids[index, answer_pos + 1], object_pos, prev, colour, target
+        )
 
     def heldout(self, kind: str, n: int, seed: int) -> tuple[Batch, torch.Tensor, torch.Tensor]:
         """``n`` held-out windows of the recall size (``window`` states before a full scene, one after) with one
@@ -255,7 +278,9 @@ class WindowSampler:
         return batch, choice_ids, gold
 
 
-def hidden(model: torch.nn.Module, batch: Batch, attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def hidden(
+    model: torch.nn.Module, batch: Batch, attentions: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(final hidden states, layer 0's output, layer 1's attention weights if asked), through the model's own
     modules (vision tower for images)."""
     if batch.pixel_values is None:
@@ -271,7 +296,9 @@ def hidden(model: torch.nn.Module, batch: Batch, attentions: bool = False) -> tu
         batch.ids[:1], mm_token_type_ids=visual[:1].int(), image_grid_thw=batch.grid_thw[:n_images]
     )  # every row shares one layout
     out = inner.language_model(
-        inputs_embeds=embeds, position_ids=pos.expand(-1, batch.ids.shape[0], -1), output_hidden_states=True,
+        inputs_embeds=embeds,
+        position_ids=pos.expand(-1, batch.ids.shape[0], -1),
+        output_hidden_states=True,
         output_attentions=attentions,
     )
     return out.last_hidden_state, out.hidden_states[1], out.attentions[-1] if attentions else None
@@ -418,7 +445,8 @@ def train(args: argparse.Namespace, command: str = "") -> dict:
             print(
                 f"step {step}/{args.steps} ({100 * step / args.steps:.0f}%)  {rate:.1f} it/s  k≤{k_cap}  "
                 f"elapsed {fmt_time(elapsed)}  ETA {fmt_time((args.steps - step) / rate)}  loss {loss.item():.3f} ("
-                + " ".join(f"{k} {v:.3f}" for k, v in parts.items()) + ")  held-out "
+                + " ".join(f"{k} {v:.3f}" for k, v in parts.items())
+                + ")  held-out "
                 + "  ".join(f"{k} {v:.3f}" for k, v in acc.items()),
                 flush=True,
             )
@@ -442,23 +470,45 @@ def train(args: argparse.Namespace, command: str = "") -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--out", required=True, help="directory for the weights, toy.json and train.json")
-    p.add_argument("--variant", default="text", choices=MODEL_VARIANTS,
-                   help="text / image: the binding task; window: the toy window task (kamera.toy.window_task)")
+    p.add_argument(
+        "--variant",
+        default="text",
+        choices=MODEL_VARIANTS,
+        help="text / image: the binding task; window: the toy window task (kamera.toy.window_task)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--max-minutes", type=float, default=0.0, help="stop early after this many minutes (0 = no cap)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--queries", type=int, default=8, help="queries packed after B per training sequence")
-    p.add_argument("--b-only", type=int, default=8,
-                   help="B-only sequences (prefix, B, control_b queries) per step, so a B read stands without A")
-    p.add_argument("--factorized-init", action=argparse.BooleanOptionalAction, default=True,
-                   help="start compound embeddings at object + colour (text variant)")
-    p.add_argument("--freeze-patch-embed", action=argparse.BooleanOptionalAction, default=True,
-                   help="keep the vision patch embedding at its random init (image variant)")
-    p.add_argument("--attn-hint", type=float, default=1.0,
-                   help="weight of the layer-1 attention hint at B-reading queries (0 = off)")
+    p.add_argument(
+        "--b-only",
+        type=int,
+        default=8,
+        help="B-only sequences (prefix, B, control_b queries) per step, so a B read stands without A",
+    )
+    p.add_argument(
+        "--factorized-init",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="start compound embeddings at object + colour (text variant)",
+    )
+    p.add_argument(
+        "--freeze-patch-embed",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep the vision patch embedding at its random init (image variant)",
+    )
+    p.add_argument(
+        "--attn-hint",
+        type=float,
+        default=1.0,
+        help="weight of the layer-1 attention hint at B-reading queries (0 = off)",
+    )
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--weight-decay", type=float, default=0.01)
@@ -469,12 +519,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-objects", type=int, default=defaults.n_objects)
     p.add_argument("--n-colours", type=int, default=defaults.n_colours)
     p.add_argument("--n-locations", type=int, default=defaults.n_locations)
-    p.add_argument("--n-entries", type=int, default=None,
-                   help=f"entries a world binds (default {defaults.n_entries}; window: bindings in front of a scene, "
-                   f"default {WindowSpec().n_entries})")
+    p.add_argument(
+        "--n-entries",
+        type=int,
+        default=None,
+        help=f"entries a world binds (default {defaults.n_entries}; window: bindings in front of a scene, "
+        f"default {WindowSpec().n_entries})",
+    )
     p.add_argument("--min-entries", type=int, default=2, help="training worlds bind min..cap entries (drawn per step)")
-    p.add_argument("--ramp", type=float, default=0.4,
-                   help="fraction of training over which the cap grows from --min-entries to --n-entries")
+    p.add_argument(
+        "--ramp",
+        type=float,
+        default=0.4,
+        help="fraction of training over which the cap grows from --min-entries to --n-entries",
+    )
     window = WindowSpec()
     p.add_argument("--per-state", type=int, default=window.per_state, help="window: bindings per state chunk")
     p.add_argument("--window", type=int, default=window.window, help="window: state chunks of a recall window (k)")

@@ -179,9 +179,14 @@ def window_item(spec: WindowSpec, kind: str, i: int, seed: int = 0, n_states: in
     location = pairs[int(rng.integers(len(pairs)))][0]
     chunks = (*history, *foreign)
     return WindowItem(
-        item_id=item_id(kind, seed, i), history=tuple(history), query=Span("query", (f"Q2 {location}",), "two_hop"),
-        window=spec.window, prefix=Span("prefix", (PREFIX,), "prefix"), foreign=tuple(foreign),
-        choices=spec.colours, gold=partial(answer, chunks, location),
+        item_id=item_id(kind, seed, i),
+        history=tuple(history),
+        query=Span("query", (f"Q2 {location}",), "two_hop"),
+        window=spec.window,
+        prefix=Span("prefix", (PREFIX,), "prefix"),
+        foreign=tuple(foreign),
+        choices=spec.colours,
+        gold=partial(answer, chunks, location),
         meta={"kind": kind, "location": location, "n_states": n_states},
     )
 

@@ -39,14 +39,22 @@ def conduit_attention_mass(q: torch.Tensor, k: torch.Tensor, query_key_limits: t
     return scores / max(1, num_queries * num_q_heads)
 
 
-def conduit_select(per_layer_scores: list[torch.Tensor], v_per_layer: list[torch.Tensor], candidate_positions: list[int],
-                   candidate_image_ids: torch.Tensor, budget: int, strength: float) -> list[int]:
+def conduit_select(
+    per_layer_scores: list[torch.Tensor],
+    v_per_layer: list[torch.Tensor],
+    candidate_positions: list[int],
+    candidate_image_ids: torch.Tensor,
+    budget: int,
+    strength: float,
+) -> list[int]:
     """``build_kv_score_candidate_scores`` (score_use_v_norm, every layer, then ``apply_kv_score_image_score_bias``)
     and the top-k of ``select_kv_score_positions``."""
     index = torch.tensor(candidate_positions, dtype=torch.int64)
     per_layer = [s.index_select(0, index).to(torch.float32) for s in per_layer_scores]
-    v_norms = [v.index_select(0, index).reshape(len(candidate_positions), -1).to(torch.float32).norm(dim=-1)
-               for v in v_per_layer]
+    v_norms = [
+        v.index_select(0, index).reshape(len(candidate_positions), -1).to(torch.float32).norm(dim=-1)
+        for v in v_per_layer
+    ]
     per_layer = [s * n for s, n in zip(per_layer, v_norms, strict=True)]
     fused = torch.stack(per_layer, dim=0).mean(dim=0)
     safe = torch.clamp(fused, min=0.0)
@@ -96,14 +104,18 @@ def test_conduit_arm_recomputes_its_selection_and_the_text(tiny, name):
     probe's mass and B's cached values, plus B's text; ratio 0 with text=False is blind reuse."""
     ctx = shared_ctx(tiny, name)
     out = make_arm("conduit").run(ctx)
-    (a, z), = visual_runs(ctx)
+    ((a, z),) = visual_runs(ctx)
     content = next(i for i, s in enumerate(ctx.adapter.specs) if s.rotary is None)
     b0 = ctx.ranges[ctx.b][0]
     mass = [torch.cat([torch.zeros(b0), m.float().cpu()]) for m in query_mass_blind(ctx)]  # prompt positions
     values = [torch.cat([torch.zeros(b0, *lay[content].shape[1:]), lay[content].cpu()]) for lay in ctx.relocated.layers]
     budget = math.ceil(0.1 * (z - a))
-    want = [p - b0 for p in conduit_select(mass, values, list(range(b0 + a, b0 + z)), torch.zeros(z - a, dtype=torch.long),
-                                           budget, 1.0)]
+    want = [
+        p - b0
+        for p in conduit_select(
+            mass, values, list(range(b0 + a, b0 + z)), torch.zeros(z - a, dtype=torch.long), budget, 1.0
+        )
+    ]
     text = torch.nonzero(~ctx.enc.spans[ctx.b].visual.cpu()).flatten().tolist()
     assert changed_rows(ctx, b_kv(ctx, out.out)) == sorted(want + text)
     assert out.params["image_recomputed"] == budget and ctx.adapter.forwards["conduit_probe"] >= 1

@@ -49,7 +49,10 @@ def test_float32_models_are_unchanged_and_the_default_keeps_the_knobs_key(tiny):
     adapter = tiny("tiny_qwen2_5_vl")
     ctx = ReuseContext(adapter, standard_spans(adapter))
     for rank in (4, None):
-        plain, fp32 = make_arm("patch", rank=rank).run(ctx), make_arm("patch", rank=rank, patch_dtype="float32").run(ctx)
+        plain, fp32 = (
+            make_arm("patch", rank=rank).run(ctx),
+            make_arm("patch", rank=rank, patch_dtype="float32").run(ctx),
+        )
         assert torch.equal(plain.out.logits, fp32.out.logits)
         assert (plain.bytes, plain.params["bytes_by_channel"]) == (fp32.bytes, fp32.params["bytes_by_channel"])
         assert plain.params == fp32.params and plain.params["patch_dtype"] == "float32"

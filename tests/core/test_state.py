@@ -34,7 +34,9 @@ def spec() -> DeltaRuleSpec:
 
 def inputs(n: int, seed: int) -> LayerInputs:
     g = torch.Generator().manual_seed(seed)
-    return LayerInputs(torch.randn(n, CONV, generator=g), torch.randn(n, HV, generator=g), torch.randn(n, HV, generator=g))
+    return LayerInputs(
+        torch.randn(n, CONV, generator=g), torch.randn(n, HV, generator=g), torch.randn(n, HV, generator=g)
+    )
 
 
 def cat(*xs: LayerInputs) -> LayerInputs:
@@ -71,13 +73,21 @@ def test_the_recurrence_is_the_token_rule_and_transformers_chunked_kernel(spec, 
     x = inputs(70, 3)  # more than one of the kernel's 64-token chunks
     k, v, beta, g = features(spec, zero(spec).history, x)
     s0 = torch.randn(HV, DK, DV, generator=torch.Generator().manual_seed(4))
-    _, ref = torch_chunk_gated_delta_rule(torch.zeros_like(k)[None], k[None], v[None], g=g[None], beta=beta[None],
-                                          initial_state=s0[None], output_final_state=True)
+    _, ref = torch_chunk_gated_delta_rule(
+        torch.zeros_like(k)[None],
+        k[None],
+        v[None],
+        g=g[None],
+        beta=beta[None],
+        initial_state=s0[None],
+        output_final_state=True,
+    )
     torch.testing.assert_close(scan(s0, k, v, beta, g, chunk), ref[0], rtol=1e-5, atol=1e-5)
     wide = torch.cat([v, v[..., :2]], dim=-1)
     s_wide = torch.cat([s0, s0[..., :2]], dim=-1)
-    torch.testing.assert_close(scan(s_wide, k, wide, beta, g, chunk), token_by_token(s_wide, k, wide, beta, g),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        scan(s_wide, k, wide, beta, g, chunk), token_by_token(s_wide, k, wide, beta, g), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_composition_is_linear_in_the_incoming_state(spec):
@@ -100,8 +110,12 @@ def test_state_patch_full_rank_restores_the_conditioned_state_and_rank_zero_adds
     patch = StatePatch.form(delta, torch.float32)
     assert patch.full_rank == min(DK, DV) and patch.corrections(0) == [None]
     full = canon.corrected(patch.corrections(None))
-    torch.testing.assert_close(fold([ChunkState((spec,), [page(spec, a)]), full], torch.float32, torch.device("cpu"))[0].state,
-                               cond.after()[0].state, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        fold([ChunkState((spec,), [page(spec, a)]), full], torch.float32, torch.device("cpu"))[0].state,
+        cond.after()[0].state,
+        rtol=1e-5,
+        atol=1e-5,
+    )
     assert patch.nbytes(2) == 2 * HV * (DK + DV) * 4
     e = patch.energy(2)[0]
     assert 0 < e < 1 and patch.energy(None)[0] == pytest.approx(1.0)

@@ -29,7 +29,9 @@ def check_common(item: ChunkedItem) -> None:
     """Span shape, decodable media, and the gold scoring right and a wrong answer wrong."""
     spans = item.spans()
     validate_spans(spans)
-    pictures = [f for s in spans for p in s.parts if not isinstance(p, str) for f in (p.frames if isinstance(p, Clip) else (p,))]
+    pictures = [
+        f for s in spans for p in s.parts if not isinstance(p, str) for f in (p.frames if isinstance(p, Clip) else (p,))
+    ]
     assert all(isinstance(p, Image.Image) and p.mode == "RGB" for p in pictures)
     assert len(pictures) == sum(s.n_images + s.n_frames for s in spans) == len(item.media_refs())
     if item.answer_format == "letter":
@@ -68,12 +70,8 @@ def test_mm_niah(bench_root) -> None:
             else:  # pasted needle, found by placed_depth; the fixture put it at 1 + id % (n - 1)
                 assert item.meta["needle_locator"] == "offset"
                 assert b.source_key == f"images_list[{1 + row['id'] % (n_ctx - 1)}]"
-                assert [r.source_key for r in item.choice_media] == [
-                    f"choices_image_path[{j}]" for j in range(4)
-                ]
-            assert [r.source_key for r in a_refs] == [
-                f"images_list[{i}]" for i in range(int(b.source_key[12:-1]))
-            ]
+                assert [r.source_key for r in item.choice_media] == [f"choices_image_path[{j}]" for j in range(4)]
+            assert [r.source_key for r in a_refs] == [f"images_list[{i}]" for i in range(int(b.source_key[12:-1]))]
             assert item.gold_letter == "ABCD"[row["answer"]]
         # the prompt is the reference f"{context}\n{question}" + options + post-prompt, images in place
         opts = row["meta"]["choices"] or ([IMAGE_TOKEN] * len(row["meta"]["choices_image_path"] or []))
@@ -132,9 +130,7 @@ def test_milebench(bench_root) -> None:
 
 
 def test_milebench_b_frames_and_a_chunks(bench_root) -> None:
-    items = load_items(
-        "milebench", root=bench_root("milebench"), subset="StateChange", b_frames=1, a_chunks=2
-    )
+    items = load_items("milebench", root=bench_root("milebench"), subset="StateChange", b_frames=1, a_chunks=2)
     for item in items:
         assert len(refs_of(item, "B")) == 1
         assert [s.role for s in item.spans()] == ["prefix", "A", "A", "B", "query"]
@@ -155,9 +151,7 @@ def test_muirbench(bench_root) -> None:
         n = len(row["image_list"])
         assert [s.role for s in item.spans()] == [*["A"] * (n - 1), "B", "query"]
         assert refs_of(item, "B")[0].source_key == f"image_list[{n - 1}]"
-        assert [read_index(r.load()) for r in item.media_refs()] == [
-            10 * int(row["idx"]) + k for k in range(n)
-        ]
+        assert [read_index(r.load()) for r in item.media_refs()] == [10 * int(row["idx"]) + k for k in range(n)]
         question = row["question"]
         for k in range(1, n + 1):
             question = question.replace(IMAGE_TOKEN, f"Image {k}", 1)
@@ -186,9 +180,7 @@ def test_videomme(bench_root, monkeypatch: pytest.MonkeyPatch) -> None:
     root = bench_root("videomme")
     items = load_items("videomme", root=root, n_frames=8)
     assert len(items) == 9 and {i.subset for i in items} == {"short", "medium", "long"}
-    rows = {
-        r["question_id"]: r for r in pq.read_table(root / "videomme/test-00000-of-00001.parquet").to_pylist()
-    }
+    rows = {r["question_id"]: r for r in pq.read_table(root / "videomme/test-00000-of-00001.parquet").to_pylist()}
     for item in items:
         check_common(item)
         check_video(item, 8)
@@ -206,10 +198,7 @@ def test_videomme(bench_root, monkeypatch: pytest.MonkeyPatch) -> None:
     # frames are cached: a second pass decodes nothing
     monkeypatch.setattr("kamera.data.media._decode_frames_to_cache", lambda *a: pytest.fail("decoded twice"))
     items[0].spans()
-    assert (
-        len(load_items("videomme", root=root, subset="short", task_types=["Counting Problem"], n_frames=8))
-        == 3
-    )
+    assert len(load_items("videomme", root=root, subset="short", task_types=["Counting Problem"], n_frames=8)) == 3
 
 
 def test_videomme_default_frames_and_grouping(bench_root) -> None:
@@ -267,9 +256,7 @@ def test_mmlongbench_doc_variants(bench_root) -> None:
         assert sorted(pages) == sorted([e2, *item.meta["distractor_pages"]])
         assert not {e1, e2} & set(item.meta["distractor_pages"])
         again = load_items("mmlongbench_doc", root=root, order="reversed", n_distractors=2)
-        assert {i.item_id: i.meta["distractor_pages"] for i in again}[item.item_id] == item.meta[
-            "distractor_pages"
-        ]
+        assert {i.item_id: i.meta["distractor_pages"] for i in again}[item.item_id] == item.meta["distractor_pages"]
 
 
 # --------------------------------------------------------------------------------------------- MuSiQue
@@ -279,10 +266,7 @@ def test_musique(bench_root) -> None:
     root = bench_root("musique")
     items = load_items("musique", root=root)
     assert len(items) == 3 and items.report.filtered == {"not 2-hop": 1, "unanswerable": 1}
-    rows = {
-        r["id"]: r
-        for r in map(json.loads, (root / "data/musique_ans_v1.0_dev.jsonl").read_text().splitlines())
-    }
+    rows = {r["id"]: r for r in map(json.loads, (root / "data/musique_ans_v1.0_dev.jsonl").read_text().splitlines())}
     for item in items:
         check_common(item)
         row = rows[item.cluster_key]

@@ -48,8 +48,10 @@ def test_device_run_installs_the_bundle_first_on_the_path(tmp_path):
     bundle = _bundle(tmp_path / "wheels")
     # a python that installs with the real pip, then, where the device runs gpu_check.py, reports what it imports
     fake = tmp_path / "python"
-    fake.write_text(f'#!/usr/bin/env bash\nif [ "$1" = -m ]; then exec {sys.executable} "$@"; fi\n'
-                    f'exec {sys.executable} -c "import kamera_probe, sys; print(kamera_probe.WHERE); print(sys.argv[1:])" "$@"\n')
+    fake.write_text(
+        f'#!/usr/bin/env bash\nif [ "$1" = -m ]; then exec {sys.executable} "$@"; fi\n'
+        f'exec {sys.executable} -c "import kamera_probe, sys; print(kamera_probe.WHERE); print(sys.argv[1:])" "$@"\n'
+    )
     fake.chmod(0o755)
     done = _run("device_run.sh", "--paper", "--out", "somewhere", PYTHON=str(fake), KAMERA_BUNDLE=str(bundle))
     assert done.returncode == 0, done.stderr

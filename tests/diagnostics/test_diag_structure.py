@@ -179,7 +179,9 @@ def test_depth_planes_pool_abs_delta_and_keep_every_cell_unpooled(tiny, name):
                 assert torch.equal(got, m.abs().cpu())
     # pooling to one bin is the mean |Δ|
     one = by(depth_planes(ctx, tokens=1, features=1), "layer", "channel", "token_bin", "feature_bin")
-    assert one[(L - 1, ctx.adapter.specs[0].name, 0, 0)] == pytest.approx(float(ctx.deficit.matrix(L - 1, 0).abs().mean()))
+    assert one[(L - 1, ctx.adapter.specs[0].name, 0, 0)] == pytest.approx(
+        float(ctx.deficit.matrix(L - 1, 0).abs().mean())
+    )
 
 
 def test_depth_planes_reject_bad_bins_and_basis(tiny):

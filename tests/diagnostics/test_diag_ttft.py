@@ -34,7 +34,9 @@ def test_the_script_times_every_part_and_prints_the_table(capsys, tmp_path):
         assert set(t) == {(q, None) for q in TIMES} | {(q, 4) for q in PER_RANK}
         assert all(v > 0 for v in t.values())
         assert t[("recompute_ms", None)] == t[("vision_ms", None)] + t[("prefill_ms", None)]
-        assert t[("form_ms", None)] == pytest.approx(sum(t[(q, None)] for q in ("canonical_ms", "conditioned_ms", "svd_ms")))
+        assert t[("form_ms", None)] == pytest.approx(
+            sum(t[(q, None)] for q in ("canonical_ms", "conditioned_ms", "svd_ms"))
+        )
         assert t[("speedup_prefill", 4)] == t[("prefill_ms", None)] / t[("reuse_ms", 4)]
 
 
@@ -51,7 +53,11 @@ def synthetic(n_b: int = 100) -> list[dict]:
     base = {"n_b": n_b}
     times = {"form_ms": 90.0, "prefill_ms": 10.0, "vision_ms": 5.0}
     out = [{**base, "rank": None, "quantity": q, "value": v} for q, v in times.items()]
-    return [*out, {**base, "rank": 16, "quantity": "reuse_ms", "value": 1.0}, {**base, "rank": 64, "quantity": "reuse_ms", "value": 12.0}]
+    return [
+        *out,
+        {**base, "rank": 16, "quantity": "reuse_ms", "value": 1.0},
+        {**base, "rank": 64, "quantity": "reuse_ms", "value": 12.0},
+    ]
 
 
 def test_cumulative_model():

@@ -37,9 +37,15 @@ def floor_rows() -> pd.DataFrame:
                 r = row(model, f"{model}-{item}", "blind", kl=kl, kl_blind=ARMS["blind"] * (1 + 0.1 * item),
                         dtype=dtype, cluster_key=f"video{item // 2}", bytes_frac=0.0)
                 rank = arm.removeprefix("patch_r").removesuffix("_fp32")
-                r.update(arm=arm, arm_name="blind" if arm == "blind" else "patch", eta=1 - kl / r["kl_blind"],
-                         bytes_frac=0.0 if arm == "blind" else (2 if arm.endswith("_fp32") and dtype == "bfloat16" else 1) * (
-                             1.0 if "full" in arm else int(rank) / 256))
+                r.update(
+                    arm=arm,
+                    arm_name="blind" if arm == "blind" else "patch",
+                    eta=1 - kl / r["kl_blind"],
+                    bytes_frac=0.0
+                    if arm == "blind"
+                    else (2 if arm.endswith("_fp32") and dtype == "bfloat16" else 1)
+                    * (1.0 if "full" in arm else int(rank) / 256),
+                )
                 rows.append(r)
     return frame(rows)
 
@@ -49,8 +55,11 @@ def test_bf16_floor_golden_and_the_papers_values(tmp_path):
     golden("bf16_floor.md", md)
     golden("bf16_floor.tex", paths[1].read_text())
     t = bf16_floor.frame(floor_rows())
-    assert list(t.index) == [("qwen2_5_vl_7b", "bfloat16"), ("tiny_qwen2_5_vl", "bfloat16"),
-                             ("tiny_qwen2_5_vl", "float32")]
+    assert list(t.index) == [
+        ("qwen2_5_vl_7b", "bfloat16"),
+        ("tiny_qwen2_5_vl", "bfloat16"),
+        ("tiny_qwen2_5_vl", "float32"),
+    ]
     paper, tiny = t.loc[("qwen2_5_vl_7b", "bfloat16")], t.loc[("tiny_qwen2_5_vl", "bfloat16")]
     assert paper["floor: KL full rank, model-dtype factors"].endswith("(paper ≈ 1e-3)")
     assert paper["KL blind"].endswith("(paper 0.03–0.12)")
@@ -58,7 +67,9 @@ def test_bf16_floor_golden_and_the_papers_values(tmp_path):
     assert paper["blind / floor"] == "50×"  # the medians' ratio, 0.05 / 1e-3 at every item scale
     assert paper["r16 bytes (model / float32)"] == "6.2% / 12.5%"
     assert paper["r64 η (model / float32)"] == "0.960 / 0.970"
-    assert t.loc[("tiny_qwen2_5_vl", "float32")]["blind / floor"] == "50×"  # the float32 blind KL is as far below as the floor
+    assert (
+        t.loc[("tiny_qwen2_5_vl", "float32")]["blind / floor"] == "50×"
+    )  # the float32 blind KL is as far below as the floor
     assert paper["n"] == "4"
 
 
@@ -86,8 +97,10 @@ def test_bf16_floor_tiny_runs_and_renders(tmp_path):
     rows = pd.concat([s.rows() for s in store.shards(tmp_path / "raw", "bf16_floor_tiny")])
     assert sorted(rows["dtype"].unique()) == ["bfloat16", "float32"]
     for dtype, g in rows.groupby("dtype"):
-        by = {a: g[g["arm"] == a].set_index("item_id") for a in ("patch_full", "patch_full_fp32", "patch_r16",
-                                                                   "patch_r16_fp32")}
+        by = {
+            a: g[g["arm"] == a].set_index("item_id")
+            for a in ("patch_full", "patch_full_fp32", "patch_r16", "patch_r16_fp32")
+        }
         assert len(by["patch_full"]) == 2
         assert (by["patch_full_fp32"]["kl"] <= by["patch_full"]["kl"]).all(), dtype
         ratio = by["patch_r16_fp32"]["bytes"] / by["patch_r16"]["bytes"]

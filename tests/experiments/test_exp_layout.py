@@ -92,5 +92,7 @@ def test_no_paper_sentence_restates_a_value_of_its_block(name):
 
     values = numbers({k: v for k, v in raw.items() if k not in PROSE})
     for key in PROSE:
-        literal = {round(float(x), 4) for x in re.findall(r"(?<![\w{.])\d*\.\d+", re.sub(r"\{[^}]*\}", "", raw.get(key, "")))}
+        literal = {
+            round(float(x), 4) for x in re.findall(r"(?<![\w{.])\d*\.\d+", re.sub(r"\{[^}]*\}", "", raw.get(key, "")))
+        }
         assert not literal & values, f"{name}: paper.{key} writes {sorted(literal & values)} again; use a {{field}}"

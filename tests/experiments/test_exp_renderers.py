@@ -81,10 +81,23 @@ def table5_rows() -> pd.DataFrame:
             for arm in ["reprefill", "blind", "patch_r64", "vlcache", "sink"]:
                 rec = {"reprefill": True, "blind": False, "patch_r64": True, "vlcache": i == 0, "sink": False}[arm]
                 kl = {"reprefill": 0.0, "blind": 1.2, "patch_r64": 0.01, "vlcache": 1.1, "sink": 1.0}[arm]
-                rows.append(row("qwen2_5_vl_7b", f"{subset}-{i}", arm, kl=kl, kl_blind=1.2, subset=subset, bench="milebench",
-                                flip=flip, recovered=rec or not flip))
-    rows += [row("tiny_qwen2_5_vl", "t0", arm, subset="bind", bench="synthetic", kl=1e-5, kl_blind=1e-4)
-             for arm in ["reprefill", "blind", "patch_r64"]]  # one item, no flip
+                rows.append(
+                    row(
+                        "qwen2_5_vl_7b",
+                        f"{subset}-{i}",
+                        arm,
+                        kl=kl,
+                        kl_blind=1.2,
+                        subset=subset,
+                        bench="milebench",
+                        flip=flip,
+                        recovered=rec or not flip,
+                    )
+                )
+    rows += [
+        row("tiny_qwen2_5_vl", "t0", arm, subset="bind", bench="synthetic", kl=1e-5, kl_blind=1e-4)
+        for arm in ["reprefill", "blind", "patch_r64"]
+    ]  # one item, no flip
     return frame(rows)
 
 
@@ -101,8 +114,16 @@ def test_table5_golden(tmp_path):
 # ----- Table 6 -----------------------------------------------------------------------------------------
 def table6_rows() -> pd.DataFrame:
     rows = []
-    closes = {"patch_r16": 0.8, "patch_r64": 0.9, "quest_r16": 0.5, "quest_r64": 0.7, "first_k_r16": 0.3,
-              "first_k_r64": 0.4, "shadowkv_r16": -0.1, "shadowkv_r64": -0.05}
+    closes = {
+        "patch_r16": 0.8,
+        "patch_r64": 0.9,
+        "quest_r16": 0.5,
+        "quest_r64": 0.7,
+        "first_k_r16": 0.3,
+        "first_k_r64": 0.4,
+        "shadowkv_r16": -0.1,
+        "shadowkv_r64": -0.05,
+    }
     for i in range(5):
         kl_blind = 1e-5 if i == 4 else 0.5  # item 4: no measurable deficit
         rows.append(row("qwen2_5_vl_7b", f"q{i}", "blind", kl=kl_blind, kl_blind=kl_blind))
@@ -111,11 +132,28 @@ def table6_rows() -> pd.DataFrame:
             params = {} if arm.startswith("patch") else {"match_rank": int(arm.rsplit("_r", 1)[1])}
             if arm.startswith(("quest", "first_k")):
                 params["budget_tokens"] = {16: 31, 64: 124}[params["match_rank"]]
-            rows.append(row("qwen2_5_vl_7b", f"q{i}", arm, kl=kl_blind * (1 - eta - spread), kl_blind=kl_blind,
-                            params=params, bytes_frac={"patch_r16": 0.059, "patch_r64": 0.236}.get(arm, 0.0)))
+            rows.append(
+                row(
+                    "qwen2_5_vl_7b",
+                    f"q{i}",
+                    arm,
+                    kl=kl_blind * (1 - eta - spread),
+                    kl_blind=kl_blind,
+                    params=params,
+                    bytes_frac={"patch_r16": 0.059, "patch_r64": 0.236}.get(arm, 0.0),
+                )
+            )
     for arm in ["patch_r16", "first_k_r16"]:  # one item, no quest: no paired Δη
-        rows.append(row("tiny_llava", "t0", arm, kl=0.1, kl_blind=0.4,
-                        params={} if arm.startswith("patch") else {"match_rank": 16, "budget_tokens": 9}))
+        rows.append(
+            row(
+                "tiny_llava",
+                "t0",
+                arm,
+                kl=0.1,
+                kl_blind=0.4,
+                params={} if arm.startswith("patch") else {"match_rank": 16, "budget_tokens": 9},
+            )
+        )
     return frame(rows)
 
 
@@ -135,19 +173,28 @@ def table7_rows() -> pd.DataFrame:
     for context in ("native", "prefix"):
         for i in range(4):
             loss = 5e-5 if i == 3 else 0.02 * (i + 1)  # item 3: loss-KL below the floor, no gap
-            common = {"canonical_context": context, "eta_floor": 1e-4, "e90_nb_content": 0.2 + 0.01 * i,
-                      "e90_nb_rotary": 0.1, "config_key": f"cfg-qwen-{context}"}
+            common = {
+                "canonical_context": context,
+                "eta_floor": 1e-4,
+                "e90_nb_content": 0.2 + 0.01 * i,
+                "e90_nb_rotary": 0.1,
+                "config_key": f"cfg-qwen-{context}",
+            }
             rows.append(row("qwen2_5_vl_7b", f"q{i}", "oracle4d", kl=loss, kl_blind=loss, **common))
-            rows.append(row("qwen2_5_vl_7b", f"q{i}", "blind", kl=loss, kl_blind=loss, kl_oracle=1e-3 * (i + 1),
-                            **common))
+            rows.append(
+                row("qwen2_5_vl_7b", f"q{i}", "blind", kl=loss, kl_blind=loss, kl_oracle=1e-3 * (i + 1), **common)
+            )
             for rank, closed in ((64, 0.8 + 0.05 * i), (256, 0.95)):
-                rows.append(row("qwen2_5_vl_7b", f"q{i}", f"patch_r{rank}", kl=loss * (1 - closed), kl_blind=loss,
-                                **common))
+                rows.append(
+                    row("qwen2_5_vl_7b", f"q{i}", f"patch_r{rank}", kl=loss * (1 - closed), kl_blind=loss, **common)
+                )
     # DeepSeek-VL: one item, native job only, no rank-256 patch
     common = {"canonical_context": "native", "eta_floor": 1e-4, "e90_nb_content": 0.29, "e90_nb_rotary": 0.2}
-    rows += [row("deepseek_vl_7b", "d0", "oracle4d", kl=0.025, kl_blind=0.025, **common),
-             row("deepseek_vl_7b", "d0", "blind", kl=0.025, kl_blind=0.025, **common),
-             row("deepseek_vl_7b", "d0", "patch_r64", kl=0.0025, kl_blind=0.025, **common)]
+    rows += [
+        row("deepseek_vl_7b", "d0", "oracle4d", kl=0.025, kl_blind=0.025, **common),
+        row("deepseek_vl_7b", "d0", "blind", kl=0.025, kl_blind=0.025, **common),
+        row("deepseek_vl_7b", "d0", "patch_r64", kl=0.0025, kl_blind=0.025, **common),
+    ]
     return frame(rows)
 
 
@@ -173,21 +220,33 @@ def test_table7_ctrl_kl_comes_only_from_the_prefix_job():
 def shallow(model: str, item: str, f: float, eta: float, n_layers: int = 28, **kw) -> dict:
     reused = n_layers - round(f * n_layers)
     computed = 0.0 if reused == n_layers else min(1.0, (n_layers - reused + 1) / n_layers)  # the lead-in layer too
-    params = {"rerun_fraction": f, "rerun_fraction_effective": (n_layers - reused) / n_layers, "reused_layers": reused,
-              "computed_fraction": computed}
+    params = {
+        "rerun_fraction": f,
+        "rerun_fraction_effective": (n_layers - reused) / n_layers,
+        "reused_layers": reused,
+        "computed_fraction": computed,
+    }
     return row(model, item, f"shallow_reprefill_f{round(100 * f)}", kl=1 - eta, kl_blind=1.0, params=params, **kw)
 
 
 def table8_rows() -> pd.DataFrame:
     rows = []
     for i in range(3):
-        rows += [row("qwen2_5_vl_7b", f"q{i}", "reprefill", kl=0.0), row("qwen2_5_vl_7b", f"q{i}", "blind", kl=1.0),
-                 row("qwen2_5_vl_7b", f"q{i}", "patch_r64", kl=0.1),
-                 row("qwen2_5_vl_7b", f"q{i}", "oracle_topp", kl=0.4, params={"p": 0.5}),
-                 shallow("qwen2_5_vl_7b", f"q{i}", 0.5, 0.5), shallow("qwen2_5_vl_7b", f"q{i}", 0.75, 0.8)]
+        rows += [
+            row("qwen2_5_vl_7b", f"q{i}", "reprefill", kl=0.0),
+            row("qwen2_5_vl_7b", f"q{i}", "blind", kl=1.0),
+            row("qwen2_5_vl_7b", f"q{i}", "patch_r64", kl=0.1),
+            row("qwen2_5_vl_7b", f"q{i}", "oracle_topp", kl=0.4, params={"p": 0.5}),
+            shallow("qwen2_5_vl_7b", f"q{i}", 0.5, 0.5),
+            shallow("qwen2_5_vl_7b", f"q{i}", 0.75, 0.8),
+        ]
     # a model with one item, no token arm, whose sweep never reaches the patch below re-prefill
-    rows += [row("kimi_vl_a3b", "k0", "reprefill", kl=0.0), row("kimi_vl_a3b", "k0", "blind", kl=1.0),
-             row("kimi_vl_a3b", "k0", "patch_r64", kl=0.05), shallow("kimi_vl_a3b", "k0", 0.5, 0.2, 27)]
+    rows += [
+        row("kimi_vl_a3b", "k0", "reprefill", kl=0.0),
+        row("kimi_vl_a3b", "k0", "blind", kl=1.0),
+        row("kimi_vl_a3b", "k0", "patch_r64", kl=0.05),
+        shallow("kimi_vl_a3b", "k0", 0.5, 0.2, 27),
+    ]
     rows.append(row("kimi_vl_a3b", "k1", "blind", kl=1e-6, kl_blind=1e-6))  # no measurable deficit: left out
     return frame(rows)
 
@@ -224,8 +283,11 @@ def test_table8_a_patch_only_full_recompute_matches_prints_one_not_l_minus_one_o
     """A 4-layer model whose shallow sweep reaches the patch's η (1.0) only at ℓ = 1: ℓ = 1 computes every layer
     (the lead-in runs layer 0), so the match is 1.00; on the old (L − ℓ)/L axis it was 0.75 by construction."""
     rows = [row("tiny", f"t{i}", arm, kl=kl) for i in range(2) for arm, kl in (("blind", 1.0), ("patch_r4", 0.0))]
-    rows += [shallow("tiny", f"t{i}", f, eta, n_layers=4) for i in range(2)
-             for f, eta in ((0.25, 0.1), (0.5, 0.3), (0.75, 1 - 1e-9))]
+    rows += [
+        shallow("tiny", f"t{i}", f, eta, n_layers=4)
+        for i in range(2)
+        for f, eta in ((0.25, 0.1), (0.5, 0.3), (0.75, 1 - 1e-9))
+    ]
     line = table8.table(frame(rows)).loc["tiny"]
     assert line["re-prefill to match r4"].startswith("1.00 [1.00, 1.00]"), line["re-prefill to match r4"]
 
@@ -239,18 +301,37 @@ def fig6_data() -> tuple[pd.DataFrame, pd.DataFrame]:
             rows.append(row(model, item, "blind", kl=1.0, cluster_key="doc"))
             rows.append(row(model, item, "patch_r16", kl=0.32, cluster_key="doc"))
             for p in (0.1, 0.5):
-                rows.append(row(model, item, f"oracle_topp_p{round(100 * p)}", kl=1 - p - 0.01 * i,
-                                params={"p": p, "recompute_fraction": p}))
+                rows.append(
+                    row(
+                        model,
+                        item,
+                        f"oracle_topp_p{round(100 * p)}",
+                        kl=1 - p - 0.01 * i,
+                        params={"p": p, "recompute_fraction": p},
+                    )
+                )
             if model == "qwen2_5_vl_7b":  # first-k only on one model
                 rows.append(row(model, item, "first_k8", kl=0.98, params={"k": 8, "recompute_fraction": 8 / 480}))
             for layer in range(4):
-                probes.append(probe_record(model, item, "injection_depth", layer=layer, n_layers=4, depth=layer / 4,
-                                           explained=[0.0, 0.27, 0.6, 1.0][layer] + (0.01 * i if 0 < layer < 3 else 0)))
+                probes.append(
+                    probe_record(
+                        model,
+                        item,
+                        "injection_depth",
+                        layer=layer,
+                        n_layers=4,
+                        depth=layer / 4,
+                        explained=[0.0, 0.27, 0.6, 1.0][layer] + (0.01 * i if 0 < layer < 3 else 0),
+                    )
+                )
                 for head in range(2):
                     for channel in ("k", "v"):
                         energy = [[0.0, 0.0], [1.0, 1.0], [2.0, 1.0], [6.0, 2.0]][layer][head]
-                        probes.append(probe_record(model, item, "deficit_heads", layer=layer, head=head,
-                                                   channel=channel, energy=energy))
+                        probes.append(
+                            probe_record(
+                                model, item, "deficit_heads", layer=layer, head=head, channel=channel, energy=energy
+                            )
+                        )
     probes.append(probe_record("kimi_vl_a3b", "zero", "deficit_heads", layer=0, head=0, channel="k", energy=0.0))
     return frame(rows), pd.DataFrame(probes)
 
@@ -285,8 +366,19 @@ def fig7_rows() -> pd.DataFrame:
                     continue  # an arm missing for one model
                 kl = {"reprefill": 0.0, "blind": 0.5, "patch_r64": 0.005, "cacheblend": 0.3, "epic": 0.45}[arm]
                 rec = {"reprefill": True, "blind": False, "patch_r64": True, "cacheblend": i == 0, "epic": False}[arm]
-                rows.append(row(model, f"{model[:5]}{i}", arm, kl=kl * (1 + 0.1 * i), kl_blind=0.5 * (1 + 0.1 * i),
-                                bench="muirbench", subset="all", flip=flip, recovered=rec or not flip))
+                rows.append(
+                    row(
+                        model,
+                        f"{model[:5]}{i}",
+                        arm,
+                        kl=kl * (1 + 0.1 * i),
+                        kl_blind=0.5 * (1 + 0.1 * i),
+                        bench="muirbench",
+                        subset="all",
+                        flip=flip,
+                        recovered=rec or not flip,
+                    )
+                )
     return frame(rows)
 
 
@@ -300,8 +392,12 @@ def test_fig7_golden(tmp_path):
 # ----- Fig. 9 ------------------------------------------------------------------------------------------
 def fig9_rows() -> pd.DataFrame:
     rows = []
-    for model, n_items, e90, gap in (("llava_1_5_7b", 2, 0.3, 1e-4), ("deepseek_vl_7b", 3, 0.29, 0.02),
-                                     ("kimi_vl_a3b", 2, 0.1, 0.4), ("phi3_5_vision", 1, 0.2, 0.01)):
+    for model, n_items, e90, gap in (
+        ("llava_1_5_7b", 2, 0.3, 1e-4),
+        ("deepseek_vl_7b", 3, 0.29, 0.02),
+        ("kimi_vl_a3b", 2, 0.1, 0.4),
+        ("phi3_5_vision", 1, 0.2, 0.01),
+    ):
         for i in range(n_items):
             common = {"e90_nb_content": e90 + 0.01 * i, "kl_blind": gap}
             rows.append(row(model, f"{model[:4]}{i}", "blind", kl=gap, **common))
@@ -316,7 +412,10 @@ def test_fig9_golden(tmp_path):
     md = rendered_twice(fig9.render, fig9_rows(), "golden", tmp_path)
     golden("fig9.md", md)
     assert "| kimi_vl_a3b | MLA (reference) | 2 | 0.11 [0.10, 0.11] (paper 0.10) |" in md
-    assert "| phi3_5_vision | MHA | 1 | 0.20 [0.20, 0.20] (paper 0.20) | 0.01 [0.01, 0.01] | 60 [60, 60] | 85 [85, 85] | – |" in md
+    assert (
+        "| phi3_5_vision | MHA | 1 | 0.20 [0.20, 0.20] (paper 0.20) | 0.01 [0.01, 0.01] | 60 [60, 60] | 85 [85, 85] | – |"
+        in md
+    )
     # LLaVA's blind KL is at the floor: no measurable deficit, so no η at any rank (its e90 is still shown)
     assert "| llava_1_5_7b | MHA | 2 | 0.30 [0.30, 0.31] | 0.0001 [0.0001, 0.0001] | – | – | – |" in md
 
@@ -338,7 +437,9 @@ def fig10_rows() -> pd.DataFrame:
     for model in ("qwen2_5_vl_7b", "kimi_vl_a3b"):  # the pooled control: one item each, no oracle on Qwen
         for arm in ("reprefill", "blind", "patch_r64", "oracle4d")[: 3 if model == "qwen2_5_vl_7b" else 4]:
             rows.append(row(model, "m0", arm, bench="muirbench", subset="all", correct=1.0))  # one item id, two models
-    rows += [row("qwen3_vl_8b", "v0", arm, bench="videomme", subset="short", correct=0.0) for arm in ("reprefill", "blind")]
+    rows += [
+        row("qwen3_vl_8b", "v0", arm, bench="videomme", subset="short", correct=0.0) for arm in ("reprefill", "blind")
+    ]
     return frame(rows)
 
 
@@ -349,7 +450,9 @@ def test_fig10_golden_with_a_missing_setting(tmp_path):
     assert "| audio Omni | – | – | missing: qwen2_5_omni_7b has no adapter yet |" in md
     assert "| multi-img (ctrl) | kimi_vl_a3b, qwen2_5_vl_7b | 2 |" in md  # pooled: (model, item) pairs
     assert "| qwen3_vl_8b · videomme · short |" in md  # a pair no setting names is its own setting
-    assert "| vision-doc MLA | kimi_vl_a3b | 4 | 1.00 [1.00, 1.00] (paper 0.41) | 0.25 [0.00, 0.50] (paper 0.28) |" in md
+    assert (
+        "| vision-doc MLA | kimi_vl_a3b | 4 | 1.00 [1.00, 1.00] (paper 0.41) | 0.25 [0.00, 0.50] (paper 0.28) |" in md
+    )
 
 
 def test_fig10_explains_a_missing_model_from_the_registry():
@@ -361,7 +464,9 @@ def test_fig10_explains_a_missing_model_from_the_registry():
 
 def test_partial_renders_say_so(tmp_path):
     md, _ = table4.render(table4_rows(), "golden", tmp_path / "p", footer="PARTIAL (1 incomplete job(s)). rows: x")
-    assert md.startswith("**Table 4 (golden, partial)") and md.rstrip().endswith("_PARTIAL (1 incomplete job(s)). rows: x_")
+    assert md.startswith("**Table 4 (golden, partial)") and md.rstrip().endswith(
+        "_PARTIAL (1 incomplete job(s)). rows: x_"
+    )
 
 
 # ----- Fig. 5's band and median ------------------------------------------------------------------------
@@ -369,8 +474,10 @@ def test_fig5_has_a_bootstrap_band_and_the_median():
     from experiments import fig5
 
     kls = [0.1, 0.1, 0.1, 1.0]
-    rows = frame([row("qwen2_5_vl_7b", f"i{i}", "patch_r1", kl=k, effective_rank=1.0) for i, k in enumerate(kls)]
-                 + [row("qwen2_5_vl_7b", f"i{i}", "blind", kl=2.0) for i in range(4)])
+    rows = frame(
+        [row("qwen2_5_vl_7b", f"i{i}", "patch_r1", kl=k, effective_rank=1.0) for i, k in enumerate(kls)]
+        + [row("qwen2_5_vl_7b", f"i{i}", "blind", kl=2.0) for i in range(4)]
+    )
     point = fig5.curve(rows).iloc[0]
     assert point["kl_mean"] == pytest.approx(0.325) and point["kl_median"] == pytest.approx(0.1)
     assert point["kl_lo"] < point["kl_mean"] < point["kl_hi"] and point["median_lo"] <= 0.1 <= point["median_hi"]

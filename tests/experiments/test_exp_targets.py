@@ -97,8 +97,11 @@ def test_reuse_gate_bad_inputs():
     from kamera.metrics import reuse_gate, transfer_safe
 
     assert transfer_safe(0.86, 0.95) and not transfer_safe(0.84, 0.95)
-    assert reuse_gate([0.3, 0.1, 0.2], [False, True, True], 1 / 3) == {"threshold": 0.1, "reused": 1 / 3,
-                                                                       "false_reuse": 0.0}
+    assert reuse_gate([0.3, 0.1, 0.2], [False, True, True], 1 / 3) == {
+        "threshold": 0.1,
+        "reused": 1 / 3,
+        "false_reuse": 0.0,
+    }
     with pytest.raises(ValueError, match="one safe flag per divergence"):
         reuse_gate([0.1], [True, False], 0.5)
     with pytest.raises(ValueError, match="coverage"):
@@ -118,8 +121,13 @@ def test_reorder_tiny_runs_and_renders(tmp_path):
     from kamera.sweep import expand
 
     full_rank = "window_probes=[{reorder:{rank:null}},{reorder_k4:{rank:null}},{reorder_k6:{rank:null}}]"
-    sweep = ["experiment=reorder_tiny", "n_items=1", "testbed=toy_window,tiny_kimi_window", full_rank,
-             f"paths.results={tmp_path}/raw"]
+    sweep = [
+        "experiment=reorder_tiny",
+        "n_items=1",
+        "testbed=toy_window,tiny_kimi_window",
+        full_rank,
+        f"paths.results={tmp_path}/raw",
+    ]
     for job in expand(sweep):
         runner.run(job_config(tmp_path, *job))
     reorder.main([*sweep, "--out", str(tmp_path / "reorder")])

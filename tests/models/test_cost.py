@@ -64,7 +64,11 @@ def test_mla_moe_flops_are_twice_the_active_weights():
         lm = tf.AutoModelForCausalLM.from_config(tf.AutoConfig.for_model(**t))
     weights = sum(p.numel() for n, p in lm.model.layers.named_parameters() if p.dim() >= 2 or "experts" in n)
     per_expert = 3 * t["hidden_size"] * t["moe_intermediate_size"]
-    weights -= (t["num_hidden_layers"] - t["first_k_dense_replace"]) * (t["n_routed_experts"] - t["num_experts_per_tok"]) * per_expert
+    weights -= (
+        (t["num_hidden_layers"] - t["first_k_dense_replace"])
+        * (t["n_routed_experts"] - t["num_experts_per_tok"])
+        * per_expert
+    )
     assert model_flops("kimi_vl_a3b", config).decoder == pytest.approx(2 * weights, rel=0.01)
 
 
@@ -102,7 +106,9 @@ def test_injection_depth_costs_its_layer_passes():
 
 def test_a_window_job_grows_with_its_window_and_its_probes_layouts():
     recall = plugins("window_probe", "recall")
-    small, large = (flops(window_forwards(WindowShape(chunk=512, window=k, history=2 * k + 1), recall, 28)) for k in (5, 10))
+    small, large = (
+        flops(window_forwards(WindowShape(chunk=512, window=k, history=2 * k + 1), recall, 28)) for k in (5, 10)
+    )
     assert large > small
     # recall at 6 turnovers re-prefills 6 distinct layouts of k + 1 chunks; at τ = 1 only, 2 (eviction time, τ = 1)
     full = window_forwards(WINDOW, recall, 28)
@@ -163,7 +169,9 @@ def test_every_paper_experiment_states_its_estimated_cost(experiment):
 
 def test_check_lists_a_stale_or_missing_stated_cost(capsys):
     (stale,) = check(["fig3"], ["cost.h100_hours=99"])
-    assert stale[:2] == ("fig3", 99.0) and stale[2] == pytest.approx(compose_config(["experiment=fig3"]).cost.h100_hours, rel=0.1)
+    assert stale[:2] == ("fig3", 99.0) and stale[2] == pytest.approx(
+        compose_config(["experiment=fig3"]).cost.h100_hours, rel=0.1
+    )
     assert check(["fig3"], ["~cost.h100_hours"])[0][1] is None
 
 

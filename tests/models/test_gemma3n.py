@@ -172,9 +172,13 @@ def test_oracle_equals_blind_at_native_positions_though_b_outruns_the_window(twi
     mask = torch.zeros(1, 1, *native.oracle_mask().shape).masked_fill(~native.oracle_mask(), torch.finfo(torch.float32).min)
     placed = place(native.enc.spans)
     with torch.no_grad():
-        windowless = twin.lm(inputs_embeds=torch.cat([s.embeds for s, _ in placed])[None],
-                             position_ids=torch.cat([s.local_pos + p for s, p in placed], dim=-1),
-                             attention_mask=mask, cache=twin.new_cache(), **twin._forward_extras(placed))
+        windowless = twin.lm(
+            inputs_embeds=torch.cat([s.embeds for s, _ in placed])[None],
+            position_ids=torch.cat([s.local_pos + p for s, p in placed], dim=-1),
+            attention_mask=mask,
+            cache=twin.new_cache(),
+            **twin._forward_extras(placed),
+        )
     assert float((windowless.last_hidden_state[0, -1] - native.blind.hidden).abs().max()) > 1e-3
 
 
@@ -215,7 +219,7 @@ def test_kv_shared_layers_attend_their_source_layers_patched_kv(twin, ctx):
     k, _ = captured_shared_kv(twin, ctx, patched, 4)
     n_q = ctx.enc.spans[ctx.q].n_tokens
     assert k.shape[2] == twin.window - 1 + n_q
-    assert torch.equal(k[0, :, : twin.window - 1].transpose(0, 1), patched.layers[2][0][-(twin.window - 1):])
+    assert torch.equal(k[0, :, : twin.window - 1].transpose(0, 1), patched.layers[2][0][-(twin.window - 1) :])
 
 
 def test_greedy_decode_carries_per_layer_inputs(twin, ctx):
@@ -224,7 +228,7 @@ def test_greedy_decode_carries_per_layer_inputs(twin, ctx):
     tokens = twin.greedy(ctx.query(ctx.conditioned), max_new_tokens=4)
     assert tokens == twin.greedy(ctx.full, max_new_tokens=4)
     with torch.no_grad():
-        own = twin.model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=None)[0, ids.shape[1]:]
+        own = twin.model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=None)[0, ids.shape[1] :]
     assert tokens == own.tolist()
 
 
@@ -269,8 +273,13 @@ def test_image_layout_is_the_processors(twin, image_ctx):
     b = image_ctx.enc.spans[image_ctx.b]
     gap = twin.tokenize("\n\n")
     n = cfg.vision_soft_tokens_per_image
-    assert b.input_ids[: len(gap) * 2 + n + 2].tolist() == [*gap, cfg.boi_token_id, *[cfg.image_token_id] * n,
-                                                              cfg.eoi_token_id, *gap]
+    assert b.input_ids[: len(gap) * 2 + n + 2].tolist() == [
+        *gap,
+        cfg.boi_token_id,
+        *[cfg.image_token_id] * n,
+        cfg.eoi_token_id,
+        *gap,
+    ]
     assert b.visual.tolist()[: len(gap) + n + 2] == [False] * (len(gap) + 1) + [True] * n + [False]
     eoi = len(gap) + n + 1
     with torch.no_grad():
@@ -360,17 +369,34 @@ def test_shaped_image_ids_are_the_template_and_the_processors(shaped):
     import transformers as tf
 
     tok = shaped.tokenizer
-    proc = tf.Gemma3nProcessor(feature_extractor=tf.Gemma3nAudioFeatureExtractor(), image_processor=shaped.image_processor,
-                               tokenizer=tok, image_seq_length=256)
-    message = [{"role": "user", "content": [{"type": "text", "text": "Look."}, {"type": "image"},
-                                             {"type": "text", "text": "What is shown?"}]}]
+    proc = tf.Gemma3nProcessor(
+        feature_extractor=tf.Gemma3nAudioFeatureExtractor(),
+        image_processor=shaped.image_processor,
+        tokenizer=tok,
+        image_seq_length=256,
+    )
+    message = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Look."},
+                {"type": "image"},
+                {"type": "text", "text": "What is shown?"},
+            ],
+        }
+    ]
     rendered = tok.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
     before, after = rendered.split(tok.image_token)
     header, footer = shaped.chat
-    spans = [Span("A", (before[len(header):],)), Span("B", (noise_image(3),)),
-             Span("query", (after[: len(after) - len(footer)],))]
+    spans = [
+        Span("A", (before[len(header) :],)),
+        Span("B", (noise_image(3),)),
+        Span("query", (after[: len(after) - len(footer)],)),
+    ]
     ours = torch.cat([s.input_ids for s in shaped.encode(spans).spans]).tolist()
-    assert ours == tok(rendered.replace(tok.image_token, proc.full_image_sequence), add_special_tokens=False)["input_ids"]
+    assert (
+        ours == tok(rendered.replace(tok.image_token, proc.full_image_sequence), add_special_tokens=False)["input_ids"]
+    )
 
 
 @pytest.mark.shaped

@@ -48,7 +48,12 @@ def tiny_config() -> dict:
     cfg = copy.deepcopy(ivc.HUB_CONFIG)
     cfg["torch_dtype"] = "float32"
     cfg["force_image_size"] = 56
-    cfg["llm_config"] |= {"hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 8}
+    cfg["llm_config"] |= {
+        "hidden_size": 512,
+        "intermediate_size": 1024,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+    }
     cfg["vision_config"] |= {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "image_size": 56}
     return cfg
 
@@ -58,9 +63,11 @@ def tiny_dir(tmp_path_factory) -> Path:
     """The tiny twin: the real writer and file layout, small widths, 3 InternViT layers of which 2 are read."""
     real = shaped_spec("internvl_chat_v1_1")
     spec = dataclasses.replace(
-        real, config=tiny_config(),
+        real,
+        config=tiny_config(),
         files=real.files | {"preprocessor_config.json": ivc.HUB_PREPROCESSOR | {"size": 56, "crop_size": 56}},
-        tokenizer=dataclasses.replace(real.tokenizer, base=None))
+        tokenizer=dataclasses.replace(real.tokenizer, base=None),
+    )
     return write(spec, tmp_path_factory.mktemp("tiny") / "InternVL-Chat-V1-1", layers=2, vision_layers=3)
 
 
@@ -70,9 +77,12 @@ def tiny(tiny_dir):
 
 
 def spans(size: tuple[int, int]) -> list[Span]:
-    return [Span("prefix", ("Answer with a letter.",)), Span("A", ("the key is number 1 and it is red.",)),
-            Span("B", (picture(2, size), "the ball is by the door")),
-            Span("query", ("Which colour is at the door? A, B, C or D.",))]
+    return [
+        Span("prefix", ("Answer with a letter.",)),
+        Span("A", ("the key is number 1 and it is red.",)),
+        Span("B", (picture(2, size), "the ball is by the door")),
+        Span("query", ("Which colour is at the door? A, B, C or D.",)),
+    ]
 
 
 # ----- the weight plan -----------------------------------------------------------------------------------
@@ -118,12 +128,21 @@ def edited(ckpt: HubCheckpoint, drop: str = "", add: str = "", shape: tuple[str,
     return HubCheckpoint(ckpt.path, where, shapes)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"drop": "vision_model.encoder.layers.1.ls2"}, "tensor 'vision_model.encoder.layers.1.ls2' is missing"),
-    ({"add": "vision_model.encoder.layers.0.attn.extra"}, "'vision_model.encoder.layers.0.attn.extra' is neither loaded"),
-    ({"shape": ("mlp1.1.weight", (512, 100))}, "'mlp1.1.weight' gives mlp1.1.weight the shape (512, 100)"),
-    ({"shape": ("vision_model.encoder.layers.0.attn.qkv.weight", (90, 32))}, "attention.q_proj.weight the shape (30, 32)"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"drop": "vision_model.encoder.layers.1.ls2"}, "tensor 'vision_model.encoder.layers.1.ls2' is missing"),
+        (
+            {"add": "vision_model.encoder.layers.0.attn.extra"},
+            "'vision_model.encoder.layers.0.attn.extra' is neither loaded",
+        ),
+        ({"shape": ("mlp1.1.weight", (512, 100))}, "'mlp1.1.weight' gives mlp1.1.weight the shape (512, 100)"),
+        (
+            {"shape": ("vision_model.encoder.layers.0.attn.qkv.weight", (90, 32))},
+            "attention.q_proj.weight the shape (30, 32)",
+        ),
+    ],
+)
 def test_a_bad_checkpoint_is_refused_naming_the_tensor(tiny_dir, change, message):
     plan, model, ckpt = plan_and_model(tiny_dir)
     with pytest.raises(CheckpointMismatchError) as err:
@@ -151,13 +170,16 @@ def test_the_loader_names_a_tensor_missing_from_the_files(tiny_dir, tmp_path):
         ivc.load_internvl_chat_v1_1(bad, dtype=torch.float32, device="cpu", attn_implementation="sdpa")
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda c: c.update(model_type="internvl"), "model_type 'internvl', expected 'internvl_chat'"),
-    (lambda c: c["llm_config"].update(architectures=["InternLM2ForCausalLM"]), "only LlamaForCausalLM is mapped"),
-    (lambda c: c["llm_config"].update(rope_scaling={"type": "dynamic", "factor": 2.0}), "llm_config.rope_scaling"),
-    (lambda c: c["vision_config"].update(layer_norm_eps=1e-5), "layer_norm_eps must be 1e-6"),
-    (lambda c: c.update(select_layer=-49), "select_layer -49 reads no InternViT layer of 48"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: c.update(model_type="internvl"), "model_type 'internvl', expected 'internvl_chat'"),
+        (lambda c: c["llm_config"].update(architectures=["InternLM2ForCausalLM"]), "only LlamaForCausalLM is mapped"),
+        (lambda c: c["llm_config"].update(rope_scaling={"type": "dynamic", "factor": 2.0}), "llm_config.rope_scaling"),
+        (lambda c: c["vision_config"].update(layer_norm_eps=1e-5), "layer_norm_eps must be 1e-6"),
+        (lambda c: c.update(select_layer=-49), "select_layer -49 reads no InternViT layer of 48"),
+    ],
+)
 def test_configs_the_native_classes_do_not_implement_are_refused(edit, message):
     cfg = copy.deepcopy(ivc.HUB_CONFIG)
     edit(cfg)
@@ -228,7 +250,9 @@ def identities(adapter, size: tuple[int, int]) -> None:
     k = next(i for i, s in enumerate(adapter.specs) if s.rotary is not None)
     for d in (37, 97):
         moved = relocate(at[0], d)
-        assert rel_err(moved, at[d], k) <= 1e-5 and all(m[1 - k] is c[1 - k] for m, c in zip(moved.layers, at[0].layers, strict=True))
+        assert rel_err(moved, at[d], k) <= 1e-5 and all(
+            m[1 - k] is c[1 - k] for m, c in zip(moved.layers, at[0].layers, strict=True)
+        )
     spec, keys0 = adapter.specs[k].rotary, at[0].layers[0][k].double()
     exact = torch.stack([rotate(rotate(keys0[t], -t, spec), 1000 + t, spec) for t in range(b.n_tokens)])
     assert float((relocate(at[0], 1000).layers[0][k].double() - exact).norm() / exact.norm()) <= 1e-6
@@ -288,7 +312,9 @@ def test_shaped_chat_with_the_real_llama2_tokenizer(shaped, shaped_dir):
     assert json.loads((shaped_dir / "shaped.json").read_text())["tokenizer"] == "real:llama2"
     tok = shaped.tokenizer
     assert tok.convert_ids_to_tokens(list(range(32000, 32009))) == list(ivc.ADDED_TOKENS)
-    rendered = tok.apply_chat_template([{"role": "user", "content": "Hi there"}], tokenize=False, add_generation_prompt=True)
+    rendered = tok.apply_chat_template(
+        [{"role": "user", "content": "Hi there"}], tokenize=False, add_generation_prompt=True
+    )
     header, footer = shaped.chat
     assert rendered == header + "Hi there" + footer
     assert shaped.tokenize(rendered)[:4] == [1, *tok.encode(" <human>:", add_special_tokens=False)[:3]]

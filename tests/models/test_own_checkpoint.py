@@ -37,12 +37,26 @@ PARTS = ("{% for m in messages %}<|{{ m['role'] }}|>\n{% for p in m['content'] %
          "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 STRING = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
           "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
-CONCAT = "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] + ' [/INST]' }}{% endfor %}"  # TypeError on a list
-STARTS = "{% for m in messages %}{% if m['content'].startswith('/') %}cmd{% endif %}<u>{{ m['content'] }}</u>{% endfor %}"
+CONCAT = (
+    "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] + ' [/INST]' }}{% endfor %}"  # TypeError on a list
+)
+STARTS = (
+    "{% for m in messages %}{% if m['content'].startswith('/') %}cmd{% endif %}<u>{{ m['content'] }}</u>{% endfor %}"
+)
 
-TEXT = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=4096, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-            initializer_range=0.2)  # wide enough weights that blind reuse moves the answer (KL above eta_floor)
+TEXT = dict(
+    vocab_size=512,
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+    initializer_range=0.2,
+)  # wide enough weights that blind reuse moves the answer (KL above eta_floor)
 
 
 def text_checkpoint(out: Path, model_type: str, template: str = STRING, seed: int = 0, **config) -> Path:
@@ -50,8 +64,15 @@ def text_checkpoint(out: Path, model_type: str, template: str = STRING, seed: in
     torch.manual_seed(seed)
     cfg = tf.AutoConfig.for_model(model_type, **{**TEXT, **config})
     tf.AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
-    write_standin_tokenizer(out, cfg.vocab_size, {"<pad>": 0, "<s>": 1, "</s>": 2}, bos_token="<s>",
-                            eos_token="</s>", pad_token="<pad>", chat_template=template)
+    write_standin_tokenizer(
+        out,
+        cfg.vocab_size,
+        {"<pad>": 0, "<s>": 1, "</s>": 2},
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        chat_template=template,
+    )
     return out
 
 
@@ -64,8 +85,15 @@ def twin_checkpoint(out: Path, twin: str, seed: int = 0) -> Path:
     if e.image_processor:
         e.image_processor().save_pretrained(out)
     vocab = model.config.get_text_config(decoder=True).vocab_size
-    write_standin_tokenizer(out, vocab, {"<pad>": 0, "<s>": 1, "</s>": 2}, bos_token="<s>", eos_token="</s>",
-                            pad_token="<pad>", chat_template=PARTS)
+    write_standin_tokenizer(
+        out,
+        vocab,
+        {"<pad>": 0, "<s>": 1, "</s>": 2},
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        chat_template=PARTS,
+    )
     return out
 
 
@@ -75,13 +103,28 @@ def musique(tmp_path_factory) -> Path:
 
 
 def job(tmp_path: Path, *overrides: str):
-    return compose_config([f"paths.results={tmp_path}/raw", f"paths.outputs={tmp_path}/out", "model.dtype=float32",
-                           "device=cpu", *overrides])
+    return compose_config(
+        [
+            f"paths.results={tmp_path}/raw",
+            f"paths.outputs={tmp_path}/out",
+            "model.dtype=float32",
+            "device=cpu",
+            *overrides,
+        ]
+    )
 
 
 def hf_job(tmp_path: Path, ckpt: Path, musique: Path, *overrides: str):
-    return job(tmp_path, "model=hf", f"model.path={ckpt}", "bench=musique", f"bench.root={musique}", ARMS,
-               "n_items=2", *overrides)
+    return job(
+        tmp_path,
+        "model=hf",
+        f"model.path={ckpt}",
+        "bench=musique",
+        f"bench.root={musique}",
+        ARMS,
+        "n_items=2",
+        *overrides,
+    )
 
 
 def check_identities(rows: pd.DataFrame) -> None:
@@ -106,8 +149,10 @@ def test_a_text_checkpoint_runs_by_path_with_full_rank_equal_to_reprefill(tmp_pa
 
 
 # a checkpoint of every family whose served entry is a tiny twin, and of three with a paper model too
-TWINS = sorted({e.name for e in served_families().values() if e.kind == "tiny"}
-               | {"tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_llava", "tiny_gdn_hybrid"})
+TWINS = sorted(
+    {e.name for e in served_families().values() if e.kind == "tiny"}
+    | {"tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_llava", "tiny_gdn_hybrid"}
+)
 
 
 @pytest.mark.parametrize("twin", TWINS)
@@ -115,8 +160,16 @@ def test_a_checkpoint_of_a_served_family_runs_by_path(tmp_path, musique, twin):
     ckpt = twin_checkpoint(tmp_path / twin, twin)
     bench = "synthetic" if entry(twin).reads_images else "musique"
     where = [f"bench.root={musique}"] if bench == "musique" else []
-    cfg = job(tmp_path, "model=hf", f"model.path={ckpt}", f"bench={bench}", *where,
-              "arms=[reprefill,blind,patch_full]", "n_items=2", "eta_floor=0")
+    cfg = job(
+        tmp_path,
+        "model=hf",
+        f"model.path={ckpt}",
+        f"bench={bench}",
+        *where,
+        "arms=[reprefill,blind,patch_full]",
+        "n_items=2",
+        "eta_floor=0",
+    )
     rows = pd.read_parquet(runner.run(cfg))
     family = entry(twin).family
     assert set(rows.family) == {family} and set(rows.model_type) == {family}
@@ -143,8 +196,10 @@ def test_an_unsupported_or_missing_checkpoint_is_one_preflight_line(tmp_path, mu
         assert says in line and ", ".join(supported_model_types()) in line and "\n" not in line
         with pytest.raises(Exception, match="cannot start"):
             runner.run(hf_job(tmp_path, path, musique))
-    assert any("model.path is required" in p for p in preflight(job(tmp_path, "model=hf", "bench=musique",
-                                                                     f"bench.root={musique}")))
+    assert any(
+        "model.path is required" in p
+        for p in preflight(job(tmp_path, "model=hf", "bench=musique", f"bench.root={musique}"))
+    )
 
 
 def test_the_job_key_fingerprints_the_checkpoint(tmp_path, musique):
@@ -168,12 +223,24 @@ def test_a_path_on_a_built_in_model_is_refused_before_weights(tmp_path, model):
 
 def test_a_checkpoint_of_another_family_is_refused_before_weights(tmp_path, musique, monkeypatch):
     ckpt = text_checkpoint(tmp_path / "llama", "llama")
-    monkeypatch.setattr(tf.LlavaForConditionalGeneration, "from_pretrained",
-                        classmethod(lambda *a, **k: pytest.fail("a default-size LLaVA was built")))
+    monkeypatch.setattr(
+        tf.LlavaForConditionalGeneration,
+        "from_pretrained",
+        classmethod(lambda *a, **k: pytest.fail("a default-size LLaVA was built")),
+    )
     (line,) = model_problems("llava_1_5_7b", ckpt)
     assert "model_type 'llama', not 'llava'" in line and f"model=hf model.path={ckpt}" in line
-    assert line in preflight(job(tmp_path, "model=llava_1_5_7b", f"model.path={ckpt}", "bench=musique",
-                                 f"bench.root={musique}", "arms=[blind]", "n_items=1"))
+    assert line in preflight(
+        job(
+            tmp_path,
+            "model=llava_1_5_7b",
+            f"model.path={ckpt}",
+            "bench=musique",
+            f"bench.root={musique}",
+            "arms=[blind]",
+            "n_items=1",
+        )
+    )
     with pytest.raises(UnsupportedCheckpointError, match="not 'llava'"):
         load_model("llava_1_5_7b", path=ckpt)
 
@@ -195,12 +262,15 @@ def test_image_chunks_on_a_text_only_model_are_a_preflight_error(tmp_path, model
 
 
 # ----- item 4: chat templates that take content only as a string ---------------------------------------------
-@pytest.mark.parametrize("template, content, header, footer", [
-    (PARTS, "parts", "<|user|>\n", "\n<|assistant|>\n"),
-    (STRING, "string", "<|user|>\n", "\n<|assistant|>\n"),
-    (CONCAT, "string", "<s>[INST] ", " [/INST]"),
-    (STARTS, "string", "<u>", "</u>"),
-])
+@pytest.mark.parametrize(
+    "template, content, header, footer",
+    [
+        (PARTS, "parts", "<|user|>\n", "\n<|assistant|>\n"),
+        (STRING, "string", "<|user|>\n", "\n<|assistant|>\n"),
+        (CONCAT, "string", "<s>[INST] ", " [/INST]"),
+        (STARTS, "string", "<u>", "</u>"),
+    ],
+)
 def test_chat_templates_of_either_content_shape(template, content, header, footer):
     tok = standin_tokenizer(300, {"<s>": 1, "</s>": 2}, bos_token="<s>", eos_token="</s>", chat_template=template)
     assert chat_with_content(tok, "ckpt") == ((header, footer), content)
@@ -210,15 +280,19 @@ NO_GENERATION_PROMPT = "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['conten
 BOS_IN_TEMPLATE = "{{ bos_token }}{% for m in messages %}<u>{{ m['content'] }}</u>{% endfor %}"
 
 
-@pytest.mark.parametrize("template, add_bos, header, footer", [
-    (NO_GENERATION_PROMPT, False, "<|user|>\n", "\n"),  # no assistant turn to open: the footer closes the user's
-    (BOS_IN_TEMPLATE, True, "<s><u>", "</u>"),  # BOS from the template and the tokenizer: once, not twice
-    (BOS_IN_TEMPLATE, False, "<s><u>", "</u>"),  # from the template only
-    (STRING, True, "<s><|user|>\n", "\n<|assistant|>\n"),  # from the tokenizer only: put in front
-])
+@pytest.mark.parametrize(
+    "template, add_bos, header, footer",
+    [
+        (NO_GENERATION_PROMPT, False, "<|user|>\n", "\n"),  # no assistant turn to open: the footer closes the user's
+        (BOS_IN_TEMPLATE, True, "<s><u>", "</u>"),  # BOS from the template and the tokenizer: once, not twice
+        (BOS_IN_TEMPLATE, False, "<s><u>", "</u>"),  # from the template only
+        (STRING, True, "<s><|user|>\n", "\n<|assistant|>\n"),  # from the tokenizer only: put in front
+    ],
+)
 def test_generation_prompt_and_bos_from_template_or_tokenizer(template, add_bos, header, footer):
-    tok = standin_tokenizer(300, {"<s>": 1, "</s>": 2}, bos_token="<s>", eos_token="</s>", chat_template=template,
-                            add_bos_token=add_bos)
+    tok = standin_tokenizer(
+        300, {"<s>": 1, "</s>": 2}, bos_token="<s>", eos_token="</s>", chat_template=template, add_bos_token=add_bos
+    )
     (got_header, got_footer), _ = chat_with_content(tok, "ckpt")
     assert (got_header, got_footer) == (header, footer)
     assert tok(got_header, add_special_tokens=False)["input_ids"].count(1) == header.count("<s>")  # one BOS id
@@ -246,8 +320,14 @@ def test_real_tokenizers_serve_a_text_checkpoint(tmp_path, musique):
     if not (TOKENIZERS / "qwen2").is_dir() or not (TOKENIZERS / "llama2").is_dir():
         pytest.skip(f"no real tokenizer files under {TOKENIZERS}")
     for model_type, folder, vocab in (("qwen2", "qwen2", 151669), ("llama", "llama2", 32000)):
-        ckpt = text_checkpoint(tmp_path / model_type, model_type, vocab_size=vocab, hidden_size=64,
-                               intermediate_size=128, bos_token_id=None if folder == "qwen2" else 1)
+        ckpt = text_checkpoint(
+            tmp_path / model_type,
+            model_type,
+            vocab_size=vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            bos_token_id=None if folder == "qwen2" else 1,
+        )
         for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
             (ckpt / f).unlink(missing_ok=True)
         tok = tf.AutoTokenizer.from_pretrained(TOKENIZERS / folder)
@@ -262,9 +342,24 @@ def test_real_tokenizers_serve_a_text_checkpoint(tmp_path, musique):
 def test_the_command_line_runs_a_checkpoint_by_path(tmp_path, musique):
     ckpt = text_checkpoint(tmp_path / "mistral", "mistral")
     done = subprocess.run(
-        [sys.executable, "-m", "kamera.run", "model=hf", f"model.path={ckpt}", "bench=musique", ARMS,
-         "model.dtype=float32", "n_items=2", f"paths.results={tmp_path}/raw", f"paths.outputs={tmp_path}/out",
-         f"bench.root={musique}"], capture_output=True, text=True, timeout=300, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "kamera.run",
+            "model=hf",
+            f"model.path={ckpt}",
+            "bench=musique",
+            ARMS,
+            "model.dtype=float32",
+            "n_items=2",
+            f"paths.results={tmp_path}/raw",
+            f"paths.outputs={tmp_path}/out",
+            f"bench.root={musique}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (shard,) = (tmp_path / "raw" / "adhoc").glob("*.parquet")
@@ -275,8 +370,14 @@ def test_the_command_line_runs_a_checkpoint_by_path(tmp_path, musique):
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "mistral"])
 def test_binding_words_runs_on_a_text_checkpoint(tmp_path, model_type):
     ckpt = text_checkpoint(tmp_path / f"my-{model_type}", model_type)
-    cfg = job(tmp_path, "model=hf", f"model.path={ckpt}", "bench=binding_words", "n_items=3",
-              "arms=[reprefill,blind,patch_r8,patch_full,cacheblend]")
+    cfg = job(
+        tmp_path,
+        "model=hf",
+        f"model.path={ckpt}",
+        "bench=binding_words",
+        "n_items=3",
+        "arms=[reprefill,blind,patch_r8,patch_full,cacheblend]",
+    )
     rows = pd.read_parquet(runner.run(cfg))
     assert set(rows.arm) == {"reprefill", "blind", "patch_r8", "patch_full", "cacheblend"} and len(rows) == 15
     assert set(rows.bench) == {"binding_words"} and set(rows.subset) <= {"two_hop", "control", "control_b"}
@@ -290,8 +391,18 @@ PAPER_SERVED = {kind: e.name for kind, e in served_families().items() if e.kind 
 def test_the_served_families_are_the_model_files_families():
     """model=hf serves a model_type exactly when a conf/model file of that family loads natively (the map is derived,
     not kept by hand): a paper model's entry before its tiny twin's, the text decoders beside them."""
-    assert set(PAPER_SERVED) >= {"qwen2_5_vl", "qwen3_vl", "llava", "internvl", "smolvlm", "deepseek_vl_hybrid",
-                                 "qwen3_omni_moe", "qwen2_5_omni", "qwen3_5", "gemma3n"}
+    assert set(PAPER_SERVED) >= {
+        "qwen2_5_vl",
+        "qwen3_vl",
+        "llava",
+        "internvl",
+        "smolvlm",
+        "deepseek_vl_hybrid",
+        "qwen3_omni_moe",
+        "qwen2_5_omni",
+        "qwen3_5",
+        "gemma3n",
+    }
     assert PAPER_SERVED["qwen2_5_vl"] == "qwen2_5_vl_7b" and served_families()["deepseek_v2"].name == "tiny_deepseek_v2"
     assert not {"kimi_vl", "phi3_v", "internvl_chat", "text", "auto"} & set(served_families())  # own loaders; toy; hf
     assert {"llama", "qwen2", "olmo2"} <= set(supported_model_types())
@@ -307,21 +418,34 @@ def test_a_published_config_maps_onto_the_paper_models_adapter(tmp_path, model_t
     assert config["model_type"] == model_type
     (tmp_path / "config.json").write_text(json.dumps(config))
     e, base = own_entry("hf", tmp_path), entry(paper)
-    assert (e.family, e.adapter, e.model_class, e.submodule) == (model_type, base.adapter, base.model_class,
-                                                                 base.submodule)
+    assert (e.family, e.adapter, e.model_class, e.submodule) == (
+        model_type,
+        base.adapter,
+        base.model_class,
+        base.submodule,
+    )
     assert e.load_kwargs == base.load_kwargs and model_type in supported_model_types()
 
 
 @pytest.mark.shaped
 @pytest.mark.full  # ~0.5-1.5 min each on 2 cores; the canaries' own loads and identities run in CI
-@pytest.mark.parametrize("paper", [pytest.param(n, marks=shaped_marks(n))
-                                   for n in ("smolvlm2", "internvl3_8b", "deepseek_vl_7b", "qwen2_5_omni_7b")])
+@pytest.mark.parametrize(
+    "paper",
+    [pytest.param(n, marks=shaped_marks(n)) for n in ("smolvlm2", "internvl3_8b", "deepseek_vl_7b", "qwen2_5_omni_7b")],
+)
 def test_a_shaped_checkpoint_runs_by_path(tmp_path, shaped_root, paper):
     """The paper model's shaped checkpoint, named by path through model=hf: rows say its model_type, re-prefill is
     the reference and the full-rank patch restores it (float32)."""
     ckpt = shaped_root(paper) / entry(paper).repo_dir
-    cfg = job(tmp_path, "model=hf", f"model.path={ckpt}", "bench=synthetic", "arms=[reprefill,blind,patch_full]",
-              "n_items=1", "eta_floor=0")
+    cfg = job(
+        tmp_path,
+        "model=hf",
+        f"model.path={ckpt}",
+        "bench=synthetic",
+        "arms=[reprefill,blind,patch_full]",
+        "n_items=1",
+        "eta_floor=0",
+    )
     rows = pd.read_parquet(runner.run(cfg))
     assert set(rows.model_type) == {entry(paper).family} and set(rows.checkpoint) == {ckpt.name}
     by = rows.set_index("arm")
@@ -357,9 +481,15 @@ def gguf_twin(ckpt: Path, out: Path) -> Path:
     w.add_chat_template(tok.chat_template)
     sd = {k: v.numpy() for k, v in model.state_dict().items()}
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
-    names = {"input_layernorm": "attn_norm", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-             "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-             "mlp.down_proj": "ffn_down"}
+    names = {
+        "input_layernorm": "attn_norm",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "post_attention_layernorm": "ffn_norm",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
     for i in range(c.num_hidden_layers):
         p = f"model.layers.{i}."
         w.add_tensor(f"blk.{i}.attn_q.weight", rotary_order(sd[p + "self_attn.q_proj.weight"], heads))
@@ -383,8 +513,9 @@ def test_a_gguf_file_gives_the_rows_of_its_safetensors_twin(tmp_path, musique):
     assert list(a.item_id) == list(b.item_id) and list(a.pred) == list(b.pred)
     for col in ("kl", "eta"):
         assert a[col].to_numpy() == pytest.approx(b[col].to_numpy(), rel=1e-4, abs=1e-9), col
-    assert checkpoint_fingerprint(hf_job(tmp_path, twin, musique)) != checkpoint_fingerprint(hf_job(tmp_path, ckpt,
-                                                                                                    musique))
+    assert checkpoint_fingerprint(hf_job(tmp_path, twin, musique)) != checkpoint_fingerprint(
+        hf_job(tmp_path, ckpt, musique)
+    )
 
 
 def test_a_bad_gguf_is_one_preflight_line(tmp_path, musique):
@@ -409,7 +540,8 @@ def test_chat_none_runs_a_base_checkpoint_as_another_job(tmp_path, musique):
     check_identities(rows)
     templated = text_checkpoint(tmp_path / "templated", "llama")
     assert config_key(hf_job(tmp_path, templated, musique, "model.chat=none")) != config_key(
-        hf_job(tmp_path, templated, musique))
+        hf_job(tmp_path, templated, musique)
+    )
 
 
 # ----- item 6: per-sample logs beside every shard ------------------------------------------------------------
@@ -443,8 +575,15 @@ def test_parse_choice_reads_the_first_choice_word():
     from kamera.job.arm_shape import parse_choice
 
     letters = ["A", "B", "C", "D"]
-    for text, want in [("B", "B"), ("(C) red", "C"), ("Answer: D.", "D"), ("the answer is", ""), ("", ""),
-                       ("**A**", "A"), ("E then B", "B")]:
+    for text, want in [
+        ("B", "B"),
+        ("(C) red", "C"),
+        ("Answer: D.", "D"),
+        ("the answer is", ""),
+        ("", ""),
+        ("**A**", "A"),
+        ("E then B", "B"),
+    ]:
         assert parse_choice(text, letters) == want, text
 
 
@@ -458,8 +597,9 @@ def test_scoring_generate_parses_a_generated_letter_as_its_own_job(tmp_path, mus
 
     for r in rows.itertuples():
         assert r.pred == parse_choice(r.generated, ["A", "B", "C", "D"]) and r.correct == float(r.pred == r.gold)
-    assert config_key(hf_job(tmp_path, ckpt, musique, "scoring=generate")) != config_key(hf_job(tmp_path, ckpt,
-                                                                                                  musique))
+    assert config_key(hf_job(tmp_path, ckpt, musique, "scoring=generate")) != config_key(
+        hf_job(tmp_path, ckpt, musique)
+    )
     assert any("scoring='vote'" in p for p in preflight(hf_job(tmp_path, ckpt, musique, "scoring=vote")))
 
 

@@ -92,8 +92,13 @@ def own_forward_hidden(adapter, spans: list[Span]) -> tuple[torch.Tensor, torch.
     feats = adapter.feature_extractor(audio.samples, sampling_rate=RATE, return_attention_mask=True,
                                       return_tensors="pt")
     with torch.no_grad():
-        ref = adapter.model.model(input_ids=ids, inputs_embeds=adapter.embed(ids), input_features=feats["input_features"],
-                                  feature_attention_mask=feats["attention_mask"], attention_mask=torch.ones_like(ids))
+        ref = adapter.model.model(
+            input_ids=ids,
+            inputs_embeds=adapter.embed(ids),
+            input_features=feats["input_features"],
+            feature_attention_mask=feats["attention_mask"],
+            attention_mask=torch.ones_like(ids),
+        )
     return adapter.forward(place(enc.spans)).hidden, ref.last_hidden_state[0, -1]
 
 
@@ -110,8 +115,12 @@ def test_audio_tokens_and_tmrope_positions(tiny):
     adapter = tiny("tiny_qwen2_5_omni")
     cfg = adapter.model.config
     enc = adapter.encode_span(Span("B", ("x", tone(440.0))))
-    assert enc.input_ids.tolist() == [*adapter.tokenize("x"), cfg.audio_start_token_id, *[cfg.audio_token_id] * 15,
-                                      cfg.audio_end_token_id]
+    assert enc.input_ids.tolist() == [
+        *adapter.tokenize("x"),
+        cfg.audio_start_token_id,
+        *[cfg.audio_token_id] * 15,
+        cfg.audio_end_token_id,
+    ]
     assert torch.equal(enc.local_pos, torch.arange(enc.n_tokens)[None].expand(3, -1)) and enc.extent == enc.n_tokens
     mixed = adapter.encode_span(Span("B", (noise_image(1), "and", tone(440.0))))
     audio = mixed.input_ids == cfg.audio_token_id

@@ -63,7 +63,9 @@ def test_operator_identities_on_a_video_chunk(tiny, name):
     target = adapter.read(at57.cache, 0, enc.n_tokens, enc.local_pos + 57)
     k = next(i for i, s in enumerate(adapter.specs) if s.rotary is not None)
     moved = relocate(base, 57)
-    assert max(float((m[k] - t[k]).norm() / t[k].norm()) for m, t in zip(moved.layers, target.layers, strict=True)) <= 1e-5
+    assert (
+        max(float((m[k] - t[k]).norm() / t[k].norm()) for m, t in zip(moved.layers, target.layers, strict=True)) <= 1e-5
+    )
     kl_blind = kl(ctx.reprefill_logits, ctx.blind.logits)
     assert kl_blind > 1e-6
     assert eta(kl(ctx.reprefill_logits, ctx.query(ctx.patch.apply(ctx.relocated)).logits), kl_blind) >= 0.999

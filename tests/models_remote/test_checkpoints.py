@@ -49,10 +49,15 @@ def test_shaped_checkpoint_has_the_hub_layout(shaped, name):
     if name == "kimi_vl_a3b":
         assert hub["text_config"] | {"num_hidden_layers": 27} == kimi_vl.HUB_CONFIG["text_config"]
         assert len(tok) == 163840 and all(tok.convert_tokens_to_ids(t) == i for t, i in kimi_vl.SPECIALS.items())
-        rendered = tok.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}],
-                                           tokenize=False, add_generation_prompt=True)
-        assert rendered == ("<|im_user|>user<|im_middle|><|media_start|>image<|media_content|><|media_pad|><|media_end|>"
-                            "Hi<|im_end|><|im_assistant|>assistant<|im_middle|>")
+        rendered = tok.apply_chat_template(
+            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi"}]}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        assert rendered == (
+            "<|im_user|>user<|im_middle|><|media_start|>image<|media_content|><|media_pad|><|media_end|>"
+            "Hi<|im_end|><|im_assistant|>assistant<|im_middle|>"
+        )
     else:
         assert hub | {"num_hidden_layers": 32} == phi3_v.HUB_CONFIG
         assert tok.convert_tokens_to_ids("<|image|>") == 32044
@@ -125,7 +130,9 @@ def test_one_renamed_tensor_fails_naming_it(shaped, name, tmp_path):
 def test_extra_and_misshaped_tensors_fail_naming_them(shaped, name, tmp_path):
     extra = variant(shaped(name), tmp_path / "extra")
     rewrite_shard(extra, lambda t: t | {"model.extra.weight": torch.zeros(2)})
-    with pytest.raises(CheckpointMismatchError, match=r"'model\.extra\.weight' is neither loaded nor in the ignore list"):
+    with pytest.raises(
+        CheckpointMismatchError, match=r"'model\.extra\.weight' is neither loaded nor in the ignore list"
+    ):
         load(name, extra)
     bad = variant(shaped(name), tmp_path / "shape")
     victim = {}
@@ -164,13 +171,16 @@ def test_index_shard_disagreement_and_corrupt_shard_fail(shaped, tmp_path):
         HubCheckpoint.open(broken)
 
 
-@pytest.mark.parametrize(("name", "field", "value", "match"), [
-    ("kimi_vl_a3b", ("text_config", "scoring_func"), "softmax", "scoring_func"),
-    ("kimi_vl_a3b", ("text_config", "rope_scaling"), {"type": "yarn", "factor": 4}, "rope_scaling"),
-    ("kimi_vl_a3b", ("model_type",), "kimi_k25", "model_type"),
-    ("phi3_5_vision", ("rope_scaling", "type"), "linear", "rope_scaling"),
-    ("phi3_5_vision", ("embd_layer", "hd_transform_order"), "glb_sub", "hd_transform_order"),
-])
+@pytest.mark.parametrize(
+    ("name", "field", "value", "match"),
+    [
+        ("kimi_vl_a3b", ("text_config", "scoring_func"), "softmax", "scoring_func"),
+        ("kimi_vl_a3b", ("text_config", "rope_scaling"), {"type": "yarn", "factor": 4}, "rope_scaling"),
+        ("kimi_vl_a3b", ("model_type",), "kimi_k25", "model_type"),
+        ("phi3_5_vision", ("rope_scaling", "type"), "linear", "rope_scaling"),
+        ("phi3_5_vision", ("embd_layer", "hd_transform_order"), "glb_sub", "hd_transform_order"),
+    ],
+)
 @pytest.mark.shaped
 @pytest.mark.full
 def test_config_the_native_classes_do_not_implement_fails(shaped, tmp_path, name, field, value, match):
@@ -188,9 +198,11 @@ def test_config_the_native_classes_do_not_implement_fails(shaped, tmp_path, name
 
 @pytest.mark.shaped
 @pytest.mark.full
-@pytest.mark.skipif(not (SHARED_TOKENIZERS / "llama2").is_dir(),
-                    reason="the real Llama-2 tokenizer files: a stand-in also holds its specials in the base vocabulary, "
-                           "so renaming the added token moves no id")
+@pytest.mark.skipif(
+    not (SHARED_TOKENIZERS / "llama2").is_dir(),
+    reason="the real Llama-2 tokenizer files: a stand-in also holds its specials in the base vocabulary, "
+    "so renaming the added token moves no id",
+)
 def test_tokenizer_with_a_special_at_the_wrong_id_fails(shaped, tmp_path):
     path = variant(shaped("phi3_5_vision"), tmp_path / "ckpt")
     tok = json.loads((path / "tokenizer.json").read_text())
@@ -214,8 +226,10 @@ def test_moonvit_preprocessing_pads_rescales_and_patchifies():
     assert proc(big)[1] == (66, 66)
 
 
-@pytest.mark.parametrize(("size", "hd"), [((300, 80), (336, 1008)), ((80, 300), (1008, 336)), ((500, 500), (672, 672)),
-                                          ((1000, 200), (336, 1344))])
+@pytest.mark.parametrize(
+    ("size", "hd"),
+    [((300, 80), (336, 1008)), ((80, 300), (1008, 336)), ((500, 500), (672, 672)), ((1000, 200), (336, 1344))],
+)
 def test_phi_hd_transform_sizes_and_token_counts(size, hd):
     """num_crops 4: a 3.75:1 image → 3 crops across (1008 × 268, padded to 336 centred: 34 white rows on
     top, 34 below); portrait the same transposed; square → 2 × 2; 5:1 → 4 across (s·⌈s/ratio⌉ ≤ 4)."""
@@ -226,7 +240,9 @@ def test_phi_hd_transform_sizes_and_token_counts(size, hd):
     h, w = hd[0] // 336, hd[1] // 336
     assert pixels.shape == (1 + h * w, 3, 336, 336)
     assert phi3_v.n_image_tokens(got) == (h * w + 1) * 144 + 1 + (h + 1) * 12
-    white = (1.0 - torch.tensor(phi3_v.HUB_PREPROCESSOR["image_mean"])) / torch.tensor(phi3_v.HUB_PREPROCESSOR["image_std"])
+    white = (1.0 - torch.tensor(phi3_v.HUB_PREPROCESSOR["image_mean"])) / torch.tensor(
+        phi3_v.HUB_PREPROCESSOR["image_std"]
+    )
     if hd == (336, 1008):
         torch.testing.assert_close(pixels[1, :, 0, 0], white)
         torch.testing.assert_close(pixels[1, :, -1, 0], white)

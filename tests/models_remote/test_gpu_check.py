@@ -14,14 +14,17 @@ import gpu_check
 @pytest.mark.shaped
 @pytest.mark.full
 def test_remote_equivalence_on_the_shaped_phi_checkpoint(shaped):
-    result = gpu_check.remote_equivalence("phi3_5_vision", shaped("phi3_5_vision"), "cpu", "float32", size=(84, 56),
-                                          num_crops=1)
+    result = gpu_check.remote_equivalence(
+        "phi3_5_vision", shaped("phi3_5_vision"), "cpu", "float32", size=(84, 56), num_crops=1
+    )
     assert result.ok and "public-semantics reference" in result.reference
     assert result.n_tokens > 313 and result.kl <= 1e-9 and result.top1_agree
 
 
-@pytest.mark.parametrize(("max_abs", "kl", "top1", "ok"), [(1e-5, 1e-9, True, True), (1.0, 1e-9, True, False),
-                                                          (1e-5, 1e-3, True, False), (1e-5, 1e-9, False, False)])
+@pytest.mark.parametrize(
+    ("max_abs", "kl", "top1", "ok"),
+    [(1e-5, 1e-9, True, True), (1.0, 1e-9, True, False), (1e-5, 1e-3, True, False), (1e-5, 1e-9, False, False)],
+)
 def test_a_mismatch_is_reported_and_exits_one(monkeypatch, capsys, max_abs, kl, top1, ok):
     result = gpu_check.Equivalence("phi3_5_vision", "float32", "ref", 10, max_abs, 5.0, kl, top1)
     assert result.ok is ok

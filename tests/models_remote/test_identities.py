@@ -31,7 +31,9 @@ pytestmark = pytest.mark.shaped  # Kimi-VL (the MLA canary) in CI, its mapping a
 # Phi-3.5-V and the bf16 checks in make test-full
 
 
-@pytest.fixture(scope="module", params=[pytest.param(n, marks=shaped_marks(n)) for n in ("kimi_vl_a3b", "phi3_5_vision")])
+@pytest.fixture(
+    scope="module", params=[pytest.param(n, marks=shaped_marks(n)) for n in ("kimi_vl_a3b", "phi3_5_vision")]
+)
 def name(request) -> str:
     return request.param
 
@@ -56,9 +58,12 @@ def bf16(remote, name):
 def spans(adapter) -> list[Span]:
     """[prefix, A, B, query]; images in A and B for Kimi-VL, A as text for Phi-3.5-V (313-token images)."""
     a = (noise_image(1, 56), "key 1") if adapter.family == "kimi_vl" else ("the key is number 1 and it is red.",)
-    return [Span("prefix", ("Answer with a letter.",)), Span("A", a),
-            Span("B", (noise_image(2, 84).crop((0, 0, 84, 56)), "the ball is by the door")),
-            Span("query", ("Which colour is at the door? A, B, C or D. Answer:",))]
+    return [
+        Span("prefix", ("Answer with a letter.",)),
+        Span("A", a),
+        Span("B", (noise_image(2, 84).crop((0, 0, 84, 56)), "the ball is by the door")),
+        Span("query", ("Which colour is at the door? A, B, C or D. Answer:",)),
+    ]
 
 
 def rotary(adapter) -> int:
@@ -231,4 +236,3 @@ def test_patch_bytes_in_the_models_own_layout(bf16):
         else:
             assert patch.nbytes() == layers * 2 * m * (n + 3072) * 2
         assert patch.bytes_fraction(ctx.conditioned) == pytest.approx(patch.nbytes() / page)
-

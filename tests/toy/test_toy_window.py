@@ -49,7 +49,9 @@ def check_gates(rows: list[dict], model: str = "toy_window") -> None:
     assert t1.n_flips >= N // 2 and t1.stale_flip_recover <= 0.1 and t1.fresh_flip_recover >= 0.95
     keep = select(rows, probe="survivor", variant="keep_as_is")
     assert t1.keep_kl <= 1e-4 and t1.keep_kl_over_blind <= 1e-3
-    assert mean(r["correct"] for r in keep) == mean(r["correct"] for r in select(rows, probe="survivor", variant="reprefill"))
+    assert mean(r["correct"] for r in keep) == mean(
+        r["correct"] for r in select(rows, probe="survivor", variant="reprefill")
+    )
 
 
 def test_shipped_weights_meet_the_gates(rows):
@@ -111,7 +113,9 @@ def test_training_encodes_a_window_exactly_as_the_harness_does():
     states = [list(it.history[i].meta["colour_of"].items()) for i in range(k)]
     pairs = list(it.history[k].meta["object_at"].items())
     loc = it.meta["location"]
-    batch = WindowSampler(spec, adapter.tokenizer).encode([(states, pairs, [], [("two_hop", loc, it.answer(view.layout.window))])])
+    batch = WindowSampler(spec, adapter.tokenizer).encode(
+        [(states, pairs, [], [("two_hop", loc, it.answer(view.layout.window))])]
+    )
     assert torch.equal(batch.ids[0, :-1], harness)
     assert int(batch.target_pos[0, 0]) == int(batch.object_pos[0, [p for p, _ in pairs].index(loc)])
 

@@ -96,7 +96,9 @@ def cache_key(name: str, layers: int, vision_layers: int, seed: int) -> str:
     return f"{name}-L{layers}-V{vision_layers}-s{seed}-{digest}"
 
 
-def ensure(name: str, root: str | Path | None = None, *, layers: int = 2, vision_layers: int = 2, seed: int = 0) -> Path:
+def ensure(
+    name: str, root: str | Path | None = None, *, layers: int = 2, vision_layers: int = 2, seed: int = 0
+) -> Path:
     """A models root holding the shaped ``name`` as ``<root>/<key>/<repo dir>``, written once (under a file
     lock, so concurrent callers wait rather than write twice; ``shaped.json`` marks a complete copy, and anything
     else there — a killed writer's staging directory — is removed first); returns ``<root>/<key>``."""

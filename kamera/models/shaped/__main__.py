@@ -43,8 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
     ap.add_argument("--vision-layers", type=int, default=2, help="vision / audio tower layers (default 2)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tokenizers", type=Path, default=None,
-                    help="folder of real tokenizer files (qwen2/, llama2/); default $KAMERA_TOKENIZERS; stand-ins without")
+    ap.add_argument(
+        "--tokenizers",
+        type=Path,
+        default=None,
+        help="folder of real tokenizer files (qwen2/, llama2/); default $KAMERA_TOKENIZERS; stand-ins without",
+    )
     args = ap.parse_args(argv)
     names = shaped_models() if args.models == ["all"] else args.models
     try:
@@ -79,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: cannot write {out}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
             return 1
         info = json.loads((out / "shaped.json").read_text())
-        print(f"{name}: {out} ({info['parameters'] / 1e9:.2f} B parameters, tokenizer {info['tokenizer']}, "
-              f"{time.perf_counter() - t:.0f} s)")
+        print(
+            f"{name}: {out} ({info['parameters'] / 1e9:.2f} B parameters, tokenizer {info['tokenizer']}, "
+            f"{time.perf_counter() - t:.0f} s)"
+        )
     return 0
 
 

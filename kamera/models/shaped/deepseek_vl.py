@@ -13,8 +13,9 @@ from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_jso
 
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
-CONVERTER = "huggingface/transformers src/transformers/models/deepseek_vl_hybrid/convert_deepseek_vl_hybrid_weights_to_hf.py"
-
+CONVERTER = (
+    "huggingface/transformers src/transformers/models/deepseek_vl_hybrid/convert_deepseek_vl_hybrid_weights_to_hf.py"
+)
 
 
 def _remap(cfg: dict, layers: int, vision_layers: int) -> None:
@@ -39,6 +40,7 @@ TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 
+
 def deepseek_vl_hybrid(model: str, sources: dict[str, str]) -> ShapedSpec:
     """A DeepSeek-VL (hybrid: SigLIP + SAM) checkpoint in its transformers layout, a stand-in tokenizer."""
     config = published_json(model)
@@ -52,21 +54,39 @@ def deepseek_vl_hybrid(model: str, sources: dict[str, str]) -> ShapedSpec:
         remap=_remap,
         files={
             "preprocessor_config.json": {
-                "image_processor_type": "DeepseekVLHybridImageProcessor", "processor_class": "DeepseekVLHybridProcessor",
-                "do_resize": True, "size": {"height": 384, "width": 384}, "high_res_size": {"height": 1024, "width": 1024},
-                "resample": 2, "high_res_resample": 3, "min_size": 14, "do_rescale": True, "rescale_factor": 1 / 255,
-                "do_normalize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-                "high_res_image_mean": CLIP_MEAN, "high_res_image_std": CLIP_STD, "do_convert_rgb": True,
+                "image_processor_type": "DeepseekVLHybridImageProcessor",
+                "processor_class": "DeepseekVLHybridProcessor",
+                "do_resize": True,
+                "size": {"height": 384, "width": 384},
+                "high_res_size": {"height": 1024, "width": 1024},
+                "resample": 2,
+                "high_res_resample": 3,
+                "min_size": 14,
+                "do_rescale": True,
+                "rescale_factor": 1 / 255,
+                "do_normalize": True,
+                "image_mean": [0.5, 0.5, 0.5],
+                "image_std": [0.5, 0.5, 0.5],
+                "high_res_image_mean": CLIP_MEAN,
+                "high_res_image_std": CLIP_STD,
+                "do_convert_rgb": True,
             },
             "processor_config.json": {"num_image_tokens": 576, "processor_class": "DeepseekVLHybridProcessor"},
             "generation_config.json": {"bos_token_id": 100000, "eos_token_id": 100001, "pad_token_id": 100001},
         },
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
-            None, config["text_config"]["vocab_size"],
+            None,
+            config["text_config"]["vocab_size"],
             {"<｜begin▁of▁sentence｜>": 100000, "<｜end▁of▁sentence｜>": 100001, "<image_placeholder>": 100015},
-            {"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": True, "bos_token": "<｜begin▁of▁sentence｜>",
-             "eos_token": "<｜end▁of▁sentence｜>", "pad_token": "<｜end▁of▁sentence｜>",
-             "extra_special_tokens": {"image_token": "<image_placeholder>"}, "model_max_length": 16384},
+            {
+                "tokenizer_class": "LlamaTokenizerFast",
+                "add_bos_token": True,
+                "bos_token": "<｜begin▁of▁sentence｜>",
+                "eos_token": "<｜end▁of▁sentence｜>",
+                "pad_token": "<｜end▁of▁sentence｜>",
+                "extra_special_tokens": {"image_token": "<image_placeholder>"},
+                "model_max_length": 16384,
+            },
         ),
     )

@@ -46,10 +46,21 @@ TEMPLATE = (
 )
 
 SPECIALS = {
-    "<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<mask>": 4, "<start_of_turn>": 105, "<end_of_turn>": 106,
-    "<start_of_image>": 255999, "<start_of_audio>": 256000, "<end_of_image>": 262144, "<image_soft_token>": 262145,
-    "<end_of_audio>": 262272, "<audio_soft_token>": 262273,
+    "<pad>": 0,
+    "<eos>": 1,
+    "<bos>": 2,
+    "<unk>": 3,
+    "<mask>": 4,
+    "<start_of_turn>": 105,
+    "<end_of_turn>": 106,
+    "<start_of_image>": 255999,
+    "<start_of_audio>": 256000,
+    "<end_of_image>": 262144,
+    "<image_soft_token>": 262145,
+    "<end_of_audio>": 262272,
+    "<audio_soft_token>": 262273,
 }
+
 
 def _remap(full: dict, cfg: dict, layers: int, vision_layers: int) -> None:
     """The per-layer lists and the KV-sharing span for ``layers`` decoder layers (module docstring), from the
@@ -81,22 +92,44 @@ def gemma3n(model: str, sources: dict[str, str]) -> ShapedSpec:
         files={
             "generation_config.json": {"bos_token_id": 2, "pad_token_id": 0, "eos_token_id": [1, 106]},
             "preprocessor_config.json": {
-                "image_processor_type": "SiglipImageProcessorFast", "processor_class": "Gemma3nProcessor",
-                "do_convert_rgb": None, "do_resize": True, "size": {"height": 768, "width": 768}, "resample": 2,
-                "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": False, "image_mean": [0.5, 0.5, 0.5],
-                "image_std": [0.5, 0.5, 0.5], "image_seq_length": 256,
+                "image_processor_type": "SiglipImageProcessorFast",
+                "processor_class": "Gemma3nProcessor",
+                "do_convert_rgb": None,
+                "do_resize": True,
+                "size": {"height": 768, "width": 768},
+                "resample": 2,
+                "do_rescale": True,
+                "rescale_factor": 1 / 255,
+                "do_normalize": False,
+                "image_mean": [0.5, 0.5, 0.5],
+                "image_std": [0.5, 0.5, 0.5],
+                "image_seq_length": 256,
             },
         },
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
-            None, config["text_config"]["vocab_size"], SPECIALS,
-            {"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
-             "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False, "model_max_length": 32768,
-             "padding_side": "left", "image_token": "<image_soft_token>", "audio_token": "<audio_soft_token>",
-             "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "boa_token": "<start_of_audio>",
-             "eoa_token": "<end_of_audio>"},
+            None,
+            config["text_config"]["vocab_size"],
+            SPECIALS,
+            {
+                "tokenizer_class": "GemmaTokenizer",
+                "bos_token": "<bos>",
+                "eos_token": "<eos>",
+                "pad_token": "<pad>",
+                "unk_token": "<unk>",
+                "add_bos_token": True,
+                "add_eos_token": False,
+                "model_max_length": 32768,
+                "padding_side": "left",
+                "image_token": "<image_soft_token>",
+                "audio_token": "<audio_soft_token>",
+                "boi_token": "<start_of_image>",
+                "eoi_token": "<end_of_image>",
+                "boa_token": "<start_of_audio>",
+                "eoa_token": "<end_of_audio>",
+            },
         ),
         omitted="the KV-shared layers' unused K/V projections, if the published file holds them (transformers builds "
-                "none for those layers)",
+        "none for those layers)",
         min_vision_layers=1,
     )

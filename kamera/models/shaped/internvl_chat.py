@@ -46,14 +46,27 @@ def internvl_chat(model: str, sources: dict[str, str]) -> ShapedSpec:
         remap=_remap,
         files={
             "preprocessor_config.json": HUB_PREPROCESSOR,
-            "generation_config.json": {k: config["llm_config"][k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")},
+            "generation_config.json": {
+                k: config["llm_config"][k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")
+            },
         },
         chat_template=CHAT_TEMPLATE,
         tokenizer=TokenizerSpec(
-            "llama2", config["llm_config"]["vocab_size"], ADDED,
-            {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
-             "eos_token": "</s>", "pad_token": "<unk>", "unk_token": "<unk>", "legacy": True,
-             "clean_up_tokenization_spaces": False, "model_max_length": 4096},
+            "llama2",
+            config["llm_config"]["vocab_size"],
+            ADDED,
+            {
+                "tokenizer_class": "LlamaTokenizer",
+                "add_bos_token": True,
+                "add_eos_token": False,
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "pad_token": "<unk>",
+                "unk_token": "<unk>",
+                "legacy": True,
+                "clean_up_tokenization_spaces": False,
+                "model_max_length": 4096,
+            },
             base_specials=LLAMA_SPECIALS,
         ),
         layout=lambda cfg, vision_layers: hub_tensor_shapes(cfg),  # the vision depth is in cfg

@@ -45,13 +45,22 @@ def kimi_vl(model: str, sources: dict[str, str]) -> ShapedSpec:
         vision_layers=("vision_config.num_hidden_layers",),
         files={
             "preprocessor_config.json": HUB_PREPROCESSOR,
-            "generation_config.json": {k: config["text_config"][k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")},
+            "generation_config.json": {
+                k: config["text_config"][k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")
+            },
         },
         chat_template=CHAT_TEMPLATE,
         tokenizer=TokenizerSpec(
-            None, config["vocab_size"],
+            None,
+            config["vocab_size"],
             {f"<|reserved_token_{i}|>": i for i in RESERVED if i not in set(SPECIALS.values())} | SPECIALS,
-            {"bos_token": "[BOS]", "eos_token": "[EOS]", "pad_token": "[PAD]", "unk_token": "[UNK]", "model_max_length": 131072},
+            {
+                "bos_token": "[BOS]",
+                "eos_token": "[EOS]",
+                "pad_token": "[PAD]",
+                "unk_token": "[UNK]",
+                "model_max_length": 131072,
+            },
         ),
         layout=lambda cfg, vision_layers: hub_tensor_shapes(cfg),  # the vision depth is in cfg
         fixed=_inv_freq,

@@ -60,14 +60,22 @@ def qwen2_5_vl(model: str, sources: dict[str, str]) -> ShapedSpec:
         remap=remap,
         files={
             "preprocessor_config.json": {
-                "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
-                "image_mean": CLIP_MEAN, "image_std": CLIP_STD,
-                "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
+                "min_pixels": 3136,
+                "max_pixels": 12845056,
+                "patch_size": 14,
+                "temporal_patch_size": 2,
+                "merge_size": 2,
+                "image_mean": CLIP_MEAN,
+                "image_std": CLIP_STD,
+                "image_processor_type": "Qwen2VLImageProcessor",
+                "processor_class": "Qwen2_5_VLProcessor",
             },
             "generation_config.json": QWEN_GENERATION,
         },
         chat_template=QWEN25_TEMPLATE,
-        tokenizer=TokenizerSpec("qwen2", config["vocab_size"], {}, qwen_tokenizer_config(), base_specials=QWEN_SPECIALS),
+        tokenizer=TokenizerSpec(
+            "qwen2", config["vocab_size"], {}, qwen_tokenizer_config(), base_specials=QWEN_SPECIALS
+        ),
     )
 
 
@@ -92,28 +100,46 @@ def qwen3_vl(model: str, sources: dict[str, str]) -> ShapedSpec:
         remap=lambda cfg, layers, v: _remap_deepstack(cfg["vision_config"], depth, v),
         files={
             "preprocessor_config.json": {
-                "size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16, "temporal_patch_size": 2,
-                "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-                "image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor",
+                "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+                "patch_size": 16,
+                "temporal_patch_size": 2,
+                "merge_size": 2,
+                "image_mean": [0.5, 0.5, 0.5],
+                "image_std": [0.5, 0.5, 0.5],
+                "image_processor_type": "Qwen2VLImageProcessorFast",
+                "processor_class": "Qwen3VLProcessor",
             },
             "video_preprocessor_config.json": {
-                "size": {"longest_edge": 25165824, "shortest_edge": 4096}, "patch_size": 16, "temporal_patch_size": 2,
-                "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "fps": 2,
-                "min_frames": 4, "max_frames": 768, "video_processor_type": "Qwen3VLVideoProcessor",
+                "size": {"longest_edge": 25165824, "shortest_edge": 4096},
+                "patch_size": 16,
+                "temporal_patch_size": 2,
+                "merge_size": 2,
+                "image_mean": [0.5, 0.5, 0.5],
+                "image_std": [0.5, 0.5, 0.5],
+                "fps": 2,
+                "min_frames": 4,
+                "max_frames": 768,
+                "video_processor_type": "Qwen3VLVideoProcessor",
                 "processor_class": "Qwen3VLProcessor",
             },
             "generation_config.json": QWEN_GENERATION,
         },
         chat_template=QWEN3_TEMPLATE,
-        tokenizer=TokenizerSpec("qwen2", config["text_config"]["vocab_size"], {}, qwen_tokenizer_config(),
-                                base_specials=QWEN_SPECIALS),
+        tokenizer=TokenizerSpec(
+            "qwen2", config["text_config"]["vocab_size"], {}, qwen_tokenizer_config(), base_specials=QWEN_SPECIALS
+        ),
     )
 
 
 # ----- Qwen3-Omni (Qwen3-Omni-30B-A3B-Instruct; the thinker is what the harness loads) -------------------
 OMNI_AUDIO_SPECIALS = {
-    "<|audio_start|>": 151669, "<|audio_end|>": 151670, "<tts_pad>": 151671, "<tts_text_bos>": 151672,
-    "<tts_text_eod>": 151673, "<tts_text_bos_single>": 151674, "<|audio_pad|>": 151675,
+    "<|audio_start|>": 151669,
+    "<|audio_end|>": 151670,
+    "<tts_pad>": 151671,
+    "<tts_text_bos>": 151672,
+    "<tts_text_eod>": 151673,
+    "<tts_text_bos_single>": 151674,
+    "<|audio_pad|>": 151675,
 }
 
 
@@ -132,32 +158,57 @@ def qwen3_omni_moe(model: str, sources: dict[str, str]) -> ShapedSpec:
         remap=lambda cfg, layers, v: _remap_deepstack(cfg["thinker_config"]["vision_config"], depth, v),
         files={
             "preprocessor_config.json": {
-                "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
-                "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "image_processor_type": "Qwen2VLImageProcessor",
-                "feature_extractor_type": "WhisperFeatureExtractor", "feature_size": 128, "hop_length": 160,
-                "n_fft": 400, "sampling_rate": 16000, "processor_class": "Qwen3OmniMoeProcessor",
+                "min_pixels": 3136,
+                "max_pixels": 12845056,
+                "patch_size": 16,
+                "temporal_patch_size": 2,
+                "merge_size": 2,
+                "image_mean": [0.5, 0.5, 0.5],
+                "image_std": [0.5, 0.5, 0.5],
+                "image_processor_type": "Qwen2VLImageProcessor",
+                "feature_extractor_type": "WhisperFeatureExtractor",
+                "feature_size": 128,
+                "hop_length": 160,
+                "n_fft": 400,
+                "sampling_rate": 16000,
+                "processor_class": "Qwen3OmniMoeProcessor",
             },
             "video_preprocessor_config.json": {
-                "size": {"shortest_edge": 128 * 32 * 32, "longest_edge": 768 * 32 * 32}, "patch_size": 16,
-                "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-                "video_processor_type": "Qwen2VLVideoProcessor", "processor_class": "Qwen3OmniMoeProcessor",
+                "size": {"shortest_edge": 128 * 32 * 32, "longest_edge": 768 * 32 * 32},
+                "patch_size": 16,
+                "temporal_patch_size": 2,
+                "merge_size": 2,
+                "image_mean": [0.5, 0.5, 0.5],
+                "image_std": [0.5, 0.5, 0.5],
+                "video_processor_type": "Qwen2VLVideoProcessor",
+                "processor_class": "Qwen3OmniMoeProcessor",
             },
             "generation_config.json": QWEN_GENERATION,
         },
         chat_template=QWEN3_TEMPLATE,
-        tokenizer=TokenizerSpec("qwen2", config["thinker_config"]["text_config"]["vocab_size"], OMNI_AUDIO_SPECIALS,
-                                qwen_tokenizer_config(), keep_below=151669, base_specials=QWEN_SPECIALS),
+        tokenizer=TokenizerSpec(
+            "qwen2",
+            config["thinker_config"]["text_config"]["vocab_size"],
+            OMNI_AUDIO_SPECIALS,
+            qwen_tokenizer_config(),
+            keep_below=151669,
+            base_specials=QWEN_SPECIALS,
+        ),
         build_overrides={"enable_audio_output": False},
         omitted="the talker and code2wav (speech output): their configs are the published ones, their tensors are not "
-                "written (the harness loads the thinker only, with enable_audio_output=False)",
+        "written (the harness loads the thinker only, with enable_audio_output=False)",
     )
 
 
 # ----- Qwen2.5-Omni (Qwen2.5-Omni-7B; the thinker is what the harness loads) -------------------------------
-OMNI25_SYSTEM = ("You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of perceiving "
-                 "auditory and visual inputs, as well as generating text and speech.")
+OMNI25_SYSTEM = (
+    "You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of perceiving "
+    "auditory and visual inputs, as well as generating text and speech."
+)
 OMNI25_TEMPLATE = (
-    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\n" + OMNI25_SYSTEM + "<|im_end|>\n{% endif %}"
+    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\n"
+    + OMNI25_SYSTEM
+    + "<|im_end|>\n{% endif %}"
     + _TURNS.replace("<|vision_start|><|image_pad|><|vision_end|>", "<|vision_bos|><|IMAGE|><|vision_eos|>")
     .replace("<|vision_start|><|video_pad|><|vision_end|>", "<|vision_bos|><|VIDEO|><|vision_eos|>")
     .replace("<|audio_start|><|audio_pad|><|audio_end|>", "<|audio_bos|><|AUDIO|><|audio_eos|>")
@@ -166,11 +217,29 @@ OMNI25_TEMPLATE = (
 # Omni renames Qwen2's specials 151646-151656 (the thinker's audio and vision ids) and keeps the rest to 151664
 OMNI25_SPECIALS = {
     tok: 151646 + i
-    for i, tok in enumerate([
-        "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>",
-        "<|vision_bos|>", "<|vision_eos|>", "<|vision_pad|>", "<|IMAGE|>", "<|VIDEO|>", "<tool_call>", "</tool_call>",
-        "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
-    ])
+    for i, tok in enumerate(
+        [
+            "<|AUDIO|>",
+            "<|audio_bos|>",
+            "<|audio_eos|>",
+            "<|box_end|>",
+            "<|quad_start|>",
+            "<|quad_end|>",
+            "<|vision_bos|>",
+            "<|vision_eos|>",
+            "<|vision_pad|>",
+            "<|IMAGE|>",
+            "<|VIDEO|>",
+            "<tool_call>",
+            "</tool_call>",
+            "<|fim_prefix|>",
+            "<|fim_middle|>",
+            "<|fim_suffix|>",
+            "<|fim_pad|>",
+            "<|repo_name|>",
+            "<|file_sep|>",
+        ]
+    )
 }
 
 
@@ -182,7 +251,8 @@ def qwen2_5_omni(model: str, sources: dict[str, str]) -> ShapedSpec:
 
     def remap(cfg: dict, layers: int, vision_layers: int) -> None:
         cfg["thinker_config"]["vision_config"]["fullatt_block_indexes"] = remap_indices(
-            vision["fullatt_block_indexes"], vision["depth"], vision_layers)
+            vision["fullatt_block_indexes"], vision["depth"], vision_layers
+        )
         cfg["thinker_config"]["text_config"]["max_window_layers"] = layers
 
     return ShapedSpec(
@@ -195,25 +265,50 @@ def qwen2_5_omni(model: str, sources: dict[str, str]) -> ShapedSpec:
         remap=remap,
         files={
             "preprocessor_config.json": {
-                "chunk_length": 300, "dither": 0.0, "feature_extractor_type": "WhisperFeatureExtractor", "feature_size": 128,
-                "hop_length": 160, "n_fft": 400, "n_samples": 4800000, "nb_max_frames": 30000, "padding_side": "right",
-                "padding_value": 0.0, "return_attention_mask": True, "sampling_rate": 16000,
-                "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
-                "image_mean": CLIP_MEAN, "image_std": CLIP_STD, "image_processor_type": "Qwen2VLImageProcessor",
+                "chunk_length": 300,
+                "dither": 0.0,
+                "feature_extractor_type": "WhisperFeatureExtractor",
+                "feature_size": 128,
+                "hop_length": 160,
+                "n_fft": 400,
+                "n_samples": 4800000,
+                "nb_max_frames": 30000,
+                "padding_side": "right",
+                "padding_value": 0.0,
+                "return_attention_mask": True,
+                "sampling_rate": 16000,
+                "min_pixels": 3136,
+                "max_pixels": 12845056,
+                "patch_size": 14,
+                "temporal_patch_size": 2,
+                "merge_size": 2,
+                "image_mean": CLIP_MEAN,
+                "image_std": CLIP_STD,
+                "image_processor_type": "Qwen2VLImageProcessor",
                 "processor_class": "Qwen2_5OmniProcessor",
             },
             "video_preprocessor_config.json": {
-                "size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}, "patch_size": 14,
-                "temporal_patch_size": 2, "merge_size": 2, "image_mean": CLIP_MEAN, "image_std": CLIP_STD,
-                "video_processor_type": "Qwen2VLVideoProcessor", "processor_class": "Qwen2_5OmniProcessor",
+                "size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28},
+                "patch_size": 14,
+                "temporal_patch_size": 2,
+                "merge_size": 2,
+                "image_mean": CLIP_MEAN,
+                "image_std": CLIP_STD,
+                "video_processor_type": "Qwen2VLVideoProcessor",
+                "processor_class": "Qwen2_5OmniProcessor",
             },
             "generation_config.json": QWEN_GENERATION,
         },
         chat_template=OMNI25_TEMPLATE,
-        tokenizer=TokenizerSpec("qwen2", config["thinker_config"]["text_config"]["vocab_size"], OMNI25_SPECIALS,
-                                qwen_tokenizer_config(), keep_below=151646,
-                                base_specials={k: v for k, v in QWEN_SPECIALS.items() if v < 151646}),
+        tokenizer=TokenizerSpec(
+            "qwen2",
+            config["thinker_config"]["text_config"]["vocab_size"],
+            OMNI25_SPECIALS,
+            qwen_tokenizer_config(),
+            keep_below=151646,
+            base_specials={k: v for k, v in QWEN_SPECIALS.items() if v < 151646},
+        ),
         build_overrides={"enable_audio_output": False},
         omitted="the talker and token2wav (speech output): their configs are the published ones, their tensors (and "
-                "spk_dict.pt) are not written (the harness loads the thinker class, which reads the thinker's tensors)",
+        "spk_dict.pt) are not written (the harness loads the thinker class, which reads the thinker's tensors)",
     )

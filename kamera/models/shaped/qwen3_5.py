@@ -40,12 +40,23 @@ def qwen3_5(model: str, sources: dict[str, str]) -> ShapedSpec:
         remap=_hybrid_layers,
         files={
             "preprocessor_config.json": {
-                "size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16, "temporal_patch_size": 2,
-                "merge_size": 2, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-                "image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor",
+                "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+                "patch_size": 16,
+                "temporal_patch_size": 2,
+                "merge_size": 2,
+                "image_mean": [0.5, 0.5, 0.5],
+                "image_std": [0.5, 0.5, 0.5],
+                "image_processor_type": "Qwen2VLImageProcessorFast",
+                "processor_class": "Qwen3VLProcessor",
             },
-            "generation_config.json": {"bos_token_id": 248044, "pad_token_id": 248044, "eos_token_id": [248046, 248044]},
+            "generation_config.json": {
+                "bos_token_id": 248044,
+                "pad_token_id": 248044,
+                "eos_token_id": [248046, 248044],
+            },
         },
         chat_template=QWEN3_TEMPLATE,
-        tokenizer=TokenizerSpec(None, config["text_config"]["vocab_size"], QWEN35_SPECIALS, qwen_tokenizer_config(model_max_length=262144)),
+        tokenizer=TokenizerSpec(
+            None, config["text_config"]["vocab_size"], QWEN35_SPECIALS, qwen_tokenizer_config(model_max_length=262144)
+        ),
     )

@@ -190,13 +190,19 @@ def tensor_layout(model: torch.nn.Module) -> dict[str, tuple[tuple[int, ...], to
         f"{m}.{b}" if m else b for m, mod in model.named_modules() for b in mod._non_persistent_buffers_set
     }
     if persistent:
-        raise NotImplementedError(f"{type(model).__name__} has persistent buffers the writer cannot fill: {sorted(persistent)[:4]}")
+        raise NotImplementedError(
+            f"{type(model).__name__} has persistent buffers the writer cannot fill: {sorted(persistent)[:4]}"
+        )
     reverted = revert_weight_conversion(model, state)
     return {k: (tuple(v.shape), v.dtype) for k, v in reverted.items()}
 
 
 def write_weights(
-    layout: dict[str, tuple[tuple[int, ...], torch.dtype]], out: Path, seed: int, *, shard_bytes: int = SHARD_BYTES,
+    layout: dict[str, tuple[tuple[int, ...], torch.dtype]],
+    out: Path,
+    seed: int,
+    *,
+    shard_bytes: int = SHARD_BYTES,
     fixed: dict[str, torch.Tensor] | None = None,
 ) -> int:
     """Random tensors for ``layout`` (``fixed`` ones as given) in shards of at most ``shard_bytes`` (one tensor
@@ -204,8 +210,9 @@ def write_weights(
     fixed = fixed or {}
     for name, t in fixed.items():
         if name not in layout or (tuple(t.shape), t.dtype) != layout[name]:
-            raise ValueError(f"fixed tensor {name} {tuple(t.shape)} {t.dtype} is not in the layout as "
-                             f"{layout.get(name)}")
+            raise ValueError(
+                f"fixed tensor {name} {tuple(t.shape)} {t.dtype} is not in the layout as {layout.get(name)}"
+            )
     shards: list[list[str]] = [[]]
     size = 0
     for name, (shape, dtype) in layout.items():
@@ -241,8 +248,17 @@ def write_tokenizer(spec: TokenizerSpec, out: Path, chat_template: str, tokenize
         for content, i in spec.specials.items():
             if i in taken:
                 raise ValueError(f"{content} wants id {i}, held by {taken[i]} in the {spec.base} tokenizer")
-            added.append({"id": i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
-                          "normalized": False, "special": True})
+            added.append(
+                {
+                    "id": i,
+                    "content": content,
+                    "single_word": False,
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "special": True,
+                }
+            )
         tok["added_tokens"] = sorted(added, key=lambda a: a["id"])
         (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
         cfg["chat_template"] = chat_template
@@ -253,13 +269,21 @@ def write_tokenizer(spec: TokenizerSpec, out: Path, chat_template: str, tokenize
     else:
         specials = {**spec.base_specials, **spec.specials}
         names = {k: cfg.get(k) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
-        write_standin_tokenizer(out, spec.vocab_size, specials, chat_template=chat_template,
-                                add_bos_token=bool(cfg.get("add_bos_token")),
-                                **{k: v for k, v in names.items() if isinstance(v, str) and v in specials})
+        write_standin_tokenizer(
+            out,
+            spec.vocab_size,
+            specials,
+            chat_template=chat_template,
+            add_bos_token=bool(cfg.get("add_bos_token")),
+            **{k: v for k, v in names.items() if isinstance(v, str) and v in specials},
+        )
         saved = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
-        extra = {k: v for k, v in cfg.items() if k not in saved and k not in ("tokenizer_class", "added_tokens_decoder")}
-        (out / "tokenizer_config.json").write_text(json.dumps({**saved, **extra}, indent=2, ensure_ascii=False),
-                                                   encoding="utf-8")
+        extra = {
+            k: v for k, v in cfg.items() if k not in saved and k not in ("tokenizer_class", "added_tokens_decoder")
+        }
+        (out / "tokenizer_config.json").write_text(
+            json.dumps({**saved, **extra}, indent=2, ensure_ascii=False), encoding="utf-8"
+        )
         used = "stand-in"
     (out / "chat_template.jinja").write_text(chat_template, encoding="utf-8")
     return used
@@ -298,7 +322,12 @@ def staged(out: Path) -> Iterator[Path]:
 
 
 def write(
-    spec: ShapedSpec, out: str | Path, *, layers: int = 2, vision_layers: int = 2, seed: int = 0,
+    spec: ShapedSpec,
+    out: str | Path,
+    *,
+    layers: int = 2,
+    vision_layers: int = 2,
+    seed: int = 0,
     tokenizers: str | Path | None = None,
 ) -> Path:
     """Write ``spec``'s shaped checkpoint into ``out`` (created; must be empty or absent); returns ``out``.
@@ -306,8 +335,10 @@ def write(
     Written inside :func:`staged`; ``shaped.json`` (model, layer counts, seed, parameters, tokenizer used,
     writer version, sources) is the last file written, the mark of a complete checkpoint."""
     if layers < 1 or vision_layers < spec.min_vision_layers:
-        raise ValueError(f"{spec.model}: layers must be >= 1 and vision_layers >= {spec.min_vision_layers}, "
-                         f"got {layers} and {vision_layers}")
+        raise ValueError(
+            f"{spec.model}: layers must be >= 1 and vision_layers >= {spec.min_vision_layers}, "
+            f"got {layers} and {vision_layers}"
+        )
     out = Path(out)
     tokenizers = Path(tokenizers) if tokenizers else None
     with staged(out) as tmp:
@@ -319,8 +350,14 @@ def write(
             (tmp / name).write_text(json.dumps(content, indent=2), encoding="utf-8")
         used = write_tokenizer(spec.tokenizer, tmp, spec.chat_template, tokenizers)
         manifest = {
-            "model": spec.model, "layers": layers, "vision_layers": vision_layers, "seed": seed,
-            "parameters": n_params, "tokenizer": used, "writer_version": VERSION, "sources": spec.sources,
+            "model": spec.model,
+            "layers": layers,
+            "vision_layers": vision_layers,
+            "seed": seed,
+            "parameters": n_params,
+            "tokenizer": used,
+            "writer_version": VERSION,
+            "sources": spec.sources,
             "omitted": spec.omitted,
         }
         (tmp / "shaped.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
@@ -334,8 +371,14 @@ def writer_for(spec: ShapedSpec) -> Callable[..., Path]:
     ``llama2/`` subfolders); without it the family's stand-in tokenizer is written."""
 
     def write_shaped(out: Path, *, layers: int = 2, vision_layers: int = 2, seed: int = 0) -> Path:
-        return write(spec, out, layers=layers, vision_layers=vision_layers, seed=seed,
-                     tokenizers=os.environ.get("KAMERA_TOKENIZERS") or None)
+        return write(
+            spec,
+            out,
+            layers=layers,
+            vision_layers=vision_layers,
+            seed=seed,
+            tokenizers=os.environ.get("KAMERA_TOKENIZERS") or None,
+        )
 
     write_shaped.__doc__ = f"Write the shaped {spec.model} checkpoint into ``out`` (kamera.models.shaped.writer.write)."
     write_shaped.spec = spec  # type: ignore[attr-defined]
