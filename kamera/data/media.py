@@ -9,8 +9,8 @@ page and dpi) and written atomically, so concurrent workers can share one cache 
 re-rendered PDF under the same name and size never reads another file's frames.
 
 Content digests (:func:`cached_sha256`) are computed once per file and cached as small JSON records keyed by
-(size, mtime_ns, inode): the media cache, the job's data fingerprint (the media every selected item reads) and
-a checkpoint's weights (:mod:`kamera.job.identity`) all read a file's bytes once, then only ``stat`` it.
+(size, inode, mtime_ns, ctime_ns): the media cache, the job's data fingerprint (the media every selected item
+reads) and a checkpoint's weights (:mod:`kamera.job.identity`) all read a file's bytes once, then only ``stat`` it.
 
 Why PyAV rather than decord: PyAV is a maintained binding of FFmpeg with wheels for current Pythons
 (decord's last release is from 2022 and has no wheels past Python 3.10 / arm64), it is already a
@@ -61,7 +61,10 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def _stat_key(st: os.stat_result) -> dict:
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+    """What ties a recorded digest to one file as it is: its size, inode, mtime_ns and ctime_ns. Tools that keep or
+    restore an mtime (``cp -p``, ``mv``, ``rsync -t``, tar) cannot keep the ctime: the kernel sets it on every
+    write, rename and ``utime``."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}
 
 
 def digest_record(path: Path, store: Path) -> Path:
@@ -72,8 +75,8 @@ def digest_record(path: Path, store: Path) -> Path:
 
 
 def cached_sha256(path: Path, store: Path, rehash: bool = False) -> str:
-    """``path``'s sha256, read from its record under ``store`` while the file's (size, mtime_ns, inode) are
-    those recorded, else computed (:func:`sha256_file`) and recorded atomically; ``rehash`` always recomputes.
+    """``path``'s sha256, read from its record under ``store`` while the file's (size, inode, mtime_ns, ctime_ns)
+    (:func:`_stat_key`) are those recorded, else computed (:func:`sha256_file`) and recorded atomically; ``rehash`` always recomputes.
     A store that cannot be written only costs the next call another read (logged)."""
     path = Path(path)
     st = path.stat()

@@ -6,26 +6,27 @@
                 or weights)
     checkpoint  a fingerprint of the checkpoint actually loaded: for a paper model its config.json,
                 tokenizer / processor files, the safetensors headers and each weight file's sha256
-                (:func:`weights_sha256`: the Hub's download metadata, else a digest computed once and
-                cached) of the directory resolved from model.path or KAMERA_MODELS; for a tiny model
+                (:func:`weights_sha256`: computed once from the bytes, then tied to the file's size, inode,
+                mtime_ns and ctime_ns; the Hub's download record only checked against it) of the directory resolved from model.path or KAMERA_MODELS; for a tiny model
                 the config it is built from; for a toy model the hash of its shipped weights
     data        a fingerprint of the data actually read: the annotation files the loader opened, the
                 ids of the selected items and, when they read media files, the sha256 of every image,
-                video and PDF a selected item reads (computed once per file and cached by size,
-                mtime_ns and inode in the media cache's ``digests/``)
+                video and PDF a selected item reads (computed once per file and cached by size, inode,
+                mtime_ns and ctime_ns in the media cache's ``digests/``)
 
 so a second copy of a benchmark, re-extracted images or a re-encoded video, a repaired medium, another
 checkpoint directory or new weights in the same one is a different job, never a silent reuse, while
 byte-identical copies share results. Arms and probes are not part of it (rows are keyed by item and
 arm within the shard). docs/identity.md says what each part covers.
 
-    python -m kamera.job.identity --rehash DIR [DIR …]   # recompute (and re-cache) the weights' digests
+    python -m kamera.job.identity --rehash DIR [DIR …]   # recompute (and re-record) the weights' digests
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import logging
 import os
 import re
 import struct
@@ -40,6 +41,8 @@ from kamera.items.selection import Selection
 from kamera.job.shape import shape_of
 from kamera.job.spec import DTYPES
 from kamera.job.store import digest
+
+log = logging.getLogger("kamera.job")
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 
@@ -58,24 +61,33 @@ def safetensors_header(path: Path) -> bytes:
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def hub_sha256(ckpt: Path, name: str) -> str | None:
-    """The sha256 the Hub recorded for ``ckpt/name`` when ``hf download --local-dir ckpt`` fetched it, or None.
+def hub_record(ckpt: Path, name: str) -> tuple[str, str] | None:
+    """(commit, sha256) the Hub recorded for ``ckpt/name`` when ``hf download --local-dir ckpt`` fetched it, or None.
 
     huggingface_hub keeps, per downloaded file, ``<local_dir>/.cache/huggingface/download/<name>.metadata``:
     three lines, the commit hash, the etag and the time the metadata was written
     (``huggingface_hub/_local_folder.py``: ``get_local_download_paths`` and ``read_download_metadata``, as of
     huggingface_hub 2.4). For an LFS file (every weight file) the etag is the file's sha256; a regular file's
-    is its git blob hash, which is not used. As ``read_download_metadata`` does, the record is trusted only if
-    the file was not modified after it (``st_mtime - 1 <= timestamp``). Read here without huggingface_hub,
-    whose reader creates folders and a lock file (a read-only checkpoint would fail)."""
+    is its git blob hash, which is not used. It says what was downloaded, not what is there now (weights put in
+    place with ``cp -p``, ``mv``, ``rsync -t`` or an untarred fine-tune keep an mtime older than the record): a
+    hint :func:`weights_sha256` checks against the bytes, never a substitute for them. Read here without
+    huggingface_hub, whose reader creates folders and a lock file (a read-only checkpoint would fail)."""
     record = ckpt / ".cache" / "huggingface" / "download" / f"{name}.metadata"
     try:
-        _commit, etag, stamp = record.read_text().splitlines()[:3]
-        fresh = (ckpt / name).stat().st_mtime - 1 <= float(stamp)
+        commit, etag = record.read_text().splitlines()[:2]
     except (OSError, ValueError):
         return None
     etag = etag.strip().strip('"').lower()
-    return etag if fresh and SHA256.fullmatch(etag) else None
+    return (commit.strip(), etag) if SHA256.fullmatch(etag) else None
+
+
+def hub_mismatch(ckpt: Path, name: str, sha: str) -> str | None:
+    """One line when ``ckpt/name``'s sha256 ``sha`` is not what the Hub recorded for its download, else None."""
+    hub = hub_record(ckpt, name)
+    if hub is None or hub[1] == sha:
+        return None
+    return (f"{ckpt / name}: its sha256 {sha[:16]} differs from the Hub's record of its download ({hub[1][:16]}, "
+            f"commit {hub[0][:12]}): the file was replaced after `hf download`; jobs identify it by its bytes")
 
 
 def digest_store(ckpt: Path) -> Path:
@@ -87,14 +99,21 @@ def digest_store(ckpt: Path) -> Path:
     return cache_root(None) / "digests"
 
 
+_warned: set[str] = set()
+
+
 def weights_sha256(ckpt: Path, name: str, rehash: bool = False) -> str:
-    """The sha256 of weight file ``ckpt/name`` without reading it on every job: the Hub's download metadata
-    (:func:`hub_sha256`) when present and fresh, else a digest computed once and cached under
-    :func:`digest_store` keyed by (size, mtime_ns, inode) (:func:`kamera.data.media.cached_sha256`).
+    """The sha256 of weight file ``ckpt/name``, from its bytes: read whole at first use and recorded by kamera
+    under :func:`digest_store` with the file's (size, inode, mtime_ns, ctime_ns)
+    (:func:`kamera.data.media.cached_sha256`); later jobs only ``stat`` it, and any change to the file (a copy,
+    move, untar, rsync, a rewrite that restores its mtime: each sets a new ctime) reads it again. The Hub's
+    download record (:func:`hub_record`) is checked against it and a mismatch logged once, never used instead.
     ``rehash`` recomputes from the bytes (``python -m kamera.job.identity --rehash DIR``)."""
-    if not rehash and (sha := hub_sha256(ckpt, name)):
-        return sha
-    return cached_sha256(ckpt / name, digest_store(ckpt), rehash=rehash)
+    sha = cached_sha256(ckpt / name, digest_store(ckpt), rehash=rehash)
+    if (why := hub_mismatch(ckpt, name, sha)) and why not in _warned:
+        _warned.add(why)
+        log.warning("warning: %s", why)
+    return sha
 
 
 def _relative(f: Path, root: Path | None) -> str:
@@ -103,7 +122,7 @@ def _relative(f: Path, root: Path | None) -> str:
 
 def media_fingerprint(media: list[Path], root: Path | None) -> str:
     """A digest of (path relative to the benchmark root, sha256) of every media file the selected items read;
-    each file's sha256 is read whole once, then cached by (size, mtime_ns, inode) under the media cache
+    each file's sha256 is read whole once, then cached by (size, inode, mtime_ns, ctime_ns) under the media cache
     (:func:`kamera.data.media.content_digest`), so an unchanged benchmark costs a ``stat`` per file."""
     store = cache_root(root)
 
@@ -129,7 +148,7 @@ def data_fingerprint(selection: Selection) -> dict:
 
 def checkpoint_fingerprint(cfg: DictConfig) -> str:
     """What identifies the model a job loads (see the module docstring). A paper checkpoint's weights are read
-    whole once per file (or never, with the Hub's metadata); later jobs only ``stat`` them."""
+    whole once per file; later jobs only ``stat`` them."""
     from kamera.models import checkpoint_path, entry
     from kamera.models.registry import weights_fingerprint
 
@@ -212,8 +231,9 @@ def results_root(cfg: DictConfig) -> Path:
 
 
 def rehash(dirs: list[str]) -> int:
-    """Recompute the sha256 of every weight file of each checkpoint directory and re-cache it; a digest that
-    disagrees with the Hub's download metadata is reported (the file changed since it was downloaded)."""
+    """Recompute the sha256 of every weight file of each checkpoint directory and re-record it (what the next job
+    uses); a digest that disagrees with the Hub's download record (the file was replaced after the download) is an
+    error line each, and the exit status is 1."""
     bad = 0
     for d in map(Path, dirs):
         if not d.is_dir():
@@ -222,10 +242,11 @@ def rehash(dirs: list[str]) -> int:
             continue
         for f in sorted(p for p in d.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES):
             t = time.perf_counter()
-            sha = weights_sha256(d, f.name, rehash=True)
-            hub = hub_sha256(d, f.name)
-            note = "" if hub in (None, sha) else f"  (differs from the Hub's recorded {hub})"
-            print(f"{f}: sha256 {sha} ({f.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - t:.1f} s){note}")
+            sha = cached_sha256(f, digest_store(d), rehash=True)
+            print(f"{f}: sha256 {sha} ({f.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - t:.1f} s)")
+            if why := hub_mismatch(d, f.name, sha):
+                print(f"error: {why}", file=sys.stderr)
+                bad += 1
     return 1 if bad else 0
 
 

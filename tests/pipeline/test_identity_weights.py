@@ -78,20 +78,75 @@ def test_weights_rewritten_in_place_get_a_new_key(tmp_path, reads):
     assert job_key(tmp_path, a) != first
 
 
-def test_hub_download_metadata_gives_the_sha256_without_reading(tmp_path, reads):
+def hub_download(ckpt: Path, name: str = "model.safetensors") -> str:
+    """What ``hf download --local-dir ckpt`` leaves beside ``name``: its record (commit, etag = the LFS file's
+    sha256, timestamp); the sha256 recorded."""
+    sha = hashlib.sha256((ckpt / name).read_bytes()).hexdigest()
+    meta = ckpt / ".cache" / "huggingface" / "download" / f"{name}.metadata"
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    meta.write_text(f"{'c' * 40}\n{sha}\n{time.time() + 5}\n")
+    return sha
+
+
+def test_the_hub_record_is_checked_against_the_bytes_once_then_stat_only(tmp_path, reads):
     a = tiny_checkpoint(tmp_path / "A", 0)
     plain = job_key(tmp_path, tiny_checkpoint(tmp_path / "plain copy", 0))
-    weights = a / "model.safetensors"
-    sha = hashlib.sha256(weights.read_bytes()).hexdigest()
-    meta = a / ".cache" / "huggingface" / "download" / "model.safetensors.metadata"
-    meta.parent.mkdir(parents=True)
-    meta.write_text(f"{'c' * 40}\n{sha}\n{time.time() + 5}\n")  # commit, etag (an LFS file's sha256), timestamp
+    hub_download(a)
     reads.clear()
-    assert job_key(tmp_path, a) == plain  # the Hub's sha256 is the digest a read would give
-    assert weights_read(reads) == []
-    meta.write_text(f"{'c' * 40}\n{sha}\n{weights.stat().st_mtime - 60}\n")  # the file changed after the download
-    job_key(tmp_path, a)
-    assert weights_read(reads) == ["model.safetensors"]
+    assert job_key(tmp_path, a) == plain  # the Hub's sha256 is the digest the bytes give
+    assert weights_read(reads) == ["model.safetensors"]  # read once: the record is a hint to verify
+    reads.clear()
+    assert job_key(tmp_path, a) == plain and weights_read(reads) == []  # then tied to the file's stat
+
+
+def _cp_p(src: Path, dst: Path) -> None:  # cp -p: written in place (same inode), the source's mtime kept
+    shutil.copy2(src, dst)
+
+
+def _rsync_t(src: Path, dst: Path) -> None:  # rsync -t (and an untarred fine-tune): a new file, mtime kept
+    tmp = dst.with_name(f".{dst.name}.part")
+    shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
+
+
+@pytest.mark.parametrize("put", [_cp_p, shutil.move, _rsync_t], ids=["cp -p", "mv", "rsync -t"])
+def test_weights_put_under_a_hub_record_are_identified_by_their_bytes(tmp_path, put, caplog):
+    """Issue 29 item 1: weights swapped under the Hub's download record (their mtime older than the record) got the
+    old weights' digest, so the job was "complete: nothing to run" with the old weights' rows."""
+    a, b = tiny_checkpoint(tmp_path / "A", 0), tiny_checkpoint(tmp_path / "B", 1)
+    hub_download(a)
+    key_a, key_b = job_key(tmp_path, a), job_key(tmp_path, b)
+    time.sleep(0.02)  # past the file system's timestamp tick
+    put(b / "model.safetensors", a / "model.safetensors")
+    assert job_key(tmp_path, a) == key_b != key_a
+    assert "differs from the Hub's record" in caplog.text
+
+
+def test_a_rewrite_that_restores_size_inode_and_mtime_is_read_again(tmp_path, reads):
+    """The record is tied to the file's ctime too, which no tool restores: a rewrite in place that puts the
+    mtime back (same size, same inode) is read again."""
+    a, b = tiny_checkpoint(tmp_path / "A", 0), tiny_checkpoint(tmp_path / "B", 1)
+    weights, key_b = a / "model.safetensors", job_key(tmp_path, b)
+    key_a, st = job_key(tmp_path, a), weights.stat()
+    time.sleep(0.02)
+    with open(weights, "r+b") as fh:  # in place: the inode stays
+        fh.write((b / "model.safetensors").read_bytes())
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (weights.stat().st_ino, weights.stat().st_size, weights.stat().st_mtime_ns) == \
+        (st.st_ino, st.st_size, st.st_mtime_ns)
+    assert job_key(tmp_path, a) == key_b != key_a
+
+
+def test_rehash_changes_what_the_next_job_uses_and_a_hub_mismatch_is_an_error(tmp_path, capsys):
+    a, b = tiny_checkpoint(tmp_path / "A", 0), tiny_checkpoint(tmp_path / "B", 1)
+    hub_download(a)
+    key_b = job_key(tmp_path, b)
+    _cp_p(b / "model.safetensors", a / "model.safetensors")
+    capsys.readouterr()
+    assert identity.main(["--rehash", str(a)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model.safetensors" in err[0] and "differs from the Hub's record" in err[0], err
+    assert job_key(tmp_path, a) == key_b
 
 
 def test_read_only_checkpoint_caches_its_digest_in_the_cache_dir(tmp_path, reads, monkeypatch):
