@@ -76,8 +76,8 @@ def digest_record(path: Path, store: Path) -> Path:
 
 def cached_sha256(path: Path, store: Path, rehash: bool = False) -> str:
     """``path``'s sha256, read from its record under ``store`` while the file's (size, inode, mtime_ns, ctime_ns)
-    (:func:`_stat_key`) are those recorded, else computed (:func:`sha256_file`) and recorded atomically; ``rehash`` always recomputes.
-    A store that cannot be written only costs the next call another read (logged)."""
+    (:func:`_stat_key`) are those recorded, else computed (:func:`sha256_file`) and recorded atomically;
+    ``rehash`` always recomputes. A store that cannot be written only costs the next call another read (logged)."""
     path = Path(path)
     st = path.stat()
     record = digest_record(path, store)

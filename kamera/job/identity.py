@@ -7,8 +7,9 @@
     checkpoint  a fingerprint of the checkpoint actually loaded: for a paper model its config.json,
                 tokenizer / processor files, the safetensors headers and each weight file's sha256
                 (:func:`weights_sha256`: computed once from the bytes, then tied to the file's size, inode,
-                mtime_ns and ctime_ns; the Hub's download record only checked against it) of the directory resolved from model.path or KAMERA_MODELS; for a tiny model
-                the config it is built from; for a toy model the hash of its shipped weights
+                mtime_ns and ctime_ns; the Hub's download record only checked against it) of the directory
+                resolved from model.path or KAMERA_MODELS; for a tiny model the config it is built from;
+                for a toy model the hash of its shipped weights
     data        a fingerprint of the data actually read: the annotation files the loader opened, the
                 ids of the selected items and, when they read media files, the sha256 of every image,
                 video and PDF a selected item reads (computed once per file and cached by size, inode,
