@@ -327,7 +327,7 @@ def footer(jobs: list[JobView], partial: list[str]) -> str:
         return "/".join(seen) or "?"
 
     metas = [j.shard.meta() for j in jobs if j.shard is not None]
-    roots = "/".join(dict.fromkeys(str((m.get("selection") or {}).get("root") or "generated") for m in metas)) or "?"
+    roots = "/".join(dict.fromkeys(_data_copy(j) for j in jobs if j.shard is not None)) or "?"
     checkpoints = "/".join(dict.fromkeys(str((m.get("identity") or {}).get("checkpoint")) for m in metas)) or "?"
     line = (
         f"rows: {len(jobs)} job(s), commit {values('commit', lambda r: _commit(r['commit'], r['dirty']))}, "
@@ -335,6 +335,13 @@ def footer(jobs: list[JobView], partial: list[str]) -> str:
         f"device {values('device_name')}, dtype {values('dtype')}, data {roots}, checkpoint {checkpoints}"
     )
     return (f"PARTIAL ({len(partial)} incomplete job(s)). " if partial else "") + line
+
+
+def _data_copy(job: JobView) -> str:
+    """The data root a job's rows were computed on ("generated" for a benchmark without files), and the copy its
+    overrides named when that copy had no shard of its own (:attr:`JobView.stand_in`)."""
+    root = str((job.shard.meta().get("selection") or {}).get("root") or "generated")
+    return f"{root} (read for {job.stand_in}: byte-identical annotation files)" if job.stand_in else root
 
 
 def _commit(commit: str, dirty: bool | None) -> str:

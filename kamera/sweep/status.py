@@ -8,9 +8,10 @@ root the runner resolves (``paths.results``: KAMERA_RESULTS, else ``results/raw`
 directory) by its config key, and shown as ``done k/n``, ``partial k/n``, ``failed k/n`` or
 ``missing``, with every failed item's and data defect's reason. Several shards may hold the same
 config (another checkpoint directory or data copy): the job's is the one whose recorded identity is what
-the overrides name (:func:`names_this`: the checkpoint fingerprint the model resolves to, the data root
-they resolve to or annotation files byte-identical to the recorded ones there), however recently the
-others ran; the others are listed as superseded and never read. Renderers read jobs through
+the overrides name (:func:`names_this`: the checkpoint fingerprint the model resolves to and the data root
+they resolve to), however recently the others ran; only when that copy has no shard of its own, the most
+recent shard of a copy whose annotation files are byte-identical there, and the job's lines say which it
+read. The others are listed as superseded and never read. Renderers read jobs through
 :func:`sweep_jobs` too, so a table shows exactly what this lists.
 
 An experiment config may carry a ``cost:`` block (the tokens per item it assumes); its estimated
@@ -59,6 +60,7 @@ class JobView:
     state: JobState = field(default_factory=lambda: JobState("missing"))
     superseded: list[Shard] = field(default_factory=list)
     error: str | None = None  # a shard file that does not read back
+    stand_in: Path | None = None  # the data copy the overrides name when it has no shard and another copy's is read
 
     @property
     def name(self) -> str:
@@ -111,31 +113,36 @@ def _same_path(a: str | Path | None, b: str | Path | None) -> bool:
     return os.path.realpath(os.path.expanduser(str(a))) == os.path.realpath(os.path.expanduser(str(b)))
 
 
-def names_this(meta: dict, checkpoint: str | None, root: Path | None) -> bool:
-    """Whether a shard's recorded identity is the checkpoint and data copy a job's overrides name, without
-    loading weights or reading the benchmark: its checkpoint fingerprint equals ``checkpoint`` (what the model
-    resolves to: cheap, the weights' digests are cached, :func:`kamera.job.identity.weights_sha256`; None when
-    it cannot be computed, e.g. a checkpoint directory not mounted here, and then not compared), and its data
-    root is ``root`` or every annotation file it recorded is byte-identical under ``root`` (a byte-identical
-    copy shares the job; its media are not re-hashed here)."""
+OWN, ALIKE = 2, 1  # how a shard's recorded data copy matches the one a job's overrides name (:func:`names_this`)
+
+
+def names_this(meta: dict, checkpoint: str | None, root: Path | None) -> int:
+    """How well a shard's recorded identity is the checkpoint and data copy a job's overrides name, without loading
+    weights or reading the benchmark: 0 when its checkpoint fingerprint is not ``checkpoint`` (what the model
+    resolves to: cheap, the weights' digests are recorded, :func:`kamera.job.identity.weights_sha256`; None when it
+    cannot be computed, e.g. a checkpoint directory not mounted here, and then not compared); :data:`OWN` when its
+    data root is ``root`` (the copy's own shard); :data:`ALIKE` when every annotation file it recorded is
+    byte-identical under ``root`` (another copy with the same annotations; its media are not re-hashed here, so
+    it is read only when the named copy has no shard of its own, and then said so); else 0."""
     ident = meta.get("identity") or {}
     if checkpoint is not None and ident.get("checkpoint") != checkpoint:
-        return False
+        return 0
     recorded = (meta.get("selection") or {}).get("root")
     if _same_path(recorded, root):
-        return True
+        return OWN
     files = (ident.get("data") or {}).get("files") or {}
     if root is None or not files:
-        return False
+        return 0
     try:
-        return all(file_digest(Path(root) / rel) == sha for rel, sha in files.items())
+        return ALIKE if all(file_digest(Path(root) / rel) == sha for rel, sha in files.items()) else 0
     except OSError:
-        return False
+        return 0
 
 
 def sweep_jobs(overrides: list[str]) -> list[JobView]:
-    """Every job of the sweep ``overrides`` describes, with its shard (the one :func:`names_this` matches, the
-    most recently run if several do) and state."""
+    """Every job of the sweep ``overrides`` describes, with its shard and state: the named data copy's own shard
+    (:data:`OWN`; the most recently run if several), else the most recent shard of a copy with byte-identical
+    annotation files (:data:`ALIKE`; :attr:`JobView.stand_in` is then the named copy), else none."""
     views = []
     for job, cfg in composed(overrides):
         arms, probes = job_specs(cfg)  # a window job's window probes stand where an arm job's arms do
@@ -148,9 +155,11 @@ def sweep_jobs(overrides: list[str]) -> list[JobView]:
                 except Exception:  # a checkpoint not resolvable here (not mounted): compare the data only
                     checkpoint = None
                 root = _data_root(cfg)
-                mine = [s for s in found if names_this(s.meta(), checkpoint, root)]
-                view.shard = mine[0] if mine else None
+                match = {s.key: names_this(s.meta(), checkpoint, root) for s in found}
+                best = max(match.values())
+                view.shard = next((s for s in found if match[s.key] == best), None) if best else None
                 view.superseded = [s for s in found if s is not view.shard]
+                view.stand_in = root if best == ALIKE else None
             if view.shard is not None:
                 view.state = view.shard.state(expected_of(arms, probes), cfg.retry_failed)
         except ShardCorruptError as err:
@@ -201,6 +210,10 @@ def report(views: list[JobView]) -> list[str]:
         lines.append(f"  {status:<28} {' '.join(v.overrides) or v.name}{cost}{where}")
         if v.error:
             lines.append(f"      {v.error}")
+        if v.stand_in:
+            lines.append(f"      {v.stand_in} has no shard of its own (not run there): read the shard of the copy "
+                         f"{(v.shard.meta().get('selection') or {}).get('root')}, whose annotation files are "
+                         "byte-identical (its media may differ)")
         lines += [f"      {r}" for r in v.state.reasons()]
         if v.state.todo:
             lines.append(f"      {len(v.state.todo)} item(s) with arms or probes still to run")

@@ -77,3 +77,40 @@ def test_render_and_status_read_the_data_copy_their_overrides_name(tmp_path, cap
 
     line = footer([view_of(b)], [])
     assert f"data {b}" in line and "checkpoint tiny:" in line, line
+
+
+def test_a_render_reads_the_named_copys_own_shard_before_an_identical_annotation_copys(tmp_path, capsys):
+    """Issue 29 item 2: copies X and Y with byte-identical annotation files differing in one image are two jobs;
+    ``bench.root=X`` read Y's shard (run later) although X's own existed. X's own shard wins; a copy Z with no shard
+    of its own reads the most recent identical-annotation copy's, and the render and status say which."""
+    import shutil
+
+    from PIL import Image
+
+    from experiments.common import footer
+    from kamera.data import make_fixture
+    from kamera.sweep.status import report, sweep_jobs
+
+    x = make_fixture("mm_niah", tmp_path / "x", n=2)
+    y = shutil.copytree(x, tmp_path / "y" / "MM-NIAH")
+    z = shutil.copytree(x, tmp_path / "z" / "MM-NIAH")
+    image = y / "mm_niah_val" / "images" / "obelics" / "reasoning-image-0-0.png"
+    Image.new("RGB", Image.open(image).size, (255, 0, 0)).save(image)  # another medium, the same annotations
+    job = ("experiment=table3_tiny", "testbed=tiny_llava", "bench=mm_niah_reasoning", "arms=[blind]", "n_items=2")
+    paths = {root: runner.run(job_config(tmp_path, *job, f"bench.root={root}")) for root in (x, y)}
+    assert paths[x] != paths[y]
+
+    def view_of(root):
+        (view,) = sweep_jobs([f"paths.results={tmp_path}/raw", *job, f"bench.root={root}"])
+        return view
+
+    assert view_of(x).shard.path == paths[x]  # its own, although y ran later
+    assert view_of(y).shard.path == paths[y]
+    assert view_of(x).stand_in is None
+    stand_in = view_of(z)  # no shard of its own: the most recent identical-annotation copy's, said so
+    assert stand_in.shard.path == paths[y] and stand_in.stand_in == z
+    assert any(str(y) in line and "not" in line and str(z) in line for line in report([stand_in])), report([stand_in])
+    assert f"data {y} (read for {z}" in footer([stand_in], [])
+    table3.main([*job, f"bench.root={x}", f"paths.results={tmp_path}/raw", "--out", str(tmp_path / "tx")])
+    assert f"data {x}" in (tmp_path / "tx.md").read_text()
+    capsys.readouterr()
