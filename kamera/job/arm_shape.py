@@ -24,6 +24,7 @@ from kamera.data.items import from_chunked
 from kamera.errors import ItemError
 from kamera.items.eval import EvalItem
 from kamera.items.selection import Selection
+from kamera.job.lists import unread_lists
 from kamera.job.rows import row
 from kamera.job.samples import sample_columns
 from kamera.job.selection import bench_root, read_benchmark
@@ -34,10 +35,7 @@ from kamera.models.flops import Forward, ItemShape
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.forwards import item_forwards
 from kamera.reuse.plugin import SHARED
-from kamera.toy.items import toy_items
-
-# Benchmarks whose items come from the model itself (the toy task is the toy model's own task).
-MODEL_ITEM_SOURCES = {"binding": toy_items}
+from kamera.toy.benches import MODEL_BENCHES
 
 
 class ArmItems:
@@ -49,30 +47,20 @@ class ArmItems:
 
     def selects_from_model(self, cfg: DictConfig) -> bool:
         """Whether selecting the items needs the loaded model (the toy task's items are the toy model's)."""
-        return cfg.bench.name in MODEL_ITEM_SOURCES
+        return cfg.bench.name in MODEL_BENCHES
+
+    def reads(self, cfg: DictConfig) -> str | None:
+        """The data benchmark whose files the job reads: its own benchmark (None for the model's own task)."""
+        return None if cfg.bench.name in MODEL_BENCHES else str(cfg.bench.name)
 
     def problems(self, cfg: DictConfig) -> list[str]:
         """Benchmark name, subsets, split and kwargs, checked against the loader's own signature; no window
         probes in an arm job."""
         p = [] if cfg.scoring in SCORINGS else [f"scoring={cfg.scoring!r}: must be one of {', '.join(SCORINGS)}"]
-        listed = cfg.get("window_probes")
-        if listed:
-            from kamera.window.benches import WINDOW_BENCHES
-
-            plain = OmegaConf.to_container(listed, resolve=True) if OmegaConf.is_config(listed) else listed
-            p.append(f"window_probes={plain!r}: only a window benchmark's job runs window probes "
-                     f"(bench={', '.join(WINDOW_BENCHES)})")
-        if cfg.bench.name in MODEL_ITEM_SOURCES:
-            from kamera.toy.task import KINDS
-
-            ok = cfg.model.name.startswith("toy_")
-            kinds = [k.strip() for k in str(cfg.bench.subset).split(",")] if cfg.bench.subset else []
-            bad = [k for k in kinds if k not in KINDS]
-            return p + ([] if ok else [f"bench=binding needs a toy model (toy_binding, toy_binding_text), "
-                                       f"not {cfg.model.name}; bench=binding_words asks the same task in words "
-                                       f"of any text model"]) + \
-                ([f"bench.subset={cfg.bench.subset!r}: the toy task has no query kind {bad}; its kinds are "
-                  f"{list(KINDS)}"] if bad else [])
+        p += unread_lists(cfg, self.kinds, f"only a window benchmark's job runs window probes, and bench={cfg.bench.name} "
+                                           "is not one")
+        if (own := MODEL_BENCHES.get(cfg.bench.name)) is not None:
+            return p + own.problems(cfg.model.name, cfg.bench.subset)
         try:
             spec = get_benchmark(cfg.bench.name)
             spec.resolve_subsets(cfg.bench.subset)
@@ -104,10 +92,10 @@ class ArmItems:
 
     def select(self, cfg: DictConfig, n: int | None, adapter: Adapter | None = None) -> Selection:
         """The benchmark loader's items (or the toy model's task items: pass the adapter)."""
-        if cfg.bench.name in MODEL_ITEM_SOURCES:
+        if (own := MODEL_BENCHES.get(cfg.bench.name)) is not None:
             if adapter is None:
                 raise ValueError(f"bench={cfg.bench.name} draws its items from the model; pass the adapter")
-            items = MODEL_ITEM_SOURCES[cfg.bench.name](adapter, n_items=n, seed=cfg.seed, subset=cfg.bench.subset)
+            items = own.select(adapter, n, cfg.seed, cfg.bench.subset)
             return Selection(items, n_requested=n, report=f"{len(items)} items of the toy task")
         root = bench_root(cfg, get_benchmark(cfg.bench.name).dir_name)
         chosen = read_benchmark(cfg.bench.name, root, cfg, n, OmegaConf.to_container(cfg.bench.kwargs, resolve=True))
@@ -117,7 +105,7 @@ class ArmItems:
     def bench_identity(self, cfg: DictConfig) -> dict:
         """Name, subsets and split spelled out (null = the benchmark's default list), kwargs."""
         subset, split = cfg.bench.subset, cfg.bench.split
-        if cfg.bench.name not in MODEL_ITEM_SOURCES:
+        if cfg.bench.name not in MODEL_BENCHES:
             spec = get_benchmark(cfg.bench.name)
             subset, split = ",".join(spec.resolve_subsets(subset)), spec.resolve_split(split)
         return {"name": cfg.bench.name, "subset": subset, "split": split,

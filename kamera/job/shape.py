@@ -11,6 +11,7 @@ methods; no other module asks which shape a job is. Both shapes offer:
     plugin_problems(cfg, built)  its plugins' own checks for the job (device, model depth, window k)
     specs(cfg)            its plugins: (arms, probes) or (window probes, [])
     selects_from_model    whether selecting needs the loaded model (the toy task)
+    reads(cfg)            the data benchmark (kamera.data) whose files the job reads, or None
     select(cfg, n, adapter)      the items, deterministically
     bench_identity(cfg)          the benchmark part of the identity, defaults spelled out
     cost_forwards(cfg, tokens, specs, n_layers)   forwards and image tokens per item
@@ -21,19 +22,36 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from kamera.data import BENCHMARKS
 from kamera.items.selection import Selection
 from kamera.job.arm_shape import ArmItems
 from kamera.job.spec import Spec
 from kamera.job.window_shape import WindowItems
-from kamera.window.benches import WINDOW_BENCHES
+from kamera.toy.benches import MODEL_BENCHES
+from kamera.window.benches import WINDOW_BENCHES, WindowBench
 
 ARM_ITEMS = ArmItems()
 
 
+def one_map(*registries: dict) -> dict:
+    """The registries merged; ValueError naming a benchmark two of them declare."""
+    found: dict = {}
+    for registry in registries:
+        if twice := sorted(set(found) & set(registry)):
+            raise ValueError(f"benchmark(s) {twice} declared in two benchmark folders")
+        found.update(registry)
+    return found
+
+
+# Every benchmark by name, each its module's SPEC (kamera.discover) in the folder of its kind: data benchmarks
+# (kamera.data), the model's own task (kamera.toy.benches), window benchmarks (kamera.window.benches).
+BENCHES = one_map(BENCHMARKS, MODEL_BENCHES, WINDOW_BENCHES)
+
+
 def shape_of(cfg: DictConfig) -> ArmItems | WindowItems:
     """The job's item shape: window items when its benchmark is a window benchmark, else arm items."""
-    bench = WINDOW_BENCHES.get(cfg.bench.name)
-    return ARM_ITEMS if bench is None else WindowItems(bench)
+    bench = BENCHES.get(cfg.bench.name)
+    return WindowItems(bench) if isinstance(bench, WindowBench) else ARM_ITEMS
 
 
 def job_specs(cfg: DictConfig) -> tuple[list[Spec], list[Spec]]:

@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from kamera.errors import ItemError
 from kamera.items.selection import Selection
 from kamera.items.window import WindowEntry
+from kamera.job.lists import unread_lists
 from kamera.job.rows import SAMPLE_LOG_COLUMNS, row
 from kamera.job.selection import bench_root, read_benchmark
 from kamera.job.spec import Spec, build_specs
@@ -50,10 +51,6 @@ CANONICAL_CONTEXTS = ("prefix", "none")  # where a window job's canonical KV(c|â
 GIB = 1 << 30
 
 
-def _plain(value: object) -> object:
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-
-
 class WindowItems:
     """Window items Ã— window probes: every job whose benchmark is a window benchmark."""
 
@@ -67,6 +64,10 @@ class WindowItems:
     def selects_from_model(self, cfg: DictConfig) -> bool:
         return False  # entries are built with the model later, one at a time
 
+    def reads(self, cfg: DictConfig) -> str | None:
+        """The data benchmark the window benchmark is cut from (None: streams made in memory)."""
+        return self.bench.reads
+
     def options(self, cfg: DictConfig) -> dict:
         """The benchmark's options with their defaults filled in (ValueError naming unknown ones)."""
         return self.bench.kwargs(OmegaConf.to_container(cfg.bench.kwargs, resolve=True))
@@ -75,8 +76,7 @@ class WindowItems:
         """Which plugin lists a job may use, the window keys, the benchmark's subset, split and options and the
         model it needs, one line each (no data, no weights)."""
         bench = self.bench
-        p = [f"{key}={_plain(cfg[key])!r}: bench={bench.name} is a window benchmark, its job runs window_probes; "
-             f"set {key}=[]" for key in ("arms", "probes") if cfg[key]]
+        p = unread_lists(cfg, self.kinds, f"bench={bench.name} is a window benchmark, its job runs window_probes")
         if not cfg.get("window_probes"):
             p.append("window_probes=[]: a window job needs at least one window probe (conf/window_probe)")
         if cfg.canonical_context == "native":  # other bad values: kamera.job.checks.validate

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kamera.data import BENCHMARKS, load_items, make_fixture
+from kamera.job.shape import shape_of
 from kamera.models import entry, image_problems
 from kamera.models.shaped import models_root
 from kamera.sweep.cost import experiment_hours
 from kamera.sweep.expand import compose_config, composed, paper_experiments
-from kamera.window.benches import WINDOW_BENCHES
 
 # Probes that only time on a GPU, and the CPU probe a rehearsal runs in their place (same code, other device).
 CPU_STANDINS = {"ttft_cuda": "ttft"}
@@ -46,15 +46,16 @@ class SweepJob(NamedTuple):
     bench: str
     testbed: str | None  # the testbed the sweep names for this job, if it sweeps testbeds
     probes: tuple[str, ...]
+    data: str | None = None  # the data benchmark whose files it reads (its shape says), None: none
 
 
 def rehearsal_jobs(experiment: str) -> list[SweepJob]:
-    """Model, benchmark name, testbed and probe labels of every job of ``experiment``."""
+    """Model, benchmark name, testbed, probe labels and data benchmark read of every job of ``experiment``."""
     out = []
     for job, cfg in composed([f"experiment={experiment}"]):
         testbed = next((o.split("=", 1)[1] for o in job if o.startswith("testbed=")), None)
         probes = tuple(p if isinstance(p, str) else next(iter(p)) for p in (cfg.get("probes") or []))
-        out.append(SweepJob(str(cfg.model.name), str(cfg.bench.name), testbed, probes))
+        out.append(SweepJob(str(cfg.model.name), str(cfg.bench.name), testbed, probes, shape_of(cfg).reads(cfg)))
     return out
 
 
@@ -74,21 +75,11 @@ def selection(jobs: list[SweepJob], ready: set[str]) -> list[str]:
     return select
 
 
-def data_benchmark(bench: str) -> str | None:
-    """The data benchmark whose files ``bench`` reads: itself, or for a window benchmark the one stored under its
-    directory (``videomme_window`` reads Video-MME); None when it reads no files (toy and synthetic streams)."""
-    if bench in BENCHMARKS:
-        return bench
-    window = WINDOW_BENCHES.get(bench)
-    if window is None:
-        raise ValueError(f"unknown benchmark {bench!r}; valid: {sorted(BENCHMARKS) + sorted(WINDOW_BENCHES)}")
-    return next((b for b, spec in BENCHMARKS.items() if window.dir_name and spec.dir_name == window.dir_name), None)
-
-
 def unreadable(job: SweepJob, data: Path) -> str | None:
     """Why ``job``'s model cannot read its benchmark (preflight's line for a text-only model on items with images,
-    read off the first fixture item), or None; window benchmarks are not checked here."""
-    if entry(job.model).reads_images or job.bench not in BENCHMARKS:
+    read off the first fixture item), or None; only a job whose items are its data benchmark's own is checked here
+    (a window job's text-only model is preflight's line)."""
+    if entry(job.model).reads_images or job.data != job.bench:
         return None
     spec = BENCHMARKS[job.bench]
     items = load_items(job.bench, root=data / spec.dir_name if spec.dir_name else None, n_items=1, seed=0)
@@ -162,7 +153,7 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
     models = models_root(ready, out / "models", layers=layers, vision_layers=vision_layers)
     print(f"  checkpoints: {', '.join(ready)} in {models} ({time.perf_counter() - t:.0f} s)", flush=True)
     data = out / "data"
-    for bench in sorted({data_benchmark(j.bench) for js in jobs.values() for j in js} - {None}):
+    for bench in sorted({j.data for js in jobs.values() for j in js} - {None}):
         spec = BENCHMARKS[bench]
         if spec.dir_name and not (data / spec.dir_name).exists():
             make_fixture(bench, data, n=2, seed=0)

@@ -1,5 +1,5 @@
-"""Benchmarks are declared once: a module of a benchmark folder (kamera.data, kamera.window.benches) with a ``SPEC``,
-and its conf/bench file(s)."""
+"""Benchmarks are declared once: a module of a benchmark folder (kamera.data, kamera.toy.benches,
+kamera.window.benches) with a ``SPEC``, and its conf/bench file(s); one map holds them all by name."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import yaml
 
 from kamera.data import BENCHMARKS
 from kamera.data.base import Benchmark
-from kamera.job.arm_shape import MODEL_ITEM_SOURCES
+from kamera.job.shape import BENCHES, one_map
+from kamera.toy.benches import MODEL_BENCHES, ModelBench
 from kamera.window.benches import WINDOW_BENCHES, WindowBench
 
 CONF_BENCH = Path(__file__).resolve().parents[2] / "conf" / "bench"
@@ -24,6 +25,7 @@ def _conf_names() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("package, kind, registry", [("kamera.data", Benchmark, BENCHMARKS),
+                                                     ("kamera.toy.benches", ModelBench, MODEL_BENCHES),
                                                      ("kamera.window.benches", WindowBench, WINDOW_BENCHES)])
 def test_every_module_with_a_spec_is_registered(package, kind, registry):
     specs = {}
@@ -36,11 +38,17 @@ def test_every_module_with_a_spec_is_registered(package, kind, registry):
 
 def test_every_benchmark_has_its_conf_file():
     named = set(_conf_names().values())
-    missing = sorted((set(BENCHMARKS) | set(WINDOW_BENCHES)) - named)
+    missing = sorted(set(BENCHES) - named)
     assert missing == [], "benchmarks without a conf/bench/<name>.yaml"
 
 
 def test_every_conf_bench_file_names_a_registered_benchmark():
-    known = set(BENCHMARKS) | set(WINDOW_BENCHES) | set(MODEL_ITEM_SOURCES)
-    unknown = {stem: name for stem, name in _conf_names().items() if name not in known}
+    unknown = {stem: name for stem, name in _conf_names().items() if name not in BENCHES}
     assert unknown == {}, f"conf/bench files naming no data, window or model-item benchmark: {unknown}"
+
+
+def test_one_map_holds_every_folder_and_refuses_a_name_declared_twice():
+    assert set(BENCHES) == set(BENCHMARKS) | set(MODEL_BENCHES) | set(WINDOW_BENCHES)
+    assert len(BENCHES) == len(BENCHMARKS) + len(MODEL_BENCHES) + len(WINDOW_BENCHES)
+    with pytest.raises(ValueError, match=r"benchmark\(s\) \['binding'\] declared in two benchmark folders"):
+        one_map(BENCHMARKS, MODEL_BENCHES, {"binding": WINDOW_BENCHES["window_toy"]})

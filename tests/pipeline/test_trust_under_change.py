@@ -204,6 +204,8 @@ CHECKABLE = {
                                   "orbit: orderings must be null or a list of orderings (lists of chunk indices), got 5"),
     "toy subset": (("model=toy_binding", "bench=binding", "bench.subset='two_hop,nope'", "arms=[blind]"),
                    "bench.subset='two_hop,nope': the toy task has no query kind ['nope']"),
+    "toy task on another model": (("model=tiny_kimi", "bench=binding", "arms=[blind]"),
+                                  "bench=binding needs a toy model (toy_binding, toy_binding_text), not tiny_kimi"),
 }
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from kamera.data import get_benchmark
 from kamera.items.selection import Selection
 from kamera.items.window import WindowEntry
 from kamera.knobs import is_int
@@ -22,9 +23,9 @@ Read = Callable[[str, dict], Selection]  # (data benchmark, loader kwargs) → t
 
 @dataclass(frozen=True)
 class WindowBench:
-    """A window benchmark: its subsets and split, its options (``bench.kwargs``) with their defaults, the
-    directory it reads under ``paths.data`` (None: in memory). ``frames``: every chunk of its items is video frames
-    (a text-only model cannot read it, said in preflight)."""
+    """A window benchmark: its subsets and split, its options (``bench.kwargs``) with their defaults, the data
+    benchmark (:mod:`kamera.data`) it is cut from (``reads``; None: streams made in memory). ``frames``: every chunk
+    of its items is video frames (a text-only model cannot read it, said in preflight)."""
 
     frames: ClassVar[bool] = True
     name: str
@@ -32,7 +33,12 @@ class WindowBench:
     default_subsets: tuple[str, ...]
     split: str
     options: dict
-    dir_name: str | None = None
+    reads: str | None = None
+
+    @property
+    def dir_name(self) -> str | None:
+        """The directory it reads under ``paths.data``: its data benchmark's (None: it reads no files)."""
+        return None if self.reads is None else get_benchmark(self.reads).dir_name
 
     def resolve(self, subset: str | None, split: str | None) -> tuple[list[str], str]:
         """(subsets, split) spelled out; ValueError naming the valid ones."""

@@ -86,7 +86,7 @@ class VideoWindowBench(WindowBench):
     def select(self, subsets: list[str], split: str, seed: int, n: int | None, opts: dict, read: Read) -> Selection:
         kwargs = {"n_frames": opts["segments"] * opts["frames_per_segment"], "a_chunks": 1,
                   "task_types": opts["task_types"]}
-        got = read("videomme", kwargs)
+        got = read(self.reads, kwargs)
         items, entries = got.items, []
         for j, it in enumerate(items):  # the foreign clip: the next selected question on another video
             other = next((o for o in items[j + 1 :] + items[:j] if o.cluster_key != it.cluster_key), None)
@@ -99,4 +99,4 @@ class VideoWindowBench(WindowBench):
 SPEC = VideoWindowBench("videomme_window", ("short", "medium", "long"), ("short", "medium", "long"), "test",
                         {"segments": 11, "frames_per_segment": 2, "window": 5, "n_foreign": 4,
                          "frame_pixels": 448 * 448, "task_types": None},
-                        dir_name="Video-MME")
+                        reads="videomme")
