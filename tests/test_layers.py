@@ -25,7 +25,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("kamera.reuse",),  # an item's shared forwards, partial recompute, the plugin base
     ("kamera.arms", "kamera.toy"),  # reuse arms; toy tasks and models
     ("kamera.diagnostics", "kamera.window"),  # measurements behind the figures; window ops and probes
-    ("kamera.probes",),  # per-item probes over the diagnostics
+    ("kamera.probes", "kamera.agent"),  # per-item probes over the diagnostics; agent traces replayed over windows
     ("kamera.job",),  # spec, checks, the item shape, selection, identity, rows, store
     # one job; a sweep of jobs (expansion, status, cost, rehearsal); the engine's KV connector and its keyed rows
     ("kamera.run", "kamera.sweep", "kamera.engine"),
