@@ -61,6 +61,10 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def _move_aside(path: Path) -> str:
+    return f"move it aside (mv {path} {path}.bad) and rerun the job, which recomputes what it held"
+
+
 class ShardLockedError(RuntimeError):
     """Another job is writing the same shard (the same job launched twice)."""
 
@@ -167,12 +171,16 @@ class Shard:
         if not self.meta_path.exists():
             return {}
         try:
-            return json.loads(self.meta_path.read_text())
+            meta = json.loads(self.meta_path.read_text())
         except (OSError, ValueError) as err:
             raise ShardCorruptError(
                 f"{self.meta_path} does not read back ({type(err).__name__}: {err}); delete it and rerun the job: "
                 "the run rewrites it and keeps the rows already stored"
             ) from None
+        if isinstance(meta, dict) and meta.get("key") not in (None, self.key):
+            raise ShardCorruptError(f"{self.meta_path} is the record of job {meta['key']}, not of job {self.key} whose "
+                                    f"name it has (a file copied or renamed over another job's); {_move_aside(self.meta_path)}")
+        return meta
 
     def table(self, name: str) -> pd.DataFrame:
         """The ``rows`` or ``probes`` table (empty frame if none yet)."""
@@ -180,12 +188,25 @@ class Shard:
         if not path.exists():
             return pd.DataFrame()
         try:
-            return pd.read_parquet(path)
+            frame = pd.read_parquet(path)
         except Exception as err:  # pyarrow raises several types for a truncated or foreign file
             raise ShardCorruptError(
                 f"{path} does not read back ({type(err).__name__}: {err}); move it aside "
                 f"(mv {path} {path}.bad) and rerun the job, which recomputes the items it held"
             ) from None
+        self._owns(path, frame)
+        return frame
+
+    def _owns(self, path: Path, frame: pd.DataFrame) -> None:
+        """ShardCorruptError (one line naming both) when a table's records name another job key or config key than
+        this shard's (its name, its json's ``config_key``): a file copied or renamed over another job's."""
+        if frame.empty:
+            return
+        for column, mine in (("job_key", self.key), ("config_key", self.meta().get("config_key"))):
+            other = sorted(set(frame[column].astype(str)) - {mine}) if mine and column in frame else []
+            if other:
+                raise ShardCorruptError(f"{path} holds records of {column} {other[0]}, not of this shard's {mine} "
+                                        f"(a file copied or renamed over another job's); {_move_aside(path)}")
 
     def rows(self) -> pd.DataFrame:
         return self.table("rows")

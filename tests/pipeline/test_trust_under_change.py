@@ -428,3 +428,23 @@ def test_a_text_only_model_on_a_window_benchmark_of_frames_fails_in_preflight(tm
     monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
     with pytest.raises(JobError, match="is text-only"):
         runner.run(cfg)
+
+
+# ----- issue 29 item 3: a shard's rows belong to its key ------------------------------------------------------
+@pytest.mark.parametrize("table", ["rows", "json"])
+def test_a_shard_file_copied_over_another_jobs_is_one_line_naming_both_keys(table, tmp_path, done_job):
+    """A parquet (or json) copied over another job's shard was read as that job's: "complete: nothing to run", and in a
+    render one model's column vanished while another's n doubled."""
+    from kamera.job.store import ShardCorruptError
+
+    _, a = done_job
+    other = ("model=tiny_kimi", "bench=synthetic", "arms=[blind]", "n_items=2")
+    b = runner.run(job_config(tmp_path, *other))
+    suffix = ".parquet" if table == "rows" else ".json"
+    shutil.copy(a.with_suffix(suffix), b.with_suffix(suffix))
+    with pytest.raises(ShardCorruptError) as err:
+        runner.run(job_config(tmp_path, *other))
+    line = str(err.value)
+    assert "\n" not in line and a.stem in line and b.stem in line, line
+    (view,) = sweep_jobs([f"paths.results={tmp_path}/raw", *other])
+    assert view.error and a.stem in view.error and b.stem in view.error
