@@ -34,9 +34,8 @@ from experiments.common import (
     suffixed,
     table_outputs,
 )
-from experiments.windows import eta_cell, mean_of, models, num, records
+from experiments.windows import eta_cell, mean, mean_of, median, models, num, records, select
 from kamera.metrics import SAFE_MARGIN, flip_recover, reuse_gate, transfer_safe
-from kamera.window.summary import mean, median, select
 
 COVERAGES = (0.25, 0.5, 0.75)  # the gate's operating points: the share of cases it lets reuse the stored patch
 

@@ -18,8 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common import cli, paper_or, partial_tag, table_outputs
-from experiments.windows import eta_cell, mean_of, models, num, ratio, records
-from kamera.window.summary import select
+from experiments.windows import eta_cell, mean_of, models, num, ratio, records, select
 
 CHECKS = [  # the checks, in order; the paper's claim each tests is conf/experiment/appe.yaml's paper.claims
     "revert: KV bitwise the stored canonical",

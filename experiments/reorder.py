@@ -20,8 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common import cli, paper_or, partial_tag, table_outputs
-from experiments.windows import eta_cell, mean_of, models, num, paper, records
-from kamera.window.summary import mean, select
+from experiments.windows import eta_cell, mean, mean_of, models, num, paper, records, select
 
 VARIANTS = ("transfer", "exact", "orbit")
 COLUMNS = ["orderings", "η transfer (stored identity patch)", "η exact (π's own)", "η orbit (π held out)",

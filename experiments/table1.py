@@ -5,7 +5,7 @@ of a slide (keep-as-is vs a rank-64 removal patch), per model.
     python -m experiments.table1 experiment=table1_tiny   # the toy window model and tiny families
 
 Reads the ``recall`` and ``survivor`` window rows of exactly the experiment's jobs; writes
-<paths.tables>/<experiment>.md and .tex. Columns (:func:`kamera.window.summary.table1`): stale and fresh
+<paths.tables>/<experiment>.md and .tex. Columns (:func:`experiments.windows.table1`): stale and fresh
 η at τ = 1 (mean [95% cluster-bootstrap CI: questions on one video resampled together], median, measurable
 n), flips (items where blind reuse changes the re-prefill decision) and the flip-recover of stale → fresh;
 the survivor's keep-as-is KL (mean, and its ratio to blind reuse's), the removal patch's η, and the removal
@@ -25,8 +25,19 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common import cli, paper_or, partial_tag, table_outputs
-from experiments.windows import eta_cell, mean_of, models, num, paper, ratio, records
-from kamera.window.summary import mean, median, select, table1
+from experiments.windows import (
+    eta_cell,
+    mean,
+    mean_of,
+    median,
+    models,
+    num,
+    paper,
+    ratio,
+    records,
+    select,
+    table1,
+)
 
 COLUMNS = ["arch", "n", "stale η (τ = 1)", "fresh η (τ = 1)", "flips", "flip-recover stale → fresh",
            "n (survivor)", "keep-as-is KL", "keep / blind KL", "removal η vs keep-as-is", "removal η vs blind",

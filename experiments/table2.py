@@ -31,8 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common import cli, paper_or, partial_tag, table_outputs
-from experiments.windows import eta_cell, mean_of, models, num, ratio, records
-from kamera.window.summary import mean, select
+from experiments.windows import eta_cell, mean, mean_of, models, num, ratio, records, select
 
 # (operating point, mechanism, probe, variant, row filter) — Table 2 of the paper; the paper's cost and "where it
 # holds" per point are conf/experiment/table2.yaml's paper.points.

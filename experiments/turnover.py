@@ -19,12 +19,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from experiments.common import STYLE, cli, document, figure_outputs, paper_or, paper_values, partial_tag
-from experiments.windows import models, num, records
-from kamera.window.summary import turnover_curve
+from experiments.windows import models, num, records, turnover_curve
 
 
 def curves(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per (model, τ): :func:`kamera.window.summary.turnover_curve` per model."""
+    """One line per (model, τ): :func:`experiments.windows.turnover_curve` per model."""
     recs = records(rows)
     out = [{"model": m, "arch": a, **c} for m, a in models(recs) for c in turnover_curve(recs, m)]
     return pd.DataFrame(out)

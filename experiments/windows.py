@@ -1,30 +1,105 @@
 """What the window renderers (Table 1, the turnover figure, Table 2, App. D, App. E) share.
 
 Window rows (:mod:`kamera.job.window_shape`) carry one row per (item, probe, setting, variant); these helpers
-turn them into the records :mod:`kamera.window.summary` reduces, name each model by its architecture as
+turn them into records, reduce them (:func:`table1`: recall at full turnover and the survivor;
+:func:`turnover_curve`: η against τ for the stale and the fresh patch), name each model by its architecture as
 the paper's tables do (GQA, deepstack, MLA, MHA) and format cells; the tables and figures are written by
-:mod:`experiments.common`. Nothing here loads a model.
+:mod:`experiments.common`. Pure functions of rows: nothing here loads a model or imports forward code.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
 from experiments.common import ci_cell, cluster_labels
-from kamera.window.summary import mean, median
+from kamera.metrics import bootstrap_ci, flip_recover
 
 ARCH_ORDER = ("GQA", "deepstack", "MLA", "MHA")
 PAPER_MODELS = ("qwen2_5_vl_7b", "qwen3_vl_8b", "kimi_vl_a3b")  # the paper's GQA, deepstack and MLA backbones
 
 
 def records(rows: pd.DataFrame) -> list[dict]:
-    """Window rows as plain dicts (the form :mod:`kamera.window.summary` reads); arm rows are dropped."""
+    """Window rows as plain dicts (the form the reductions below read); arm rows are dropped."""
     if rows.empty or "shape" not in rows:
         return []
     return rows[rows["shape"] == "window"].to_dict("records")
+
+
+def mean(values: Iterable[float]) -> float:
+    """Mean over the finite values (NaN if none)."""
+    v = [x for x in values if x == x]
+    return statistics.fmean(v) if v else math.nan
+
+
+def median(values: Iterable[float]) -> float:
+    v = [x for x in values if x == x]
+    return statistics.median(v) if v else math.nan
+
+
+def select(rows: Iterable[dict], **keys) -> list[dict]:
+    """The rows whose columns equal ``keys``."""
+    return [r for r in rows if all(r.get(k) == v for k, v in keys.items())]
+
+
+@dataclass
+class Table1Row:
+    """One model's Table 1 line: recall at full turnover and the survivor probe."""
+
+    model: str
+    n_recall: int
+    stale_eta: float
+    stale_eta_median: float
+    fresh_eta: float
+    fresh_eta_ci: tuple[float, float]
+    n_flips: int
+    stale_flip_recover: float
+    fresh_flip_recover: float
+    n_survivor: int
+    keep_kl: float
+    keep_kl_over_blind: float
+    removal_eta: float
+    removal_eta_keep: float
+
+
+def table1(rows: Sequence[dict], model: str, tau: float = 1.0) -> Table1Row:
+    """Table 1's numbers for one model from its recall and survivor rows (recall at turnover ``tau``)."""
+    rec = select(rows, model=model, probe="recall", tau=tau)
+    stale, fresh = select(rec, variant="stale_patch"), select(rec, variant="fresh_patch")
+    _, lo, hi = bootstrap_ci([r["eta"] for r in fresh])
+    surv = select(rows, model=model, probe="survivor")
+    keep, removal = select(surv, variant="keep_as_is"), select(surv, variant="removal_patch")
+    return Table1Row(
+        model, len(stale), mean(r["eta"] for r in stale), median(r["eta"] for r in stale),
+        mean(r["eta"] for r in fresh), (lo, hi), sum(r["flip"] for r in stale),
+        flip_recover([r["flip"] for r in stale], [r["recovered"] for r in stale]),
+        flip_recover([r["flip"] for r in fresh], [r["recovered"] for r in fresh]),
+        len(keep), mean(r["kl"] for r in keep),
+        mean(r["kl"] / r["kl_blind"] if r["kl_blind"] > 0 else math.nan for r in keep),
+        mean(r["eta"] for r in removal), mean(r["eta_keep"] for r in removal),
+    )
+
+
+def turnover_curve(rows: Sequence[dict], model: str) -> list[dict]:
+    """Per τ: mean and median η of the stale and the fresh patch, and the re-prefill's accuracy."""
+    rec = select(rows, model=model, probe="recall")
+    out = []
+    for tau in sorted({r["tau"] for r in rec}):
+        at = select(rec, tau=tau)
+        stale, fresh = select(at, variant="stale_patch"), select(at, variant="fresh_patch")
+        out.append({
+            "tau": tau, "n": len(stale),
+            "stale_eta": mean(r["eta"] for r in stale), "stale_eta_median": median(r["eta"] for r in stale),
+            "fresh_eta": mean(r["eta"] for r in fresh), "fresh_eta_median": median(r["eta"] for r in fresh),
+            "stale_kl": mean(r["kl"] for r in stale), "blind_kl": mean(r["kl_blind"] for r in stale),
+            "reprefill_correct": mean(r["correct"] for r in select(at, variant="reprefill")),
+            "stale_correct": mean(r["correct"] for r in stale),
+        })
+    return out
 
 
 def arch(family: str, attention: str) -> str:

@@ -35,7 +35,7 @@ FACE = ("kamera",)  # the package face (kamera/__init__.py) may import any room;
 ALIASES = ("kamera.status", "kamera.shaped", "kamera.models.cost")  # CLI aliases: runpy only
 # What a renderer must not import: model, forward and arm code (rows in, tables out).
 NOT_IN_EXPERIMENTS = ("kamera.models", "kamera.reuse", "kamera.arms", "kamera.probes", "kamera.core",
-                      "kamera.run.runner", "kamera.toy", "kamera.data")
+                      "kamera.run.runner", "kamera.toy", "kamera.data", "kamera.window")
 
 
 def _modules() -> dict[str, Path]:

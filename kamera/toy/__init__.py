@@ -7,6 +7,6 @@ them and ``python -m kamera.toy.evaluate`` prints the per-arm table and the rank
 
 ``kamera.toy.window_task`` cuts the same task into a stream of chunks for the window probes
 (:mod:`kamera.window`); ``load_window()`` (registered as ``toy_window``) is the text decoder trained on
-it (``python -m kamera.toy.train --variant window``), and ``python -m kamera.window.demo`` prints its
-Table 1 and turnover curve.
+it (``python -m kamera.toy.train --variant window``), and ``make table1`` / ``make turnover`` draw its Table 1
+and turnover curve (beside the tiny families').
 """

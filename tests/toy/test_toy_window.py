@@ -15,21 +15,33 @@ import numpy as np
 import pytest
 import torch
 
+from experiments.windows import mean, select, table1, turnover_curve
+from kamera.job.shape import shape_of
 from kamera.models import load_model
+from kamera.sweep.expand import compose_config
 from kamera.toy.model import WEIGHTS, load
 from kamera.toy.task import TaskSpec
 from kamera.toy.train import WindowSampler, main
 from kamera.toy.window_task import KINDS, WindowSpec, answer, window_items
-from kamera.window import Layout, WindowContext, make_probe
-from kamera.window.summary import mean, run, select, table1, turnover_curve
+from kamera.window import Layout, WindowContext
 
 N = 32  # items per probe in the gates (~15 s)
 
 
 def gate_rows(adapter) -> list[dict]:
-    spec = adapter.task
-    rows = run(adapter, window_items(spec, "recall", N), [make_probe("recall")])
-    return rows + run(adapter, window_items(spec, "survivor", N), [make_probe("survivor")])
+    """The recall and survivor rows of ``adapter`` on N items of their streams, each item through the runner's own
+    per-item step (the window job's ``evaluate_item``; the retrain's weights are not a registered model, so the
+    runner itself cannot load them)."""
+    cfg = compose_config(["testbed=toy_window", "arms=[]", "window_probes=[recall,survivor]",
+                          "bench.subset='recall,survivor'", f"n_items={N}"])
+    shape = shape_of(cfg)
+    probes, _ = shape.specs(cfg)
+    rows = []
+    for entry in shape.select(cfg, N).items:
+        got, _, refused = shape.evaluate_item(adapter, entry, probes, [], cfg, {"model": adapter.name})
+        assert len(refused) == 1, refused  # each stream serves its own probe, the other refuses it
+        rows += got
+    return rows
 
 
 @pytest.fixture(scope="module")
