@@ -21,3 +21,23 @@ def test_readme_fetches_checkpoints_with_hf_download():
     """Current huggingface_hub ships ``hf download``; the deprecated ``huggingface-cli`` is not what we tell users."""
     text = README.read_text()
     assert "hf download Qwen/Qwen2.5-VL-7B-Instruct" in text and "huggingface-cli" not in text
+
+
+def test_the_docs_index_names_every_doc_once():
+    """docs/README.md indexes every file of docs/ in one line each: a new doc without its line fails here."""
+    docs = README.parent / "docs"
+    listed = re.findall(r"^- \[([\w.]+\.md)\]\(\1\): \S", (docs / "README.md").read_text(), re.M)
+    assert sorted(listed) == sorted(p.name for p in docs.glob("*.md") if p.name != "README.md")
+
+
+def test_the_artefact_map_has_every_target_with_its_stated_paper_cost():
+    """The README's table lists every table / figure target once, with the H100-hours its paper config states."""
+    import yaml
+
+    conf = README.parent / "conf" / "experiment"
+    targets = sorted(p.stem[: -len("_tiny")] for p in conf.glob("*_tiny.yaml") if (conf / f"{p.stem[:-5]}.yaml").exists())
+    section = README.read_text().split("## Every table and figure", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| [^|]+ \| `make (\w+)` \|.*\| ([\d.]+) \|$", section, re.M)
+    assert sorted(name for name, _ in rows) == targets
+    for name, hours in rows:
+        assert float(hours) == yaml.safe_load((conf / f"{name}.yaml").read_text())["cost"]["h100_hours"], name
