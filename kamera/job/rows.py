@@ -2,19 +2,19 @@
 its measures; :data:`ROW_COLUMNS` is the one column list every row carries (a window row adds its own
 columns after them: ``shape``, ``probe``, ``setting``, ``variant`` … of docs/window.md). The runner stamps
 each row, probe record and refusal with :data:`STAMP_COLUMNS` when it stores them: the code versions that
-made it and the run that wrote it (:mod:`kamera.job.store`)."""
+made it, a digest of its plugin's source and the run that wrote it (:mod:`kamera.job.store`)."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
 from kamera.job.spec import DTYPES, Spec
-from kamera.job.store import RUN, STAMP
+from kamera.job.store import RUN, SOURCE, STAMP
 
 JOB_COLUMNS = ("group", "job_key", "config_key", "model", "family", "attention", "dtype", "bench", "seed")
 ITEM_COLUMNS = ("item_id", "subset", "split", "cluster_key")
 PLUGIN_COLUMNS = ("arm", "arm_name", "knobs")  # the arm, or a window job's window probe
-STAMP_COLUMNS = (*STAMP, RUN)  # the plugin's and the row metrics' versions, the run that wrote the row
+STAMP_COLUMNS = (*STAMP, SOURCE, RUN)  # the plugin's and the row metrics' versions, its source, the run that wrote it
 MEASURE_COLUMNS = (
     "params", "rank", "effective_rank", "effective_rotary_rank", "n_b", "delta", "kl", "kl_blind", "eta",
     "kl_oracle", "flip", "recovered", "pred", "gold", "correct", "n_choices", "bytes", "bytes_frac", "patch_dtype",

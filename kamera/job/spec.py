@@ -8,6 +8,9 @@ every bad entry of a list is reported at once.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +18,7 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
-from kamera.job.store import STAMP, Expected, Stamp
+from kamera.job.store import SOURCE, STAMP, Expected, Stamp
 from kamera.metrics import VERSION as METRICS_VERSION
 from kamera.reuse.plugin import Plugin
 
@@ -26,6 +29,26 @@ DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16
 
 class JobError(RuntimeError):
     """A job cannot start, or ended incomplete; the message says why and what to do."""
+
+
+def _framework(module: str) -> bool:
+    """The plugin framework, not a plugin's own code: the plugin base and each kind's base (``kamera.arms.base``
+    …)."""
+    return module == "kamera.reuse.plugin" or module.endswith(".base")
+
+
+@functools.cache
+def source_digest(cls: type) -> str:
+    """sha256 (12 hex) of the source files of a plugin class and of its parent classes in kamera, the framework left
+    out (:func:`_framework`): what each record's ``source_digest`` stores, so rows made by other code at the same
+    ``version`` are told apart (the runner warns, :mod:`kamera.run.runner`). Code the plugin calls in other modules
+    is not covered here; the golden check in the gate (tests/pipeline/test_golden_versions.py) catches its numbers."""
+    files = sorted({inspect.getfile(c) for c in cls.__mro__
+                    if c.__module__.startswith("kamera.") and not _framework(c.__module__)})
+    h = hashlib.sha256()
+    for f in files:
+        h.update(Path(f).read_bytes())
+    return h.hexdigest()[:12]
 
 # ----- arms and probes -----------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -54,9 +77,14 @@ class Spec:
         return (self.plugin.version, METRICS_VERSION)
 
     @property
-    def stamp_columns(self) -> dict[str, int]:
-        """:attr:`stamp` as the columns a record stores."""
-        return dict(zip(STAMP, self.stamp, strict=True))
+    def source(self) -> str:
+        """The digest of the plugin's own source (:func:`source_digest`)."""
+        return source_digest(type(self.plugin))
+
+    @property
+    def stamp_columns(self) -> dict[str, int | str]:
+        """:attr:`stamp` as the columns a record stores, and the plugin's :attr:`source` beside them."""
+        return {**dict(zip(STAMP, self.stamp, strict=True)), SOURCE: self.source}
 
 def expected_of(arms: list[Spec], probes: list[Spec]) -> Expected:
     """What a job asks of each item, as the store matches it."""
@@ -128,7 +156,8 @@ def _spec(kind: str, entry: object) -> Spec:
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ValueError(f"{type(plugin).__name__}.version={version!r}: a {kind}'s code version is an integer >= 1")
     changed = sorted(((k, v) for k, v in overrides.items() if k != "name"), key=lambda kv: kv[0])
-    label = (base or plugin.name) + ("[" + ",".join(f"{k}={_knob_text(v)}" for k, v in changed) + "]" if changed else "")
+    knob_text = "[" + ",".join(f"{k}={_knob_text(v)}" for k, v in changed) + "]" if changed else ""
+    label = (base or plugin.name) + knob_text
     return Spec(label, {"name": plugin.name, **plugin.params()}, plugin)
 
 def build_specs(kind: str, entries: object) -> list[Spec]:

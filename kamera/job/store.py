@@ -48,6 +48,7 @@ log = logging.getLogger("kamera.store")
 TABLES = {"rows": "arm", "probes": "probe"}  # table → the column naming the plugin that made a record
 STAMP = ("version", "metrics_version")  # the code versions every record carries (absent: version 1 of each)
 RUN = "run_index"  # the index in the json's ``runs`` of the run that wrote a record (absent: 0)
+SOURCE = "source_digest"  # a digest of the plugin's source that made a record (kamera.job.spec.source_digest)
 
 
 def digest(obj: object) -> str:
@@ -179,7 +180,8 @@ class Shard:
             ) from None
         if isinstance(meta, dict) and meta.get("key") not in (None, self.key):
             raise ShardCorruptError(f"{self.meta_path} is the record of job {meta['key']}, not of job {self.key} whose "
-                                    f"name it has (a file copied or renamed over another job's); {_move_aside(self.meta_path)}")
+                                    "name it has (a file copied or renamed over another job's); "
+                                    f"{_move_aside(self.meta_path)}")
         return meta
 
     def table(self, name: str) -> pd.DataFrame:

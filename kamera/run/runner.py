@@ -17,16 +17,17 @@ replace them, and a forced run killed midway is continued by the next run, force
 
 A selection that met data defects (an annotation row that does not parse, a medium that does not decode,
 beyond preflight's sample) stops the job there, before any weights load or anything is written: it could
-never complete, and the repaired copy is a new job. Per item, an :class:`~kamera.errors.ItemError` (an input the model cannot take, a medium that does
-not decode, non-finite logits) records the item as failed with its reason and the job goes on;
-any other exception is a bug and stops the job. A job ends complete only when every selected item
-has rows for every arm (or a recorded refusal) and its probe records, or a recorded failure, at
-least one item is usable; otherwise it raises :class:`JobError`
+never complete, and the repaired copy is a new job. Per item, an :class:`~kamera.errors.ItemError` (an input the
+model cannot take, a medium that does not decode, non-finite logits) records the item as failed with its reason
+and the job goes on; any other exception is a bug and stops the job. A job ends complete only when every selected
+item has rows for every arm (or a recorded refusal) and its probe records, or a recorded failure, at least one
+item is usable; otherwise it raises :class:`JobError`
 naming what is missing (so ``python -m kamera.run`` exits non-zero), with every finished row kept.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from pathlib import Path
@@ -52,7 +53,7 @@ from kamera.job.checks import defect_problems, unwritable
 from kamera.job.rows import job_keys
 from kamera.job.samples import samples_path, write_samples
 from kamera.job.spec import Spec
-from kamera.job.store import RUN, STAMP, JobState, Shard, current, digest, now, provenance
+from kamera.job.store import RUN, SOURCE, STAMP, TABLES, JobState, Shard, current, digest, now, provenance
 from kamera.models import Adapter, load_model
 from kamera.models.loading import peak_memory_bytes
 from kamera.progress import Progress
@@ -97,6 +98,7 @@ def run(cfg: DictConfig) -> Path:
              shard.path)
     shard.check()
     state = shard.state(want, cfg.retry_failed)
+    _warn_source_drift(shard, [*arms, *probes])
     if cfg.force:
         log.info("job %s: force=true, every row and record of its arms and probes is recomputed", key)
     elif state.complete:
@@ -158,6 +160,30 @@ def _log_stale(state: JobState, specs: dict[str, Spec]) -> None:
         log.info("%s: recomputing its stale records (%s)", label, why)
 
 
+def _warn_source_drift(shard: Shard, specs: list[Spec]) -> None:
+    """One warning per plugin whose stored records at its current version were made by other source than this
+    working tree's (their ``source_digest``): an edit without a version bump, whose rows would pass for new ones."""
+    drift: dict[str, tuple[Spec, set[str]]] = {}
+    for table, column in TABLES.items():
+        frame = shard.table(table)
+        if frame.empty or SOURCE not in frame:
+            continue  # rows written before source digests existed say nothing
+        stamps = frame.reindex(columns=list(STAMP)).fillna(1).astype(int).itertuples(index=False, name=None)
+        for label, knobs, stamp, source in zip(frame[column], frame["knobs"], stamps, frame[SOURCE], strict=True):
+            s = next((s for s in specs if (s.label, s.key) == (label, knobs)), None)
+            if s is not None and stamp == s.stamp and isinstance(source, str) and source != s.source:
+                drift.setdefault(label, (s, set()))[1].add(source)
+    for label, (s, stored) in sorted(drift.items()):
+        cls, root = type(s.plugin), Path(__file__).resolve().parents[2]
+        where = Path(inspect.getfile(cls)).resolve()
+        where = where.relative_to(root) if where.is_relative_to(root) else where
+        log.warning("warning: %s: its stored records at version %d were made by other source of %s (%s: "
+                    "source_digest %s, this working tree's %s); if the change alters its numbers, bump its version "
+                    "(version = %d on %s) and rerun; if it does not, rerun with force=true to restamp them",
+                    label, s.plugin.version, cls.__name__, where, "/".join(sorted(stored)), s.source,
+                    s.plugin.version + 1, cls.__name__)
+
+
 def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, adapter, device: str,
                 evaluate) -> None:
     """The job's work under its shard lock; ``evaluate`` is the job shape's ``evaluate_item`` (an arm item × its
@@ -177,7 +203,8 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
     _log_stale(state, specs)
     adapter = adapter or _load(cfg, device)
     run_info["attention"] = adapter.lm.config._attn_implementation
-    unfit = [f"probe {s.label} cannot run on {cfg.model.name}: {why}" for s in probes if (why := s.plugin.refuses(adapter))]
+    unfit = [f"probe {s.label} cannot run on {cfg.model.name}: {why}" for s in probes
+             if (why := s.plugin.refuses(adapter))]
     if unfit:  # a probe is a measurement asked for by name: its refusal stops the job before any item runs
         raise JobError("cannot run this job (drop the probe or choose another model):\n- " + "\n- ".join(unfit))
     meta = shard.meta()
@@ -236,7 +263,8 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
         run_info.update(end=now(), items_run=len(item_seconds), peak_memory_bytes=peak_memory_bytes(),
                         seconds_per_item=sum(item_seconds) / len(item_seconds) if item_seconds else None)
         log.info("job %s: %d item(s) at %s s/item, peak memory %.2f GiB", shard.key, len(item_seconds),
-                 f"{run_info['seconds_per_item']:.2f}" if item_seconds else "–", run_info["peak_memory_bytes"] / 2**30)
+                 f"{run_info['seconds_per_item']:.2f}" if item_seconds else "–",
+                 run_info["peak_memory_bytes"] / 2**30)
         fields = {k: run_info[k] for k in ("end", "attention", "items_run", "peak_memory_bytes", "seconds_per_item")}
         shard.update_meta(lambda m: m["runs"][-1].update(fields))
         log.info("job %s: per-sample log %s", shard.key, write_samples(shard))

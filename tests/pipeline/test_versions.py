@@ -159,3 +159,27 @@ def test_a_render_refuses_one_arms_rows_of_two_versions_in_one_cell(tmp_path, mo
     table3.main([*sweep, "--allow-partial", "--allow-mixed-versions"])
     assert (tmp_path / "t3.md").exists()
     capsys.readouterr()
+
+
+def test_a_source_change_at_the_same_version_is_a_warning_naming_the_plugin_and_the_fix(tmp_path, monkeypatch, caplog):
+    """Issue 29 item 4: a researcher who edits an arm without a version bump and reruns got the old rows silently. Each
+    record carries its plugin's ``source_digest``; a stored one at the current version that is not the working
+    tree's is a warning naming the plugin, its class's file and the fix, also when the job has nothing to run."""
+    rows, probes, _ = _run(tmp_path, caplog=caplog)
+    blind = job_spec.build_specs("arm", ["blind"])[0]
+    assert set(rows.loc[rows["arm"] == "blind", "source_digest"]) == {blind.source}
+    assert set(probes["source_digest"]) == {job_spec.build_specs("probe", ["deficit_norms"])[0].source}
+    real = job_spec.source_digest
+    monkeypatch.setattr(job_spec, "source_digest", lambda cls: "0edited0" if cls is ARMS["patch"] else real(cls))
+    _, _, log = _run(tmp_path, caplog=caplog)
+    assert "nothing to run" in log
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "patch_r8" in line and "kamera/arms/patch.py" in line and "bump" in line and "version = 2" in line, line
+    assert "blind" not in line and "deficit_norms" not in line
+
+
+def test_the_source_digest_covers_the_plugins_own_files_not_the_kinds_base():
+    digest = {name: job_spec.source_digest(cls) for name, cls in ARMS.items()}
+    assert all(re.fullmatch(r"[0-9a-f]{12}", d) for d in digest.values())
+    assert digest["blind"] != digest["patch"]  # their own modules
+    assert job_spec.source_digest(ARMS["blind"]) == digest["blind"]  # stable
