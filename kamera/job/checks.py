@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -102,13 +103,15 @@ def _model_problems(cfg: DictConfig) -> list[str]:
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model", "vocab.json")  # any one of them
+SHARD_NAME = re.compile(r".+-\d{5}-of-\d{5}\.safetensors")  # how save_pretrained names the shards of sharded weights
 
 
 def checkpoint_problems(ckpt: Path, tokenizer: bool = True) -> list[str]:
     """What is wrong with a checkpoint directory's files, found by reading its small files and the safetensors
     headers, never the weights: config.json must parse as a JSON object; every ``*.safetensors.index.json`` must
-    parse and every shard it names must exist and hold the tensors the index assigns it; every ``.safetensors``
-    file's header must parse and its tensors must fit in the file (a truncated download); and (``tokenizer``) beside
+    parse and every shard it names must exist and hold the tensors the index assigns it, and sharded weights
+    (``model-00001-of-00002.safetensors`` …) need one; every ``.safetensors`` file's header must parse and its
+    tensors must fit in the file (a truncated download); and (``tokenizer``) beside
     weight files one of :data:`TOKENIZER_FILES` must be there (a directory of config.json alone, as tests stub a
     checkpoint, is not checked for one). A GGUF checkpoint (a ``.gguf`` file, or a directory holding one) carries
     its config and tokenizer inside and is read by its loader; only a directory's safetensors files are checked."""
@@ -128,7 +131,12 @@ def checkpoint_problems(ckpt: Path, tokenizer: bool = True) -> list[str]:
         if why:
             p.append(f"{f}: {why}; re-download or rebuild the checkpoint")
         headers[f.name] = header
-    for index in sorted(ckpt.glob("*.safetensors.index.json")):
+    indexes = sorted(ckpt.glob("*.safetensors.index.json"))
+    sharded = sorted(f for f in headers if SHARD_NAME.fullmatch(f))
+    if sharded and not indexes:
+        p.append(f"{ckpt} holds sharded weights ({sharded[0]}, {len(sharded)} file(s)) but no "
+                 "model.safetensors.index.json, the map of tensors to shards a loader reads; re-download it")
+    for index in indexes:
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
             owners = {str(t): str(f) for t, f in weight_map.items()}

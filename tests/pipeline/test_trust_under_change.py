@@ -287,8 +287,13 @@ def _moved_tensor(ckpt):
     return f"{index} assigns 1 tensor(s) to shards that do not hold them (e.g. {name!r})"
 
 
-@pytest.mark.parametrize("damage", [_truncate, _drop_shard, _bad_config, _bad_header, _no_tokenizer, _moved_tensor],
-                         ids=lambda f: f.__name__.strip("_"))
+def _no_index(ckpt):  # issue 29 item 6: transformers then finds no weights and fails at load with a traceback
+    (ckpt / "model.safetensors.index.json").unlink()
+    return f"{ckpt} holds sharded weights (model-00001-of-"
+
+
+@pytest.mark.parametrize("damage", [_truncate, _drop_shard, _bad_config, _bad_header, _no_tokenizer, _moved_tensor,
+                                    _no_index], ids=lambda f: f.__name__.strip("_"))
 def test_a_damaged_checkpoint_is_one_line_before_its_weights_load(damage, tmp_path, monkeypatch):
     from kamera.job.checks import checkpoint_problems
 
