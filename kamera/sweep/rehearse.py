@@ -133,6 +133,8 @@ def fresh_folders(out: Path) -> None:
 
 
 def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layers: int = 2) -> int:
+    """Every job of ``experiments`` on shaped checkpoints and fixture data under ``out``: 0 when every rehearsed job
+    finished, 1 otherwise, 2 when ``out`` holds folders a rehearsal did not create (nothing is touched then)."""
     out = out.resolve()
     log = out / "rehearse.log"
     theirs = not_ours(out)
@@ -146,9 +148,27 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
     log.write_text("")
     jobs = {exp: rehearsal_jobs(exp) for exp in experiments}
     ready = sorted({j.model for js in jobs.values() for j in js if entry(j.model).has_adapter and entry(j.model).shaped})
-    missing = sorted({j.model for js in jobs.values() for j in js if j.model not in ready})
     print(f"rehearsing {', '.join(experiments)} on shaped checkpoints ({layers} layers, {vision_layers} vision layers); "
           f"log: {log}", flush=True)
+    given = inputs(ready, jobs, out, layers, vision_layers)
+    failed = [why for exp in experiments if (why := rehearse_one(exp, jobs[exp], ready, given, log))]
+    report_missing(sorted({j.model for js in jobs.values() for j in js if j.model not in ready}))
+    report_costs(experiments)
+    print(f"rows under {out / 'results'}; " + ("all rehearsed jobs finished" if not failed else "FAILED: " + "; ".join(failed)))
+    return 1 if failed else 0
+
+
+class Inputs(NamedTuple):
+    """What every command of a rehearsal is given: its environment, its path overrides, the fixture data folder."""
+
+    env: dict
+    paths: list[str]
+    data: Path
+
+
+def inputs(ready: list[str], jobs: dict[str, list[SweepJob]], out: Path, layers: int, vision_layers: int) -> Inputs:
+    """The shaped checkpoints of the ``ready`` models under ``<out>/models`` and a fixture copy of every data benchmark
+    the jobs read under ``<out>/data``, laid out as ``KAMERA_MODELS`` and ``KAMERA_DATA`` expect."""
     t = time.perf_counter()
     models = models_root(ready, out / "models", layers=layers, vision_layers=vision_layers)
     print(f"  checkpoints: {', '.join(ready)} in {models} ({time.perf_counter() - t:.0f} s)", flush=True)
@@ -159,41 +179,50 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
             make_fixture(bench, data, n=2, seed=0)
     env = {**os.environ, "KAMERA_MODELS": str(models), "KAMERA_DATA": str(data), "WANDB_MODE": "disabled",
            "HF_HUB_OFFLINE": "1"}
-    paths = [f"paths.models={models}", f"paths.data={data}", f"paths.results={out / 'results'}",
-             f"paths.outputs={out / 'outputs'}"]
-    failed = []
-    for exp in experiments:
-        text_only = {j.model: why for j in jobs[exp] if j.model in ready and (why := unreadable(j, data))}
-        for why in sorted(set(text_only.values())):
-            print(f"  {exp}: not run: {why}")
-        runnable = set(ready) - set(text_only)
-        names = sorted({j.model for j in jobs[exp] if j.model in runnable})
-        skipped = sorted({j.model for j in jobs[exp] if j.model not in ready})
-        if skipped:
-            print(f"  {exp}: not run for {', '.join(skipped)} (see below)")
-        if not names:
-            print(f"  {exp}: no model of this sweep has an adapter yet; nothing to rehearse")
-            continue
-        select = selection(jobs[exp], runnable)
-        if any(o.startswith("probes=") for o in select):
-            print(f"  {exp}: GPU-timed probes run on CPU here ({select[-1]})")
-        code, secs, _ = _run([sys.executable, "-m", "kamera.sweep", "--check", f"experiment={exp}", *select, *paths],
-                             env, log)
-        if code != 0:
-            failed.append(f"{exp}: preflight failed")
-            print(f"  {exp}: preflight FAILED (see {log})")
-            continue
-        n_jobs = sum(1 for j in jobs[exp] if j.model in names)
-        code, secs, rss = _run([sys.executable, "-m", "kamera.run", "-m", f"experiment={exp}", *select, "n_items=1",
-                                "device=cpu", *paths], env, log)
-        status = "ok" if code == 0 else f"FAILED (exit {code}, see {log})"
-        print(f"  {exp}: {n_jobs} job(s) on {', '.join(names)}: {status}, {secs:.0f} s, peak {rss / 2**30:.1f} GiB")
-        if code != 0:
-            failed.append(f"{exp}: run exit {code}")
+    return Inputs(env, [f"paths.models={models}", f"paths.data={data}", f"paths.results={out / 'results'}",
+                        f"paths.outputs={out / 'outputs'}"], data)
+
+
+def rehearse_one(exp: str, jobs: list[SweepJob], ready: list[str], given: Inputs, log: Path) -> str | None:
+    """Preflight, then run, the jobs of ``exp`` whose model is ready and reads the benchmark's items (one line
+    each printed); what failed, or None."""
+    env, paths = given.env, given.paths
+    text_only = {j.model: why for j in jobs if j.model in ready and (why := unreadable(j, given.data))}
+    for why in sorted(set(text_only.values())):
+        print(f"  {exp}: not run: {why}")
+    runnable = set(ready) - set(text_only)
+    names = sorted({j.model for j in jobs if j.model in runnable})
+    skipped = sorted({j.model for j in jobs if j.model not in ready})
+    if skipped:
+        print(f"  {exp}: not run for {', '.join(skipped)} (see below)")
+    if not names:
+        print(f"  {exp}: no model of this sweep has an adapter yet; nothing to rehearse")
+        return None
+    select = selection(jobs, runnable)
+    if any(o.startswith("probes=") for o in select):
+        print(f"  {exp}: GPU-timed probes run on CPU here ({select[-1]})")
+    code, _, _ = _run([sys.executable, "-m", "kamera.sweep", "--check", f"experiment={exp}", *select, *paths], env, log)
+    if code != 0:
+        print(f"  {exp}: preflight FAILED (see {log})")
+        return f"{exp}: preflight failed"
+    n_jobs = sum(1 for j in jobs if j.model in names)
+    code, secs, rss = _run([sys.executable, "-m", "kamera.run", "-m", f"experiment={exp}", *select, "n_items=1",
+                            "device=cpu", *paths], env, log)
+    status = "ok" if code == 0 else f"FAILED (exit {code}, see {log})"
+    print(f"  {exp}: {n_jobs} job(s) on {', '.join(names)}: {status}, {secs:.0f} s, peak {rss / 2**30:.1f} GiB")
+    return None if code == 0 else f"{exp}: run exit {code}"
+
+
+def report_missing(missing: list[str]) -> None:
+    """One line per model not rehearsed: it has no adapter (and the registry's note why) or no shaped writer."""
     for m in missing:
         e = entry(m)
         why = f"has no adapter yet: {e.notes or 'unverified family'}" if not e.has_adapter else "has no shaped-checkpoint writer"
         print(f"  not rehearsed: {m} ({e.family}) {why}")
+
+
+def report_costs(experiments: list[str]) -> None:
+    """Each experiment's estimated H100-hours at paper scale beside the figure its config states."""
     for exp in experiments:
         try:
             _, hours = experiment_hours([f"experiment={exp}"])
@@ -203,8 +232,6 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
         stated = compose_config([f"experiment={exp}"]).get("cost", {}).get("h100_hours")
         print(f"  {exp} at paper scale: ~{hours:.2f} H100-hours estimated (stated in conf/experiment/{exp}.yaml: {stated}; "
               f"python -m kamera.sweep.cost experiment={exp} for the jobs)")
-    print(f"rows under {out / 'results'}; " + ("all rehearsed jobs finished" if not failed else "FAILED: " + "; ".join(failed)))
-    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

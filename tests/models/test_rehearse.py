@@ -66,6 +66,35 @@ def test_each_job_names_the_data_benchmark_its_shape_reads():
     assert {(j.bench, j.data) for j in rehearsal_jobs("appd")} == {("videomme_window", "videomme")}
 
 
+def test_a_rehearsal_lays_out_its_inputs_runs_each_experiment_and_fails_on_any_failed_run(tmp_path, monkeypatch, capsys):
+    """The rehearsal's steps without weights (checkpoints and runs stubbed): a fixture copy of each data benchmark the
+    jobs read, preflight then run per experiment with the paths every command gets, exit 1 naming the experiment whose
+    run failed, the paper-scale estimate of each."""
+    from kamera.sweep import rehearse as r
+
+    made, commands = [], []
+    monkeypatch.setattr(r, "models_root", lambda ready, path, **kw: path)
+    monkeypatch.setattr(r, "make_fixture", lambda bench, data, **kw: made.append(bench))
+    monkeypatch.setattr(r, "unreadable", lambda job, data: None)
+
+    def run(cmd, env, log):
+        commands.append(cmd)
+        return (1 if "-m" in cmd[3:] and "experiment=appd" in cmd else 0), 1.0, 2**30
+
+    monkeypatch.setattr(r, "_run", run)
+    assert r.rehearse(["table3", "appd"], tmp_path) == 1
+    out = capsys.readouterr().out
+    assert sorted(made) == ["mm_niah", "videomme"]
+    assert [c[2:5] for c in commands] == [["kamera.sweep", "--check", "experiment=table3"],
+                                          ["kamera.run", "-m", "experiment=table3"],
+                                          ["kamera.sweep", "--check", "experiment=appd"],
+                                          ["kamera.run", "-m", "experiment=appd"]]
+    assert all(f"paths.data={tmp_path / 'data'}" in c and f"paths.results={tmp_path / 'results'}" in c for c in commands)
+    assert "table3: " in out and ": ok, 1 s" in out and "appd: " in out and "FAILED (exit 1" in out
+    assert out.rstrip().endswith("FAILED: appd: run exit 1")
+    assert "table3 at paper scale: ~" in out and "appd at paper scale: ~" in out
+
+
 def test_every_non_tiny_experiment_is_a_paper_experiment():
     names = paper_experiments()
     assert {"table3", "fig5"} <= set(names) and not any(n.endswith("_tiny") for n in names)
