@@ -157,3 +157,8 @@ REHEARSE_DIR ?= outputs/rehearse
 REHEARSE ?=
 rehearse: ## every paper experiment end to end on shaped checkpoints + fixtures (CPU; REHEARSE=table3,fig5 to pick; prints H100-hour estimates)
 	$(PYTHON) -m kamera.sweep.rehearse --out $(REHEARSE_DIR) $(if $(REHEARSE),--experiments $(REHEARSE))
+
+# SCALE is tiny or paper: any other value (SCALE=Paper) would have run the tiny sweep (issue 29 item 7)
+ifeq ($(filter $(SCALE),tiny paper),)
+$(error SCALE=$(SCALE): must be tiny or paper)
+endif

@@ -6,17 +6,20 @@ reported together, before any weights load.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import json
 import os
 import re
 import struct
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from kamera.items.selection import Selection
 from kamera.job.shape import shape_of
-from kamera.job.spec import DTYPES, JobError, build_specs
+from kamera.job.spec import CONF_DIR, DTYPES, JobError, build_specs
 from kamera.knobs import is_int, is_number
 
 CANONICAL_CONTEXTS = ("prefix", "native", "none")
@@ -42,11 +45,42 @@ def threads_for(threads: object, device: str) -> int | None:
         return 1 if device == "cpu" else None
     return threads  # type: ignore[return-value]
 
+@functools.cache
+def read_keys() -> frozenset[str]:
+    """The root keys of a job's config kamera reads: conf/config.yaml's own and the config groups its defaults list
+    (paths, model, bench …; not conf/arm, whose files are plugin labels), ``hydra``, and every top-level key a
+    ``# @package _global_`` file of conf/ sets (an experiment's ``paper``, ``cost``, ``tiny_sweep`` …): a key no
+    file of conf/ declares is one no code reads."""
+    defaults = yaml.safe_load((CONF_DIR / "config.yaml").read_text(encoding="utf-8"))["defaults"]
+    keys = {"hydra", *(k.removeprefix("optional ") for d in defaults if isinstance(d, dict) for k in d)}
+    for path in CONF_DIR.rglob("*.yaml"):
+        text = path.read_text(encoding="utf-8")
+        if path == CONF_DIR / "config.yaml" or "# @package _global_" in text:
+            try:
+                keys |= set(yaml.safe_load(text) or {})
+            except (yaml.YAMLError, TypeError):
+                continue  # a malformed file is reported when it is composed
+    return frozenset(keys - {"defaults"})
+
+
+def unread_keys(cfg: DictConfig) -> list[str]:
+    """One line per root key of ``cfg`` kamera does not read (``+n_item=3``; ``+arm=[blind]``, Hydra's own hint for the
+    typo ``arm=[blind]``), naming the closest key it does read: such a key would be accepted and ignored."""
+    lines = []
+    for key in sorted(set(cfg) - read_keys()):
+        value = OmegaConf.select(cfg, key)
+        value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        close = difflib.get_close_matches(key, sorted(read_keys()), n=1)
+        hint = f" (did you mean {close[0]}? drop the '+' Hydra suggests)" if close else ""
+        lines.append(f"{key}={value!r}: kamera reads no root key {key!r}{hint}; conf/config.yaml lists the keys")
+    return lines
+
+
 def validate(cfg: DictConfig) -> list[str]:
     """Type and range problems of every key a job reads, one line each (no files, no weights)."""
     import torch
 
-    p = []
+    p = unread_keys(cfg)
 
     def need(ok: bool, key: str, what: str) -> None:
         if not ok:

@@ -82,3 +82,13 @@ def test_make_render_and_status_are_targets(tmp_path):
     assert "kamera.run" not in out
     out = dry("status", "EXP=fig5")
     assert "-m kamera.sweep.status experiment=fig5" in out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("scale", ["Paper", "full", ""])
+def test_make_refuses_a_scale_other_than_tiny_or_paper(scale):
+    """Issue 29 item 7: ``make table3 SCALE=Paper`` ran the tiny sweep (any value but ``paper`` was tiny)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    out = subprocess.run(["make", "--no-print-directory", "-n", "table3", f"SCALE={scale}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode != 0 and f"SCALE={scale}: must be tiny or paper" in out.stderr and not out.stdout

@@ -453,3 +453,27 @@ def test_a_shard_file_copied_over_another_jobs_is_one_line_naming_both_keys(tabl
     assert "\n" not in line and a.stem in line and b.stem in line, line
     (view,) = sweep_jobs([f"paths.results={tmp_path}/raw", *other])
     assert view.error and a.stem in view.error and b.stem in view.error
+
+
+# ----- issue 29 item 7: typos that would run something else --------------------------------------------------------
+@pytest.mark.parametrize(("override", "named"), [("+arm=[blind]", "arm={'name': 'blind'}: kamera reads no root key "
+                                                  "'arm' (did you mean arms?"),  # Hydra loads conf/arm/blind.yaml
+                                                 ("+n_item=3", "n_item=3: kamera reads no root key 'n_item' (did you "
+                                                  "mean n_items?"),
+                                                 ("+foo.bar=1", "foo={'bar': 1}: kamera reads no root key 'foo'")])
+def test_a_root_key_kamera_does_not_read_is_refused(override, named, tmp_path, monkeypatch):
+    """Hydra's own hint for the typo ``arm=[blind]`` is ``+arm=[blind]``, which ran the default three arms; ``+n_item=3``
+    was accepted and ignored."""
+    cfg = job_config(tmp_path, *TINY, override)
+    assert [p for p in job.preflight(cfg) if p.startswith(named)], job.preflight(cfg)
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(JobError, match="kamera reads no root key"):
+        runner.run(cfg)
+
+
+def test_every_experiment_and_testbed_composes_without_an_unread_root_key(tmp_path):
+    from kamera.job.checks import unread_keys
+
+    for kind in ("experiment", "testbed"):
+        for name in sorted(p.stem for p in (job_spec.CONF_DIR / kind).glob("*.yaml")):
+            assert unread_keys(job_config(tmp_path, f"{kind}={name}")) == [], name
