@@ -366,29 +366,50 @@ _warned: set[tuple[Path, str]] = set()
 
 
 def _foreign(path: Path, why: str) -> None:
-    """Warn once per process about a file of a group folder that is not a shard (it is skipped)."""
+    """Warn once per process about a file of a group folder a job skips (not a shard, or not its shard)."""
     if (path, why) not in _warned:
         _warned.add((path, why))
-        log.warning("warning: skipping %s: %s, not a kamera shard", path, why)
+        log.warning("warning: skipping %s: %s", path, why)
+
+
+def recorded_config(shard: Shard) -> str | None:
+    """The config key a shard's files name, without trusting its json: the one its rows (or probe records) carry,
+    else its json's ``config_key``; None when no file says (not a shard, or nothing readable)."""
+    for path in (shard.path, shard.probes_path):
+        try:
+            keys = set(pd.read_parquet(path, columns=["config_key"])["config_key"].astype(str))
+        except Exception:  # no file, not parquet, no such column: it does not say
+            continue
+        if len(keys) == 1:
+            return keys.pop()
+    try:
+        meta = json.loads(shard.meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return meta.get("config_key") if isinstance(meta, dict) and isinstance(meta.get("config_key"), str) else None
 
 
 def latest(found: Iterable[Shard], **match: str) -> list[Shard]:
     """The shards whose json has every ``match`` key equal, most recently run first.
 
     A JSON file of the group folder that is not a shard's (not named by a job key, or not a shard's record) is
-    skipped with a warning naming it; one named by a job key that does not read back is this group's corrupt
-    shard: :class:`ShardCorruptError` naming it."""
+    skipped with a warning naming it. One named by a job key that does not read back is a corrupt shard: an
+    error (:class:`ShardCorruptError` naming it) for the job whose config it holds (its rows name the
+    ``config_key`` asked for, or none is asked), else skipped with a warning naming it: a corrupt file of
+    another job, or of no job, blocks no other job."""
     hits = []
     for s in found:
         try:
             meta = s.meta()
         except ShardCorruptError:
-            if JOB_KEY.fullmatch(s.key):
+            owner = recorded_config(s)
+            if JOB_KEY.fullmatch(s.key) and ("config_key" not in match or owner == match["config_key"]):
                 raise
-            _foreign(s.meta_path, "it does not parse as JSON")
+            whose = "no file beside it names a job's config" if owner is None else f"its rows are config {owner}'s"
+            _foreign(s.meta_path, f"it does not read back as a kamera shard's json and {whose}, not this job's")
             continue
         if not isinstance(meta, dict) or "config_key" not in meta:
-            _foreign(s.meta_path, "it has no config_key")
+            _foreign(s.meta_path, "it has no config_key, not a kamera shard")
             continue
         hits.append((meta, s))
     hits = [(m, s) for m, s in hits if all(m.get(k) == v for k, v in match.items())]

@@ -142,10 +142,36 @@ def test_a_foreign_json_in_the_group_folder_is_skipped_with_a_warning(tmp_path, 
 
 def test_a_corrupt_shard_of_the_experiment_stays_an_error_naming_it(tmp_path, done_job):
     overrides, path = done_job
-    bad = path.parent / "0123456789ab.json"
+    bad = path.with_suffix(".json")  # the job's own json: its rows beside it name the job's config
     bad.write_text('{"config_key": ')
     (view,) = sweep_jobs(list(overrides))
     assert view.error and str(bad) in view.error
+
+
+def test_a_corrupt_json_no_job_of_the_sweep_owns_blocks_nothing(tmp_path, done_job, caplog, capsys):
+    """Issue 29 item 8: one corrupt foreign ``0000deadbeef.json`` marked every job "corrupt" and blocked the render,
+    with advice ("rerun the job: it rewrites it") no job could follow. It is skipped with a warning naming it."""
+    from experiments import table3
+
+    overrides, path = done_job
+    foreign = path.parent / "0000deadbeef.json"
+    foreign.write_text('{"config_key": "trunc')
+    other = path.parent / "0000deadbeee.json"  # a shard of another config whose json broke: its rows say whose it is
+    other.write_text("{")
+    shutil.copy(path, other.with_suffix(".parquet"))
+    frame = __import__("pandas").read_parquet(other.with_suffix(".parquet")).assign(config_key="another0cfg")
+    frame.assign(job_key=other.stem).to_parquet(other.with_suffix(".parquet"))
+    with caplog.at_level(logging.WARNING, logger="kamera.store"):
+        (view,) = sweep_jobs(list(overrides))
+    assert view.error is None and view.state.complete
+    warned = [r.getMessage() for r in caplog.records]
+    assert any(str(foreign) in w for w in warned) and any(str(other) in w for w in warned), warned
+    exp = ("experiment=table3_tiny", "testbed=tiny_llava", "arms=[blind]", "n_items=1")
+    runner.run(job_config(tmp_path, *exp))
+    (path.parent.parent / "table3_tiny" / foreign.name).write_text("{")
+    table3.main([*exp, f"paths.results={tmp_path}/raw", "--out", str(tmp_path / "t3")])
+    assert (tmp_path / "t3.md").exists()
+    capsys.readouterr()
 
 
 def test_a_job_with_no_arm_and_no_probe_fails_preflight(tmp_path, monkeypatch):
