@@ -162,3 +162,11 @@ rehearse: ## every paper experiment end to end on shaped checkpoints + fixtures 
 ifeq ($(filter $(SCALE),tiny paper),)
 $(error SCALE=$(SCALE): must be tiny or paper)
 endif
+
+# Beyond the paper (issue 32, docs/agent.md): agent traces (web, video, doc; or ARGS='trace.path=my_trace.jsonl')
+# replayed through the cache policies over a position-free store. SCALE=paper: conf/experiment/agent_paper.yaml.
+.PHONY: agent
+agent_exp = agent$(if $(filter paper,$(SCALE)),_paper)
+agent: ## agent traces through recompute / prefix / relocate / kamera / placement (toy + tiny, ~5 min CPU; SCALE=paper: Qwen2.5-VL, Kimi-VL on Video-MME)
+	$(call sweep,$(agent_exp))
+	$(call render,$(agent_exp))

@@ -63,9 +63,11 @@ def replay(
     eviction: str = "lru",
     flops: ModelFlops | None = None,
     stores: dict[str, Store] | None = None,
+    keep: int | None = None,
 ) -> dict[str, list[dict]]:
     """Rows by policy label: one per step of ``trace``, in step order. ``stores``: a policy's store carried in from
-    an earlier replay (a cache that serves many traces), by label; else each starts empty."""
+    an earlier replay (a cache that serves many traces), by label; else each starts empty. ``keep``: bytes the item's
+    context keeps between steps (its least recently used windows released, recomputed if a later step asks)."""
     ids = digests(wctx)
     bad = [c for c in trace.chunks if c >= len(ids)]
     if bad:
@@ -140,4 +142,6 @@ def replay(
                     "cum_flops": prev["cum_flops"] + m.flops,
                 }
             )
+        if keep is not None:
+            wctx.trim(keep)
     return rows

@@ -18,6 +18,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from kamera.items.selection import Selection
+from kamera.job.lists import list_key
 from kamera.job.shape import shape_of
 from kamera.job.spec import CONF_DIR, DTYPES, JobError, build_specs
 from kamera.knobs import is_int, is_number
@@ -271,7 +272,7 @@ def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
     built = {}
     for kind in shape.kinds:
         try:
-            built[kind] = build_specs(kind, cfg[f"{kind}s"])
+            built[kind] = build_specs(kind, cfg[list_key(kind)])
         except ValueError as err:
             problems.append(str(err))
     problems += shape.plugin_problems(cfg, built)

@@ -1,5 +1,6 @@
 """The item shape of a job, chosen in this one place: arm items × arms (and probes), or window items × window
-probes (:mod:`kamera.job.window_shape`), by the job's benchmark.
+probes (:mod:`kamera.job.window_shape`), by the job's benchmark; or window items as pools × the policies that
+replay an agent's trace over them (:mod:`kamera.job.agent_shape`), when the job lists ``policies``.
 
 Preflight, selection, identity, evaluation and the cost estimate all ask :func:`shape_of` and call the shape's
 methods; no other module asks which shape a job is. Both shapes offer:
@@ -24,6 +25,7 @@ from omegaconf import DictConfig
 
 from kamera.data import BENCHMARKS
 from kamera.items.selection import Selection
+from kamera.job.agent_shape import AgentItems
 from kamera.job.arm_shape import ArmItems
 from kamera.job.spec import Spec
 from kamera.job.window_shape import WindowItems
@@ -48,9 +50,12 @@ def one_map(*registries: dict) -> dict:
 BENCHES = one_map(BENCHMARKS, MODEL_BENCHES, WINDOW_BENCHES)
 
 
-def shape_of(cfg: DictConfig) -> ArmItems | WindowItems:
-    """The job's item shape: window items when its benchmark is a window benchmark, else arm items."""
+def shape_of(cfg: DictConfig) -> ArmItems | WindowItems | AgentItems:
+    """The job's item shape: an agent job's when it lists ``policies`` (:mod:`kamera.job.agent_shape`), window
+    items when its benchmark is a window benchmark, else arm items."""
     bench = BENCHES.get(cfg.bench.name)
+    if cfg.get("policies"):
+        return AgentItems(bench if isinstance(bench, WindowBench) else None, cfg)
     return WindowItems(bench) if isinstance(bench, WindowBench) else ARM_ITEMS
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
+from kamera.job.lists import list_key
 from kamera.job.store import SOURCE, STAMP, Expected, Stamp
 from kamera.metrics import VERSION as METRICS_VERSION
 from kamera.reuse.plugin import Plugin
@@ -119,11 +120,12 @@ def _knob_text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 def _spec(kind: str, entry: object) -> Spec:
+    from kamera.agent.policies import make_policy
     from kamera.arms import make_arm
     from kamera.probes import make_probe
     from kamera.window.probes import make_probe as make_window_probe
 
-    make = {"arm": make_arm, "probe": make_probe, "window_probe": make_window_probe}[kind]
+    make = {"arm": make_arm, "probe": make_probe, "window_probe": make_window_probe, "policy": make_policy}[kind]
     if isinstance(entry, str):
         base, overrides = entry, {}
     elif isinstance(entry, dict) and "name" in entry:
@@ -164,7 +166,7 @@ def build_specs(kind: str, entries: object) -> list[Spec]:
     """Every entry of ``arms`` / ``probes`` built; ValueError listing every bad entry at once."""
     entries = OmegaConf.to_container(entries, resolve=True) if OmegaConf.is_config(entries) else entries
     if not isinstance(entries, list):
-        raise ValueError(f"{kind}s must be a list, got {entries!r}")
+        raise ValueError(f"{list_key(kind)} must be a list, got {entries!r}")
     specs, problems = [], []
     for entry in entries:
         try:
@@ -174,7 +176,7 @@ def build_specs(kind: str, entries: object) -> list[Spec]:
     labels = [s.label for s in specs]
     twice = sorted({lab for lab in labels if labels.count(lab) > 1})
     if twice:
-        problems.append(f"{kind}s lists {twice} twice")
+        problems.append(f"{list_key(kind)} lists {twice} twice")
     if problems:
         raise ValueError("; ".join(problems))
     return specs

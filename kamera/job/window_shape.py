@@ -75,10 +75,15 @@ class WindowItems:
     def problems(self, cfg: DictConfig) -> list[str]:
         """Which plugin lists a job may use, the window keys, the benchmark's subset, split and options and the
         model it needs, one line each (no data, no weights)."""
-        bench = self.bench
-        p = unread_lists(cfg, self.kinds, f"bench={bench.name} is a window benchmark, its job runs window_probes")
+        p = unread_lists(cfg, self.kinds, f"bench={self.bench.name} is a window benchmark, its job runs window_probes")
         if not cfg.get("window_probes"):
             p.append("window_probes=[]: a window job needs at least one window probe (conf/window_probe)")
+        return p + self.window_problems(cfg)
+
+    def window_problems(self, cfg: DictConfig) -> list[str]:
+        """The window keys, the benchmark's subset, split and options and the model it needs, one line each (what
+        every job over window items checks, whatever plugin list it runs)."""
+        bench, p = self.bench, []
         if cfg.canonical_context == "native":  # other bad values: kamera.job.checks.validate
             p.append(f"canonical_context={cfg.canonical_context!r}: a window job prefills its canonicals behind the "
                      f"prefix or alone: one of {list(CANONICAL_CONTEXTS)}")
