@@ -137,7 +137,8 @@ demo: ## Table 3 and Figure 5 at tiny scale on this machine (CPU), end to end
 manifest: ## one override line per job of EXP (for SLURM/array.sbatch): make manifest EXP=table3
 	$(if $(EXP),,$(error EXP is not set: make manifest EXP=<conf/experiment name>))
 	@mkdir -p SLURM/manifests logs/slurm
-	$(PYTHON) -m kamera.sweep --manifest experiment=$(EXP) $(ARGS) > SLURM/manifests/$(EXP).txt.tmp
+	$(PYTHON) -m kamera.sweep --manifest experiment=$(EXP) $(ARGS) > SLURM/manifests/$(EXP).txt.tmp \
+		|| { rm -f SLURM/manifests/$(EXP).txt.tmp; exit 1; }
 	@mv SLURM/manifests/$(EXP).txt.tmp SLURM/manifests/$(EXP).txt
 	@echo "SLURM/manifests/$(EXP).txt: $$(wc -l < SLURM/manifests/$(EXP).txt) jobs; submit with:"
 	@echo "  SLURM/array.sbatch SLURM/manifests/$(EXP).txt     # = sbatch --array=0-$$(( $$(wc -l < SLURM/manifests/$(EXP).txt) - 1 ))%8 SLURM/array.sbatch SLURM/manifests/$(EXP).txt"

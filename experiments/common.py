@@ -53,8 +53,9 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from kamera.job import config_identity
-from kamera.job.store import STAMP, ShardCorruptError, atomic_write_text, digest
+from kamera.job.store import STAMP, ShardCorruptError, StoreWriteError, atomic_write_text, digest, staged
 from kamera.metrics import bootstrap_ci
+from kamera.run.signals import terminate_as_exit
 from kamera.run.track import Tracker
 from kamera.sweep import SweepError, compose_config
 from kamera.sweep.status import JobView, sweep_jobs
@@ -385,18 +386,14 @@ def save_figure(fig: plt.Figure, stem: Path, footer: str = "", place: str | None
     stem.parent.mkdir(parents=True, exist_ok=True)
     pdf, png = stem.with_suffix(".pdf"), stem.with_suffix(".png")
     opts = {"bbox_inches": "tight", "pad_inches": 0.02}
-    # Each file is drawn into a dot-named temp file beside it and os.replace'd only once both are complete: a kill
-    # mid-render leaves the previous good PDF and PNG as they were (never truncated), as write_text does for tables.
-    tmp = {path: path.with_name(f".{path.name}.tmp") for path in (pdf, png)}
+    # Each file is drawn into a dot-named temp file beside it and os.replace'd only once both are complete
+    # (kamera.job.store.staged): a kill mid-render leaves the previous good PDF and PNG as they were, and no temp file.
     try:
-        fig.savefig(tmp[pdf], format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None,
-                                                      "Creator": None}, **opts)
-        fig.savefig(tmp[png], format="png", metadata={"Software": None}, dpi=300, **opts)
-        for path, part in tmp.items():
-            os.replace(part, path)
+        with staged(pdf) as pdf_tmp, staged(png) as png_tmp:
+            fig.savefig(pdf_tmp, format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None,
+                                                         "Creator": None}, **opts)
+            fig.savefig(png_tmp, format="png", metadata={"Software": None}, dpi=300, **opts)
     finally:
-        for part in tmp.values():
-            part.unlink(missing_ok=True)
         plt.close(fig)
     return [pdf, png]
 
@@ -412,11 +409,16 @@ def footer_below(fig: plt.Figure, footer: str) -> None:
 # ----- what every renderer shares ----------------------------------------------------------------------
 def cli(doc: str, default: str, draw: Callable[[Experiment], tuple[str, list[Path]]],
         argv: list[str] | None = None) -> None:
-    """A renderer's ``main``: load the experiment's rows, ``draw`` them, print the markdown, publish."""
-    exp = load(doc.split("\n\n")[0], default, argv)
-    md, paths = draw(exp)
-    print(md)
-    publish(exp, paths)
+    """A renderer's ``main``: load the experiment's rows, ``draw`` them, print the markdown, publish. SIGTERM ends it
+    through its cleanup (no hidden temp file left); a file it cannot write (a full disk) is one line."""
+    with terminate_as_exit():
+        exp = load(doc.split("\n\n")[0], default, argv)
+        try:
+            md, paths = draw(exp)
+        except StoreWriteError as err:
+            raise SystemExit(f"error: {err}") from None
+        print(md)
+        publish(exp, paths)
 
 
 def with_job_columns(exp: Experiment, rows: pd.DataFrame, columns: dict[str, Callable]) -> pd.DataFrame:

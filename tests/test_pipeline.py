@@ -158,7 +158,7 @@ def test_shard_writes_whole_items_atomically(tmp_path, monkeypatch):
         shard.append("rows", [{"item_id": "b", "arm": "x", "knobs": "{}", "kl": 0.5}])
     monkeypatch.undo()
     assert list(shard.rows()["item_id"]) == ["a", "a", "a"]
-    assert (tmp_path / "g" / ".abc.parquet.tmp").exists()
+    assert not (tmp_path / "g" / ".abc.parquet.tmp").exists()  # the partial temp file is removed, not left
 
 
 def test_a_second_job_on_the_same_shard_fails_fast(tmp_path):

@@ -74,6 +74,28 @@ class ShardCorruptError(RuntimeError):
     """A shard file does not read back; the message names the file and what to do."""
 
 
+class StoreWriteError(OSError):
+    """A file could not be written (a full disk, a read-only or vanished folder): one line naming it; what was stored
+    before is intact. An OSError, so every handler of one still catches it."""
+
+
+@contextmanager
+def staged(path: Path) -> Iterator[Path]:
+    """A dot-named temp file beside ``path`` to write, ``os.replace``d onto it when the block ends, so readers never
+    see half a file. A failure (a full disk, an interrupt, a SIGTERM that reaches Python) removes the temp file instead
+    of leaving it; an OSError is re-raised as :class:`StoreWriteError` naming ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and not isinstance(err, StoreWriteError):
+            raise StoreWriteError(err.errno, f"cannot write {path}: {err.strerror or err}; what was stored before is "
+                                  "intact: free space (or fix the folder) and rerun to continue") from None
+        raise
+
+
 Stamp = tuple[int, ...]  # one value per :data:`STAMP` column
 
 
@@ -260,10 +282,9 @@ class Shard:
                 raise ValueError(f"{sorted(clash)[:3]} already in {self.dir / self.key}: refusing to duplicate")
         frame = pd.concat([old, new], ignore_index=True) if len(old) and len(new) else new if len(new) else old
         path = self.path if name == "rows" else self.probes_path
-        tmp = path.with_name(f".{path.name}.tmp")
         self.dir.mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
+        with staged(path) as tmp:
+            frame.to_parquet(tmp, index=False)
         return len(frame)
 
     @contextmanager
@@ -347,10 +368,9 @@ def empty_probe(entry: list | dict) -> tuple[tuple[str, str, str], dict]:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` via a dot-named temp file and ``os.replace`` (readers never see half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write ``text`` through :func:`staged` (readers never see half a file; a failure leaves no temp file)."""
+    with staged(path) as tmp:
+        tmp.write_text(text)
 
 
 def shards(root: str | Path, group: str) -> list[Shard]:

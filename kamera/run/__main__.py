@@ -4,8 +4,9 @@
     python -m kamera.run -m experiment=table3_tiny                      # a sweep, one job per testbed
     python -m kamera.run -m experiment=table3 launcher=slurm_h100       # the same sweep as a Slurm array
 
-A job that cannot start or ends incomplete exits non-zero with its reasons and no traceback; in a
-multirun it is reported as failed after the other jobs ran (Hydra raises the first failure at the end).
+A job that cannot start, ends incomplete or cannot write its shard (a full disk) exits non-zero with its reasons
+and no traceback; in a multirun it is reported as failed after the other jobs ran (Hydra raises the first failure
+at the end). SIGTERM ends it through its cleanup (:mod:`kamera.run.signals`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from kamera.job.spec import CONF_DIR
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from kamera.job import JobError
-    from kamera.job.store import ShardCorruptError, ShardLockedError
+    from kamera.job.store import ShardCorruptError, ShardLockedError, StoreWriteError
     from kamera.run.runner import run
+    from kamera.run.signals import terminate_as_exit
 
     try:
-        run(cfg)
-    except (JobError, ShardCorruptError, ShardLockedError) as err:
+        with terminate_as_exit():  # a kill or a Slurm timeout ends the job through its cleanup
+            run(cfg)
+    except (JobError, ShardCorruptError, ShardLockedError, StoreWriteError) as err:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # Hydra records the job as failed, runs the others, and raises at the end
         sys.exit(f"error: {err}")

@@ -92,3 +92,13 @@ def test_make_refuses_a_scale_other_than_tiny_or_paper(scale):
     out = subprocess.run(["make", "--no-print-directory", "-n", "table3", f"SCALE={scale}"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode != 0 and f"SCALE={scale}: must be tiny or paper" in out.stderr and not out.stdout
+
+
+@pytest.mark.integration
+def test_a_failed_manifest_leaves_no_temp_file():
+    """Issue 29 item 9: ``make manifest EXP=nope`` left an empty ``SLURM/manifests/nope.txt.tmp``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    out = subprocess.run(["make", "--no-print-directory", "manifest", "EXP=nope_no_such_experiment",
+                          f"PYTHON={sys.executable}"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode != 0
+    assert not list((ROOT / "SLURM" / "manifests").glob("nope_no_such_experiment*")), out.stderr[-2000:]

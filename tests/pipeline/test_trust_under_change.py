@@ -503,3 +503,71 @@ def test_every_experiment_and_testbed_composes_without_an_unread_root_key(tmp_pa
     for kind in ("experiment", "testbed"):
         for name in sorted(p.stem for p in (job_spec.CONF_DIR / kind).glob("*.yaml")):
             assert unread_keys(job_config(tmp_path, f"{kind}={name}")) == [], name
+
+
+# ----- issue 29 item 9: operational errors are one line and leave no temp file --------------------------------------
+def test_a_full_disk_mid_job_is_one_line_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    """``OSError: [Errno 28]`` from the store's append was a traceback and left 0-B ``.tmp`` files (nothing lost)."""
+    import errno as errnos
+
+    import pandas as pd
+
+    from kamera.job.store import StoreWriteError
+
+    cfg = job_config(tmp_path, "model=tiny_kimi", "bench=synthetic", "arms=[blind]", "n_items=2")
+    real, calls = pd.DataFrame.to_parquet, []
+
+    def full_disk(self, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) > 1:  # the first item's rows are written, then the disk is full
+            open(path, "wb").close()  # what a full disk leaves: an empty file
+            raise OSError(errnos.ENOSPC, "No space left on device")
+        return real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", full_disk)
+    with pytest.raises(StoreWriteError) as err:
+        runner.run(cfg)
+    line = str(err.value)
+    assert "\n" not in line and "No space left on device" in line and ".parquet" in line, line
+    (shard,) = __import__("kamera.job.store", fromlist=["shards"]).shards(tmp_path / "raw", "adhoc")
+    assert not list(shard.dir.glob(".*.tmp")), list(shard.dir.iterdir())
+    monkeypatch.undo()
+    assert len(shard.rows()) == 1  # the first item's row is kept; the rerun continues
+    runner.run(cfg)
+    assert len(shard.rows()) == 2
+
+
+def test_a_full_disk_writing_the_json_is_one_line_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    import errno as errnos
+    from pathlib import Path
+
+    from kamera.job.store import StoreWriteError, atomic_write_text
+
+    def full_disk(self, text, *args, **kwargs):
+        open(self, "w").close()
+        raise OSError(errnos.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(StoreWriteError, match=r"No space left on device"):
+        atomic_write_text(tmp_path / "x.json", "{}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_terminated_render_leaves_no_hidden_temp_file(tmp_path, monkeypatch):
+    """Killed renders left hidden ``.pdf.tmp`` files: SIGTERM (a kill, a Slurm timeout) ends the process through
+    its cleanup instead of around it."""
+    import os
+    import signal
+
+    from experiments.common import save_figure
+    from kamera.run.signals import terminate_as_exit
+
+    def killed(self, fname, *args, **kwargs):
+        open(fname, "wb").write(b"%PDF half")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", killed)
+    with pytest.raises(SystemExit), terminate_as_exit():
+        save_figure(plt.figure(), tmp_path / "fig5")
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # restored
