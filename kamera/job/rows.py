@@ -6,6 +6,7 @@ made it, a digest of its plugin's source and the run that wrote it (:mod:`kamera
 
 from __future__ import annotations
 
+import pandas as pd
 from omegaconf import DictConfig
 
 from kamera.job.spec import DTYPES, Spec
@@ -58,3 +59,15 @@ def row(keys: dict, item: object, spec: Spec, measures: dict, tag: dict | None =
     if missing:
         raise ValueError(f"a row of {spec.label} on item {item.item_id} lacks the columns {missing}")
     return out
+
+
+def lacking_columns(path: object, frame: pd.DataFrame) -> str | None:
+    """One line when stored rows lack a column of :data:`ROW_COLUMNS` this code writes (rows of older code; a missing
+    stamp or per-sample log column is not one: it reads as version 1, or null), else None. A render refuses such
+    rows and a job stops on them: ``force=true`` recomputes them."""
+    missing = [c for c in ROW_COLUMNS if c not in frame and c not in (*STAMP_COLUMNS, *SAMPLE_LOG_COLUMNS)] \
+        if len(frame) else []
+    if not missing:
+        return None
+    return (f"{path} lacks the column(s) {', '.join(missing)} this code writes (rows of older code): rerun its job "
+            "with force=true to recompute them")

@@ -142,6 +142,7 @@ class JobState:
     todo: dict[str, list[str]] = field(default_factory=dict)  # item → labels still to compute
 
     stale: dict[str, set[Stamp]] = field(default_factory=dict)  # label → stamps of its stored records out of date
+    newer: set[str] = field(default_factory=set)  # labels of ``stale`` with records of a newer code version
 
     @property
     def complete(self) -> bool:
@@ -160,8 +161,12 @@ class JobState:
             parts.append(f"{len(self.defects)} data defect(s)")
         if self.status == "failed" and self.k == self.n and not self.defects:
             parts.append("no usable item")
-        if self.stale:
-            parts.append(f"stale rows of {', '.join(sorted(self.stale))} (older code version or force=true)")
+        older = sorted(set(self.stale) - self.newer)
+        if older:
+            parts.append(f"stale rows of {', '.join(older)} (older code version or force=true)")
+        if self.newer:
+            parts.append(f"rows of {', '.join(sorted(self.newer))} from newer code (recomputed at this checkout's "
+                         "version, or update the checkout)")
         return ", ".join(parts)
 
     def reasons(self) -> list[str]:
@@ -319,6 +324,7 @@ class Shard:
         failed = {} if retry_failed else dict(meta.get("failed", {}))
         force_from = _int(meta.get("force_from"), 0)
         want = {(a, k): st for a, k, st in (*expected.arms, *expected.probes)}
+        want_stamp = {a: st for (a, _), st in want.items()}
         stale: dict[str, set[Stamp]] = {}
 
         def fresh(records: Iterable[tuple[tuple, dict]]) -> set:
@@ -347,6 +353,8 @@ class Shard:
             if left:
                 todo[item] = left
         stale = {label: st for label, st in stale.items() if any(label in left for left in todo.values())}
+        newer = {label for label, st in stale.items() for stamp in st
+                 if any(a > b for a, b in zip(stamp, want_stamp[label], strict=True))}
         defects = [s for s in selection.get("skipped", []) if s.get("stage") in ("row", "build")]
         k = len(items) - len(todo)
         usable = k - sum(1 for i in items if i in failed)
@@ -356,7 +364,7 @@ class Shard:
             status = "failed"
         else:
             status = "done"
-        return JobState(status, len(items), k, selection.get("n_requested"), failed, defects, todo, stale)
+        return JobState(status, len(items), k, selection.get("n_requested"), failed, defects, todo, stale, newer)
 
 
 def empty_probe(entry: list | dict) -> tuple[tuple[str, str, str], dict]:

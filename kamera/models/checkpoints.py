@@ -72,6 +72,13 @@ def fetch_hint(e: ModelEntry, where: str | Path) -> str:
     return f"hf download {e.hf_id} --local-dir {where}"
 
 
+def _not_there(path: Path) -> str:
+    """Why ``path`` is no checkpoint directory: it does not exist, it is a file, or its config.json is missing."""
+    if not path.exists():
+        return "it does not exist"
+    return "it is a file, not a checkpoint directory" if not path.is_dir() else "config.json missing"
+
+
 def checkpoint_path(name: str, path: str | Path | None = None, models_root: str | Path | None = None) -> Path:
     """Where a paper model's local checkpoint must be: ``path``, else ``<models_root or $KAMERA_MODELS>/<repo>``
     (``model=hf``: ``path``, required)."""
@@ -86,7 +93,7 @@ def checkpoint_path(name: str, path: str | Path | None = None, models_root: str 
             return path  # a single-file GGUF checkpoint (llama.cpp / ollama): config, tokenizer and weights inside
         if not (path / "config.json").is_file():
             raise CheckpointNotFoundError(
-                f"{name}: no checkpoint at {path} (config.json missing); model.path must be a transformers checkpoint "
+                f"{name}: no checkpoint at {path} ({_not_there(path)}); model.path must be a transformers checkpoint "
                 f"directory of a supported model_type ({', '.join(supported_model_types())}) or a .gguf file of a "
                 f"text decoder ({', '.join(TEXT_DECODERS)})"
             )
@@ -104,7 +111,7 @@ def checkpoint_path(name: str, path: str | Path | None = None, models_root: str 
     path = Path(path)
     if not (path / "config.json").is_file():
         raise CheckpointNotFoundError(
-            f"{name}: no checkpoint at {path} (config.json missing); fetch it on a machine with internet with: "
+            f"{name}: no checkpoint at {path} ({_not_there(path)}); fetch it on a machine with internet with: "
             f"{fetch_hint(e, path)}"
         )
     return path

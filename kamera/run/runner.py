@@ -50,7 +50,7 @@ from kamera.job import (
     threads_for,
 )
 from kamera.job.checks import defect_problems, unwritable
-from kamera.job.rows import job_keys
+from kamera.job.rows import job_keys, lacking_columns
 from kamera.job.samples import samples_path, write_samples
 from kamera.job.spec import Spec
 from kamera.job.store import RUN, SOURCE, STAMP, TABLES, JobState, Shard, current, digest, now, provenance
@@ -97,6 +97,8 @@ def run(cfg: DictConfig) -> Path:
     log.info("job %s (%s on %s, %d items): results → %s", key, cfg.model.name, cfg.bench.name, len(selection.items),
              shard.path)
     shard.check()
+    if not cfg.force and (why := lacking_columns(shard.path, shard.rows())):
+        raise JobError(f"cannot continue job {key}: {why}")
     state = shard.state(want, cfg.retry_failed)
     _warn_source_drift(shard, [*arms, *probes])
     if cfg.force:
@@ -151,13 +153,18 @@ def _begin(cfg: DictConfig, shard: Shard, ident: dict, selection: Selection, run
 
 
 def _log_stale(state: JobState, specs: dict[str, Spec]) -> None:
-    """One line per plugin whose stored records are out of date: the versions stored and the current ones."""
+    """One line per plugin whose stored records are out of date: the versions stored and the current ones (records of
+    a newer checkout's code are called so, not stale)."""
     for label, stamps in sorted(state.stale.items()):
-        now_at = dict(zip(STAMP, specs[label].stamp, strict=True))
+        at = specs[label].stamp
+        text = " ".join(f"{c} {v}" for c, v in zip(STAMP, at, strict=True))
         had = ", ".join(sorted(" ".join(f"{c} {v}" for c, v in zip(STAMP, st, strict=True)) for st in stamps))
-        why = "force=true" if specs[label].stamp in stamps else f"stored at {had}, the code is at " + " ".join(
-            f"{c} {v}" for c, v in now_at.items())
-        log.info("%s: recomputing its stale records (%s)", label, why)
+        if label in state.newer:
+            log.info("%s: recomputing its records of newer code (stored at %s, this checkout is at %s)", label, had,
+                     text)
+        else:
+            why = "force=true" if at in stamps else f"stored at {had}, the code is at {text}"
+            log.info("%s: recomputing its stale records (%s)", label, why)
 
 
 def _warn_source_drift(shard: Shard, specs: list[Spec]) -> None:

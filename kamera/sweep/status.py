@@ -41,7 +41,7 @@ from kamera.job import (
     job_specs,
     results_root,
 )
-from kamera.job.rows import ROW_COLUMNS, SAMPLE_LOG_COLUMNS, STAMP_COLUMNS
+from kamera.job.rows import lacking_columns
 from kamera.job.store import JobState, Shard, ShardCorruptError, latest, shards
 from kamera.sweep.cost import h100_hours, not_estimated
 from kamera.sweep.expand import SweepError, composed
@@ -72,11 +72,8 @@ class JobView:
         shard when its rows lack a column this code writes (rows of older code; a missing version stamp is
         version 1 and missing per-sample log columns are null, not errors)."""
         frame = self._records("rows", "arm", self.arms)
-        missing = [c for c in ROW_COLUMNS if c not in frame and c not in (*STAMP_COLUMNS, *SAMPLE_LOG_COLUMNS)] \
-            if len(frame) else []
-        if missing:
-            raise ShardCorruptError(f"{self.shard.path} lacks the column(s) {', '.join(missing)} this code writes "
-                                    "(rows of older code): rerun its job with force=true to recompute them")
+        if why := lacking_columns(self.shard.path if self.shard else None, frame):
+            raise ShardCorruptError(why)
         return frame
 
     def probe_records(self) -> pd.DataFrame:

@@ -525,7 +525,15 @@ def test_a_bad_gguf_is_one_preflight_line(tmp_path, musique):
     (line,) = [p for p in preflight(hf_job(tmp_path, bad, musique)) if "broken.gguf" in p]
     assert "not a GGUF checkpoint transformers can read" in line and "\n" not in line
     missing = tmp_path / "nowhere.gguf"
-    assert any("config.json missing" in p and ".gguf file" in p for p in preflight(hf_job(tmp_path, missing, musique)))
+    assert any("it does not exist" in p and ".gguf file" in p for p in preflight(hf_job(tmp_path, missing, musique)))
+
+
+def test_a_model_path_that_is_a_file_says_so(tmp_path, musique):
+    """Issue 29 item 10: a ``model.path`` that is a file said "config.json missing"."""
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"not a directory")
+    (line,) = [p for p in preflight(hf_job(tmp_path, weights, musique)) if "hf:" in p]
+    assert f"no checkpoint at {weights} (it is a file, not a checkpoint directory)" in line and "\n" not in line
 
 
 # ----- item 4 (end to end): model.chat=none runs a checkpoint without a template, as its own job ------------------

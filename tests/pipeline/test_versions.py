@@ -134,9 +134,28 @@ def test_a_shard_missing_a_column_this_code_writes_is_named(tmp_path, caplog):
     (path,) = (tmp_path / "raw" / "adhoc").glob("*[0-9a-f].parquet")
     rows.drop(columns=["effective_rotary_rank"]).to_parquet(path)
     (view,) = sweep_jobs([f"paths.results={tmp_path}/raw", *JOB])
-    with pytest.raises(RuntimeError, match=re.escape(f"{path} lacks the column(s) effective_rotary_rank this code "
-                                                     "writes (rows of older code): rerun its job with force=true")):
+    said = re.escape(f"{path} lacks the column(s) effective_rotary_rank this code writes (rows of older code): rerun "
+                     "its job with force=true")
+    with pytest.raises(RuntimeError, match=said):
         view.rows()
+    with pytest.raises(job_spec.JobError, match=said):  # issue 29 item 10: the run said "nothing to run"
+        runner.run(job_config(tmp_path, *JOB))
+    rows, _, _ = _run(tmp_path, "force=true", caplog=caplog)
+    assert "effective_rotary_rank" in rows and len(rows) == 4
+
+
+def test_rows_of_newer_code_are_not_called_older(tmp_path, monkeypatch, caplog):
+    """Issue 29 item 10: rows written by a newer checkout (version 2) read back by an older one (version 1) were
+    "stale ... (older code version)"."""
+    monkeypatch.setattr(ARMS["patch"], "version", 2)
+    _run(tmp_path, caplog=caplog)
+    monkeypatch.undo()
+    (view,) = sweep_jobs([f"paths.results={tmp_path}/raw", *JOB])
+    assert view.state.summary() == ("partial 0/2, rows of patch_r8 from newer code (recomputed at this checkout's "
+                                    "version, or update the checkout)"), view.state.summary()
+    log = _run(tmp_path, caplog=caplog)[2]
+    assert ("patch_r8: recomputing its records of newer code (stored at version 2 metrics_version 1, this "
+            "checkout is at version 1 metrics_version 1)") in log, log
 
 
 @pytest.mark.integration  # a few tiny jobs end to end: seconds each
