@@ -137,13 +137,6 @@ def test_no_import_circle_between_modules_of_different_rooms():
             visit(room, [])
 
 
-# Circles between modules of one room still to be cut (each named, so a new one fails): none may be added.
-KNOWN_CIRCLES = [
-    # issue 31 item 1: cut once the trust helper releases kamera/job/ (resolve_device, results_root)
-    {"kamera.job.arm_shape", "kamera.job.checks", "kamera.job.identity", "kamera.job.shape"},
-]
-
-
 def circles(edges: set[tuple[str, str]]) -> list[set[str]]:
     """The strongly connected components of more than one module (Tarjan's algorithm, iterative): every circle."""
     graph: dict[str, list[str]] = {}
@@ -190,10 +183,8 @@ def circles(edges: set[tuple[str, str]]) -> list[set[str]]:
 
 
 def test_no_import_circle_at_all_inside_rooms_included():
-    found = circles(EDGES)
-    new = [sorted(c) for c in found if c not in KNOWN_CIRCLES]
-    assert not new, "import circles between modules:\n" + "\n".join(" ⇄ ".join(c) for c in new)
-    assert all(c in found for c in KNOWN_CIRCLES), "a known circle is cut: remove it from KNOWN_CIRCLES"
+    found = [sorted(c) for c in circles(EDGES)]
+    assert not found, "import circles between modules:\n" + "\n".join(" ⇄ ".join(c) for c in found)
 
 
 def test_the_circle_finder_finds_a_circle_inside_one_room():

@@ -14,7 +14,6 @@ from kamera.job.checks import (
     PREFLIGHT_SAMPLE,
     TRACKING,
     preflight,
-    resolve_device,
     threads_for,
     validate,
 )
@@ -26,17 +25,17 @@ from kamera.job.identity import (
     data_fingerprint,
     file_digest,
     identity,
-    results_root,
     safetensors_header,
 )
 from kamera.job.selection import bench_root, read_benchmark
 from kamera.job.shape import job_specs, select, shape_of
 from kamera.job.spec import CONF_DIR, DTYPES, JobError, Spec, build_specs, conf_labels, expected_of
+from kamera.job.store import results_root
 
 __all__ = [
     "ATTENTION", "CANONICAL_CONTEXTS", "CONF_DIR", "DTYPES", "PREFLIGHT_SAMPLE", "TRACKING", "WEIGHT_SUFFIXES",
     "JobError", "Selection", "Spec", "bench_root", "build_specs", "checkpoint_fingerprint", "conf_labels",
     "config_identity", "config_key", "data_fingerprint", "expected_of", "file_digest", "identity", "job_specs",
-    "preflight", "read_benchmark", "resolve_device", "results_root", "safetensors_header", "select", "shape_of",
+    "preflight", "read_benchmark", "results_root", "safetensors_header", "select", "shape_of",
     "threads_for", "validate",
 ]

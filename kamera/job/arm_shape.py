@@ -76,7 +76,7 @@ class ArmItems:
     def plugin_problems(self, cfg: DictConfig, built: dict[str, list[Spec]]) -> list[str]:
         """Each arm's and probe's own problems for this job before load (:meth:`kamera.arms.base.Arm.problems`): the
         device it runs on, the model's depth where its config tells it without weights."""
-        from kamera.job.checks import resolve_device
+        from kamera.models.loading import resolve_device
 
         try:
             device = "cpu" if resolve_device(cfg.device) == "cpu" else "cuda"

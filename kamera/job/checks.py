@@ -21,6 +21,7 @@ from kamera.items.selection import Selection
 from kamera.job.lists import list_key
 from kamera.job.shape import shape_of
 from kamera.job.spec import CONF_DIR, DTYPES, JobError, build_specs
+from kamera.job.store import results_root
 from kamera.knobs import is_int, is_number
 
 CANONICAL_CONTEXTS = ("prefix", "native", "none")
@@ -33,13 +34,6 @@ PREFLIGHT_SAMPLE = 2  # items whose media preflight decodes per job
 
 
 # ----- checks ----------------------------------------------------------------------------------------
-def resolve_device(device: str) -> str:
-    """The device a job loads on (:func:`kamera.models.loading.resolve_device`): ``cpu``, ``cuda[:i]``, or
-    ``auto`` kept only where CUDA is visible (the model is then spread over the node's GPUs), else ``cpu``."""
-    from kamera.models.loading import resolve_device as resolve
-
-    return resolve(device)
-
 def threads_for(threads: object, device: str) -> int | None:
     """Torch CPU threads: ``auto`` = 1 on CPU (tiny models run fastest on one), torch's default on a GPU."""
     if threads == "auto":
@@ -232,8 +226,6 @@ def results_problems(cfg: DictConfig) -> list[str]:
     """A results root (``paths.results``, KAMERA_RESULTS) that cannot hold a group folder: it, or the nearest part of
     its path that exists, is a file. (A read-only root is checked when a job has something to write,
     :func:`unwritable`: a complete job on read-only storage has nothing to run.)"""
-    from kamera.job.identity import results_root
-
     there = _existing(results_root(cfg) / cfg.group)
     if not there.is_dir():
         return [f"paths.results={cfg.paths.results}: {there} is a file, not a folder; point paths.results "

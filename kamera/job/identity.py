@@ -226,11 +226,6 @@ def identity(cfg: DictConfig, selection: Selection) -> dict:
     return {"config": config_identity(cfg), "checkpoint": checkpoint_fingerprint(cfg), "data": data_fingerprint(selection)}
 
 
-def results_root(cfg: DictConfig) -> Path:
-    """Where shards go: paths.results (KAMERA_RESULTS, else results/raw), relative to the working directory."""
-    return Path(os.path.expanduser(cfg.paths.results))
-
-
 def rehash(dirs: list[str]) -> int:
     """Recompute the sha256 of every weight file of each checkpoint directory and re-record it (what the next job
     uses); a digest that disagrees with the Hub's download record (the file was replaced after the download) is an

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
+from omegaconf import DictConfig
 
 log = logging.getLogger("kamera.store")
 
@@ -176,8 +177,13 @@ class JobState:
         ]
 
 
+def results_root(cfg: DictConfig) -> Path:
+    """Where shards go: paths.results (KAMERA_RESULTS, else results/raw), relative to the working directory."""
+    return Path(os.path.expanduser(cfg.paths.results))
+
+
 class Shard:
-    """The stored results of one job under ``root/<group>/``."""
+    """The stored results of one job under ``root/<group>/`` (:func:`results_root`)."""
 
     def __init__(self, root: str | Path, group: str, key: str) -> None:
         self.dir = Path(root) / group

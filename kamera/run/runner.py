@@ -44,7 +44,6 @@ from kamera.job import (
     expected_of,
     identity,
     preflight,
-    resolve_device,
     results_root,
     shape_of,
     threads_for,
@@ -55,7 +54,7 @@ from kamera.job.samples import samples_path, write_samples
 from kamera.job.spec import Spec
 from kamera.job.store import RUN, SOURCE, STAMP, TABLES, JobState, Shard, current, digest, now, provenance
 from kamera.models import Adapter, load_model
-from kamera.models.loading import peak_memory_bytes
+from kamera.models.loading import peak_memory_bytes, resolve_device
 from kamera.progress import Progress
 from kamera.run.track import Tracker
 

@@ -10,9 +10,10 @@ import torch
 from pipeline_support import job_config
 from tinyfamilies import standard_spans
 
-from kamera.job import resolve_device, threads_for
+from kamera.job import threads_for
 from kamera.job.store import shards
 from kamera.models import load_model
+from kamera.models.loading import resolve_device
 from kamera.probes import make_probe
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.plugin import SHARED, Registry
