@@ -115,7 +115,8 @@ def gate(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
                 num(g["threshold"], 3),
                 num(g["reused"]),
                 num(g["false_reuse"]) + (f" (paper {p['false_reuse']})" if p else ""),
-                f"{num(served)} / {num(mean(c['eta_transfer'] for c in got))} / {num(mean(c['eta_exact'] for c in got))}",
+                f"{num(served)} / {num(mean(c['eta_transfer'] for c in got))} / "
+                f"{num(mean(c['eta_exact'] for c in got))}",
             ]
     frame = pd.DataFrame.from_dict(
         out,

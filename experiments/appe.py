@@ -59,7 +59,8 @@ def column(recs: list[dict], model: str) -> list[str]:
     return [
         count(revert, "exact_kv"),
         count(revert, "exact_logits"),
-        f"{num(mean_of(revert, 'forwards'))} forwards, copies {num(ratio(mean_of(revert, 'bytes_written'), page))}× the page"
+        f"{num(mean_of(revert, 'forwards'))} forwards, copies "
+        f"{num(ratio(mean_of(revert, 'bytes_written'), page))}× the page"
         if revert
         else "–",
         f"{len(both)}/{len(readd)}" if readd else "–",

@@ -41,7 +41,8 @@ def _kl(rows: pd.DataFrame) -> str:
 
 
 def _pair(rows: pd.DataFrame, arm: str, fmt) -> str:
-    """'model-dtype / float32 factors' of one cell (``fmt`` of the rows) for ``arm`` and its ``_fp32`` twin ('–' where absent)."""
+    """'model-dtype / float32 factors' of one cell (``fmt`` of the rows) for ``arm`` and its ``_fp32`` twin
+    ('–' where absent)."""
     cells = []
     for label in (arm, f"{arm}_fp32"):
         g = rows[rows["arm"] == label]

@@ -7,9 +7,10 @@ line is the median 90%-energy rank over the layers whose Δ is above rounding, t
 ``kamera.metrics.e90_columns``: layer 0's Δ is rounding and its e90 says nothing of conditioning);
 (b) the relative Frobenius norm of Δ per layer: raw (the canonical as stored), conditioning (after
 R(δ), ‖Δ‖ / ‖KV(B|A)‖) and the position confound between them, plus the 4D-mask oracle's split of Δ
-into what A adds and what the moved prefix distance adds (``deficit_norms`` probe, mean over items); (c) A's landmark keys holding 90% of the attention B pays
-A, per layer (``landmarks`` probe, median over items). All on the content channel (V; the MLA latent
-c_KV), as the paper plots Kimi-VL's; the markdown table lists every layer. Writes
+into what A adds and what the moved prefix distance adds (``deficit_norms`` probe, mean over items);
+(c) A's landmark keys holding 90% of the attention B pays A, per layer (``landmarks`` probe, median over
+items). All on the content channel (V; the MLA latent c_KV), as the paper plots Kimi-VL's; the markdown
+table lists every layer. Writes
 <paths.figures>/<experiment>.{pdf,png,md}.
 """
 

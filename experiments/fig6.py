@@ -179,7 +179,8 @@ def plot(tokens: pd.DataFrame, depth: pd.DataFrame, heads: pd.DataFrame, title: 
 def to_markdown(tokens: pd.DataFrame, depth: pd.DataFrame, heads: pd.DataFrame, title: str, footer: str,
                 note: str) -> str:
     def ci(mean, lo, hi, scale=100.0, digits=0) -> str:
-        return "–" if np.isnan(mean) else f"{scale * mean:.{digits}f} [{scale * lo:.{digits}f}, {scale * hi:.{digits}f}]"
+        return ("–" if np.isnan(mean)
+                else f"{scale * mean:.{digits}f} [{scale * lo:.{digits}f}, {scale * hi:.{digits}f}]")
 
     a = pd.DataFrame(
         [

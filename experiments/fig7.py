@@ -148,7 +148,8 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(__doc__, "fig7", lambda exp: render(exp.rows, exp.name, exp.stem("figure"), exp.footer, exp.paper, exp.arms), argv)
+    cli(__doc__, "fig7", lambda exp: render(exp.rows, exp.name, exp.stem("figure"), exp.footer, exp.paper,
+                                            exp.arms), argv)
 
 
 if __name__ == "__main__":

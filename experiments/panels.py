@@ -1,5 +1,6 @@
 """What the diagnostic figures (Figs. 3, 4, 8, 11, 12) share: picking a probe's records, empty panels,
-number cells and source experiments, and the tables' statement of their item selection (the files, markdown and ``main`` are :mod:`experiments.common`'s).
+number cells and source experiments, and the tables' statement of their item selection (the files, markdown and ``main``
+are :mod:`experiments.common`'s).
 
 A panel whose records are missing is drawn as an empty panel that says so (the markdown says so too),
 never silently dropped; a figure with no data for any panel is an error.

@@ -111,7 +111,8 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
         "fresh_exact variant). Survivor: the leading "
         "chunk evicted, the interior survivor kept as-is (R(δ) only) or with a rank-64 removal patch. η = 1 − "
         "KL/KL_blind, mean [95% cluster-bootstrap CI: questions on one video resampled together] over items with "
-        "a measurable deficit (KL_blind > eta_floor); flip-recover over the items where blind reuse flips the re-prefill decision."
+        "a measurable deficit (KL_blind > eta_floor); flip-recover over the items where blind reuse flips the "
+        "re-prefill decision."
     ]
     if rows["model"].isin(list(paper.get("models", {}))).any():
         notes.append(paper["note"])

@@ -85,7 +85,8 @@ def crossing(curve: np.ndarray, xs: list[float], target: float) -> float:
 
 
 def frontier(m: pd.DataFrame, rank: float) -> tuple[float, float, float]:
-    """(fraction, low, high): the computed fraction of layers matching the rank-m patch's mean η, with its item bootstrap."""
+    """(fraction, low, high): the computed fraction of layers matching the rank-m patch's mean η,
+    with its item bootstrap."""
     items, matrix, xs = sweep_matrix(m)
     patch = m[(m["arm_name"] == "patch") & (m["rank"] == rank)].drop_duplicates("item_id").set_index("item_id")["eta"]
     keep = [i for i, item in enumerate(items) if item in patch.index]

@@ -16,8 +16,8 @@ flash-attention numbers, then ``scripts/bench_reuse.py --device cuda --dtype bf1
 
     python scripts/gpu_check.py --device cuda
 
-``--remote-equivalence MODEL`` (kimi_vl_a3b, phi3_5_vision, internvl_chat_v1_1) instead proves a remote-code checkpoint's
-native mapping: it runs one image + text input through the native adapter and through the
+``--remote-equivalence MODEL`` (kimi_vl_a3b, phi3_5_vision, internvl_chat_v1_1) instead proves a remote-code
+checkpoint's native mapping: it runs one image + text input through the native adapter and through the
 checkpoint's own remote code (``trust_remote_code``), and prints max |Δlogits| and the next-token KL.
 Where the remote code is absent (a shaped checkpoint) or does not run on this transformers, the
 reference is ``scripts/remote_reference.py``, an independent forward written from the public
@@ -33,7 +33,7 @@ one bf16 ULP of vLLM's prefill at rank 256, the time to first token with and wit
 connector's write time per token. Exit status 1 unless rank 256 (full rank on the tiny checkpoints) is 100×
 below blind.
 
-    python scripts/gpu_check.py --engine [--path DIR]       # default: the tiny Qwen2 and DeepSeek-V2 of kamera.engine.checkpoint
+    python scripts/gpu_check.py --engine [--path DIR]   # default: kamera.engine.checkpoint's tiny Qwen2 and DeepSeek-V2
 """
 
 from __future__ import annotations

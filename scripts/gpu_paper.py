@@ -183,7 +183,8 @@ def grid_span(adapter: Adapter, side: int, gen: torch.Generator) -> EncodedSpan:
         pos, extent = torch.stack([torch.zeros_like(k), k // side, k % side]), side  # [3, n]: t, h, w
     else:
         pos, extent = k[None], n  # [1, n]
-    return EncodedSpan(Span("B", (), "grid"), ids, adapter.embed(ids), pos, extent, torch.zeros(n, dtype=torch.bool, device=dev))
+    return EncodedSpan(Span("B", (), "grid"), ids, adapter.embed(ids), pos, extent,
+                       torch.zeros(n, dtype=torch.bool, device=dev))
 
 
 # ----- measurements ----------------------------------------------------------------------------------------------

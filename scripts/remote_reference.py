@@ -1,4 +1,5 @@
-"""Independent forwards of Kimi-VL, Phi-3.5-V and InternVL-Chat-V1.1, written from the public implementations' semantics.
+"""Independent forwards of Kimi-VL, Phi-3.5-V and InternVL-Chat-V1.1, written from
+the public implementations' semantics.
 
 They read the checkpoint's own tensors by their own names (lazily, upcast to float32 layer by layer)
 and use plain torch ops only, no transformers module and nothing of ``kamera.models``, so a match
@@ -14,7 +15,8 @@ Semantics followed (the same public files the native mapping cites):
   the Hub ``modeling_phi3_v.py``, the Phi-3 decoder with ``Phi3SuScaledRotaryEmbedding`` (short factors).
 - InternVL-Chat-V1.1: InternViT-6B (fused qkv, q/k RMSNorm over all heads, layer scales) read at
   ``hidden_states[select_layer]``, ``pixel_shuffle`` ('v1': transposed) and ``mlp1`` as OpenGVLab/InternVL
-  ``internvl_chat/internvl/model/internvl_chat/modeling_intern_vit.py`` / ``modeling_internvl_chat.py``; a Llama decoder.
+  ``internvl_chat/internvl/model/internvl_chat/modeling_intern_vit.py`` /
+  ``modeling_internvl_chat.py``; a Llama decoder.
 """
 
 from __future__ import annotations
@@ -278,7 +280,8 @@ def phi3_v_logits(
 
 # ----- InternVL-Chat-V1.1 ----------------------------------------------------------------------------------
 def internvit_tokens(W: Weights, cfg: dict, pixels: torch.Tensor) -> torch.Tensor:
-    """InternViT-6B to ``hidden_states[select_layer]``, CLS dropped, pixel-shuffled and through ``mlp1``: [tiles·256, hidden].
+    """InternViT-6B to ``hidden_states[select_layer]``, CLS dropped, pixel-shuffled and through ``mlp1``:
+    [tiles·256, hidden].
 
     The stored position grid is the 448-px one, where the remote code's bicubic resampling is the identity."""
     v = cfg["vision_config"]

@@ -1,4 +1,5 @@
-"""CONDUIT (Chen et al., arXiv 2609.05821; MIT code): recompute the reused image tokens that carry the most to the query.
+"""CONDUIT (Chen et al., arXiv 2609.05821; MIT code): recompute the reused image tokens
+that carry the most to the query.
 
 Source: ``cpa2001/CONDUIT`` at 96c71d2, nanovllm/engine/recompute.py (``compute_query_attention_mass``,
 ``build_kv_score_candidate_scores``, ``apply_kv_score_image_score_bias``, ``select_kv_score_positions``,

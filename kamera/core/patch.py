@@ -66,7 +66,8 @@ def deficit(conditioned: ChunkKV, relocated_canonical: ChunkKV) -> Deficit:
     if not same_positions(conditioned.positions, relocated_canonical.positions):
         raise ValueError(
             "the canonical KV is not at B's conditioned positions: relocate it by δ before forming Δ "
-            f"(first positions {conditioned.positions[..., :1].tolist()} vs {relocated_canonical.positions[..., :1].tolist()})"
+            f"(first positions {conditioned.positions[..., :1].tolist()} vs "
+            f"{relocated_canonical.positions[..., :1].tolist()})"
         )
     layers = [
         tuple(c.float() - r.float() for c, r in zip(lc, lr, strict=True))

@@ -124,9 +124,10 @@ def scan(state: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tens
     """The gated delta rule over n tokens from ``state`` [H, d_k, W] (v [n, H, W]; W = d_v, or d_k + d_v for the
     augmented [T | S] scan): per token S ← e^{g}S, then S ← S + β k (v − Sᵀk)ᵀ. Returns the state after the last token.
 
-    Computed ``chunk`` tokens at a time in the chunkwise (UT-transform) form transformers' ``torch_chunk_gated_delta_rule``
-    uses: within a chunk with cumulative log-decay γ, L = strictly-lower[β_i k_iᵀk_j e^{γ_i − γ_j}] and
-    U = (I + L)⁻¹(β v), W = (I + L)⁻¹(β k e^{γ}); then S ← e^{γ_C} S + (k e^{γ_C − γ})ᵀ (U − W S).
+    Computed ``chunk`` tokens at a time in the chunkwise (UT-transform) form transformers'
+    ``torch_chunk_gated_delta_rule`` uses: within a chunk with cumulative log-decay γ,
+    L = strictly-lower[β_i k_iᵀk_j e^{γ_i − γ_j}] and U = (I + L)⁻¹(β v), W = (I + L)⁻¹(β k e^{γ});
+    then S ← e^{γ_C} S + (k e^{γ_C − γ})ᵀ (U − W S).
     """
     s = state.clone()
     for c0 in range(0, k.shape[0], chunk):

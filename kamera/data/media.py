@@ -267,9 +267,9 @@ def read_audio(
 ) -> np.ndarray:
     """Mono float32 samples at ``sampling_rate`` of an audio file, a video's audio track or encoded bytes (WAV,
     …), from ``start_s`` for ``duration_s`` seconds (None: to the end): decoded with PyAV and resampled by
-    FFmpeg's resampler (``av.AudioResampler``; several channels take its default mono downmix). Not cached: a few seconds of audio
-    decode in milliseconds. MediaError naming ``what`` when the file is missing, holds no audio stream, does
-    not decode, or has no samples in the range."""
+    FFmpeg's resampler (``av.AudioResampler``; several channels take its default mono downmix). Not cached: a few
+    seconds of audio decode in milliseconds. MediaError naming ``what`` when the file is missing, holds no audio stream,
+    does not decode, or has no samples in the range."""
     import av
 
     if isinstance(source, Path) and not source.exists():

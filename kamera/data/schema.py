@@ -335,8 +335,8 @@ class ChunkedItem:
         return plan
 
     def spans(self, *, with_prefix: bool = True, with_filler: bool = True) -> list[Span]:
-        """``[prefix?, A_1..A_k, B, query]`` as ``kamera.items.spans.Span`` with media decoded to RGB images; consecutive
-        frames of one video in a span become one :class:`~kamera.items.spans.Clip` (a video chunk)."""
+        """``[prefix?, A_1..A_k, B, query]`` as ``kamera.items.spans.Span`` with media decoded to RGB images;
+        consecutive frames of one video in a span become one :class:`~kamera.items.spans.Clip` (a video chunk)."""
         out = [
             Span(role, _load_parts(parts), name, meta)
             for role, name, meta, parts in self._plan(with_prefix, with_filler)

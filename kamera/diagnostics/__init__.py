@@ -12,7 +12,8 @@ rows and a renderer can pivot them. ``docs/diagnostics.md`` lists every record s
     video.token_signals           Fig. 4(b)  per-token ‖Δ‖ beside optical-flow motion, warp residual,
     records.signal_spearman                  frame similarity, vision-embedding difference; Spearman ρ
     planes.depth_planes           Fig. 8     |Δ| pooled to a token × feature grid per layer
-    ttft.ttft                     Fig. 11(b) TTFT recompute vs reuse (``python -m kamera.diagnostics.ttft``; not imported here)
+    ttft.ttft                     Fig. 11(b) TTFT recompute vs reuse (``python -m kamera.diagnostics.ttft``;
+                                             not imported here)
     records.cumulative            Fig. 11(c) cumulative time after N reuses, break-even N
 
 ``records`` holds the summaries the renderers read (pure functions of stored records, no forward).

@@ -205,7 +205,10 @@ def table(records: Sequence[dict], ranks: Sequence[int]) -> str:
         head += f" | r{m:<3} {'apply':>7} {'reuse':>8} {'×prefill':>8} {'×recomp':>8} {'N*pre':>5} {'N*rec':>5}"
     lines = [head]
     for n in sizes:
-        line = f"{n:>5} {t[(n, None, 'vision_ms')]:>8.1f} {t[(n, None, 'prefill_ms')]:>9.1f} {t[(n, None, 'form_ms')]:>9.1f}"
+        line = (
+            f"{n:>5} {t[(n, None, 'vision_ms')]:>8.1f} {t[(n, None, 'prefill_ms')]:>9.1f}"
+            f" {t[(n, None, 'form_ms')]:>9.1f}"
+        )
         for m in ranks:
             line += (
                 f" | {'':<4} {t[(n, m, 'apply_ms')]:>7.2f} {t[(n, m, 'reuse_ms')]:>8.1f}"

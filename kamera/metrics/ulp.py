@@ -27,5 +27,6 @@ def bf16_ulps(a: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 
 def bf16_vector_ulps(a: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """|a − ref| in units of one bf16 ULP at the largest |ref| of each vector along the last dim (float64, a's shape)."""
+    """|a − ref| in units of one bf16 ULP at the largest |ref| of each vector along the last dim
+    (float64, a's shape)."""
     return (a.double() - ref.double()).abs() / _unit(ref.double().abs().amax(-1, keepdim=True))

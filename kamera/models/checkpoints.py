@@ -46,8 +46,8 @@ _SERVED_FIELDS = ("attention", "adapter", "model_class", "load_kwargs", "submodu
 def served_families() -> dict[str, ModelEntry]:
     """model_type → the registered entry whose adapter, class and load options a checkpoint of that type loads
     with: every entry that loads natively (an adapter, no loader of its own) and does not opt out (``by_path:
-    false``), keyed by the family its conf/model file states; a paper model before a tiny twin. ModelConfError when two paper models of one family disagree
-    on what they would lend."""
+    false``), keyed by the family its conf/model file states; a paper model before a tiny twin. ModelConfError when two
+    paper models of one family disagree on what they would lend."""
     out: dict[str, ModelEntry] = {}
     for e in sorted(MODELS.values(), key=lambda e: (e.kind != "paper", e.name)):
         if e.adapter is None or e.loader is not None or e.from_checkpoint or not e.by_path:

@@ -45,7 +45,8 @@ class ModelEntry:
     the checkpoint given as ``model.path`` (its ``config.json`` ``model_type``): it is a checkpoint-backed
     (``paper``) entry whose adapter and class :func:`kamera.models.checkpoints.own_entry` chooses per checkpoint.
     ``by_path: false`` keeps the entry's family out of what ``model=hf`` serves (its file says why): by default a
-    checkpoint of the family of any natively loading entry is served (:func:`kamera.models.checkpoints.served_families`).
+    checkpoint of the family of any natively loading entry is served
+    (:func:`kamera.models.checkpoints.served_families`).
     """
 
     name: str

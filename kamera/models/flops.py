@@ -3,13 +3,13 @@
 its full published config.
 
 Model FLOPs come from the full published config (``kamera/models/shaped/configs/<model>.json``, the file the
-shaped writer and the remote-code loaders read): per token, 2 × the decoder's active weights (attention projections, MLA's low-rank ones
-included; dense MLP or the routed top-k experts, shared experts and router) plus the attention scores over
-the context (QKᵀ and AV, 2 FLOPs per multiply-add each); for each image token the vision tower's 2 × weights
+shaped writer and the remote-code loaders read): per token, 2 × the decoder's active weights (attention projections,
+MLA's low-rank ones included; dense MLP or the routed top-k experts, shared experts and router) plus the attention
+scores over the context (QKᵀ and AV, 2 FLOPs per multiply-add each); for each image token the vision tower's 2 × weights
 per patch (``merge²`` patches per token). The LM head runs once per forward. A Gated DeltaNet layer (Qwen3.5's
 ``linear_attention``) has no context term: its projections (q, k, v, the output gate z, β and the gate's a, the output)
-and its recurrence, about 4 multiply-adds per token on each value head's d_k × d_v state, whatever the context. The H100-hour estimate built on
-these is :mod:`kamera.sweep.cost`.
+and its recurrence, about 4 multiply-adds per token on each value head's d_k × d_v state, whatever the context. The
+H100-hour estimate built on these is :mod:`kamera.sweep.cost`.
 """
 
 from __future__ import annotations
@@ -192,7 +192,8 @@ def model_flops(name: str, config: dict) -> ModelFlops:
         vh = v_cfg.hidden_size
         vint = _get(v_cfg, "intermediate_size", 4 * vh)
         vlayers = _get(v_cfg, "depth") or v_cfg.num_hidden_layers
-        # patches the tower sees per token the language model sees: merge², merge kernel, 1 / pixel-shuffle ratio², scale²
+        # patches the tower sees per token the language model sees:
+        # merge², merge kernel, 1 / pixel-shuffle ratio², scale²
         kernel = _get(v_cfg, "merge_kernel_size")
         per_token = (kernel[0] * kernel[1] if kernel else None) or (
             _get(v_cfg, "spatial_merge_size")

@@ -224,7 +224,8 @@ def pixel_shuffle(x: torch.Tensor, ratio: float, ps_version: str) -> torch.Tenso
 
 @dataclass(frozen=True)
 class TileImageProcessor:
-    """V1.1's preprocessing: one ``size``-px tile, PIL bicubic resize, then mean / std (sources in the module docstring).
+    """V1.1's preprocessing: one ``size``-px tile, PIL bicubic resize, then mean / std
+    (sources in the module docstring).
 
     After the square resize the CLIP processor's shortest-edge resize and centre crop are no-ops."""
 
@@ -252,7 +253,8 @@ class TileImageProcessor:
 
 # ----- the adapter ---------------------------------------------------------------------------------------
 class InternVLChatAdapter(MHAAdapter):
-    """InternVL-Chat-V1.1: MHA cache (K | V, 40 heads × 128), ``<img>`` + 256 ``<IMG_CONTEXT>`` + ``</img>`` per image."""
+    """InternVL-Chat-V1.1: MHA cache (K | V, 40 heads × 128),
+    ``<img>`` + 256 ``<IMG_CONTEXT>`` + ``</img>`` per image."""
 
     family = "internvl_chat"
     image_ids: tuple[int, int, int] = (0, 0, 0)  # <img>, <IMG_CONTEXT>, </img> in the checkpoint's tokenizer
@@ -394,7 +396,8 @@ def weight_plan(hub: dict, used: int) -> WeightPlan:
 
 
 def image_ids(tokenizer, vocab_size: int, path: Path) -> tuple[int, int, int]:
-    """``<img>``, ``<IMG_CONTEXT>``, ``</img>`` ids of the checkpoint's tokenizer: each one token inside the embedding."""
+    """``<img>``, ``<IMG_CONTEXT>``, ``</img>`` ids of the checkpoint's tokenizer:
+    each one token inside the embedding."""
     ids = []
     for token in (IMG_START, IMG_CONTEXT, IMG_END):
         got = tokenizer.convert_tokens_to_ids(token)

@@ -66,7 +66,8 @@ def load_model(
     ckpt = checkpoint_path(name, path, models_root)
     if not e.has_adapter:
         raise NotImplementedError(
-            f"{name} ({e.family}) is registered but has no adapter yet ({e.notes or 'its cache/vision path is unverified'}); "
+            f"{name} ({e.family}) is registered but has no adapter yet "
+            f"({e.notes or 'its cache/vision path is unverified'}); "
             f"checkpoint found at {ckpt}"
         )
     if e.from_checkpoint:

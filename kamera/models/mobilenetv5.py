@@ -298,7 +298,8 @@ class MobileNetV5Encoder(nn.Module):
     """Stem (``conv_stem``: 3×3 / 2 conv with bias, RMSNorm, GELU), the stages (``blocks.<stage>.<i>``) and the
     fusion adapter (``msfa``) over the last two stages: pixels [B, 3, H, W] → [B, ``out``, r, r]."""
 
-    def __init__(self, stages: Stages = MOBILENETV5_300M, stem: int = 64, out: int = 2048, resolution: int = 16) -> None:
+    def __init__(self, stages: Stages = MOBILENETV5_300M, stem: int = 64, out: int = 2048,
+                 resolution: int = 16) -> None:
         super().__init__()
         if len(stages) < 2:
             raise ValueError(

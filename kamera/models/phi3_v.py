@@ -136,7 +136,9 @@ def read_vision(hub: dict, ckpt_layers: int) -> tuple[tf.CLIPVisionConfig, int]:
     _require(img, "image_dim_out", CLIP_L14_336["hidden_size"])
     _require(img, "num_img_tokens", 144)
     if img.get("type_feature", "patch") != "patch":
-        raise CheckpointMismatchError(f"img_processor.type_feature {img['type_feature']!r}; only 'patch' is implemented")
+        raise CheckpointMismatchError(
+            f"img_processor.type_feature {img['type_feature']!r}; only 'patch' is implemented"
+        )
     for key, want in (
         ("use_hd_transform", True),
         ("with_learnable_separator", True),

@@ -35,7 +35,10 @@ def family_mismatch(e: ModelEntry, ckpt: Path) -> str | None:
     hint = (
         f"; to run it as your own checkpoint use model=hf model.path={ckpt}" if kind in supported_model_types() else ""
     )
-    return f"{e.name}: the checkpoint at {ckpt} has model_type {kind!r}, not {e.family!r} (the family {e.name} loads){hint}"
+    return (
+        f"{e.name}: the checkpoint at {ckpt} has model_type {kind!r}, not {e.family!r} "
+        f"(the family {e.name} loads){hint}"
+    )
 
 
 def model_problems(

@@ -70,7 +70,8 @@ class Qwen25OmniAdapter(QwenVLAdapter):
         fe = self.feature_extractor
         if audio.sampling_rate != fe.sampling_rate:
             raise ValueError(
-                f"{self.name}: audio at {audio.sampling_rate} Hz, but its feature extractor reads {fe.sampling_rate} Hz; "
+                f"{self.name}: audio at {audio.sampling_rate} Hz, "
+                f"but its feature extractor reads {fe.sampling_rate} Hz; "
                 f"decode it at that rate (kamera.data.media.read_audio resamples)"
             )
         if audio.samples.size > fe.n_samples:

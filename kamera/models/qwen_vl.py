@@ -216,7 +216,8 @@ class QwenOmniAdapter(QwenVLAdapter):
     """The Qwen3-Omni thinker (text, images, video; MoE decoder with deepstack). Audio is not read.
 
     Its rope index finds vision segments from ``<|vision_start|>`` and scales video time by
-    ``position_id_per_seconds`` (absolute seconds), per ``Qwen3OmniMoePreTrainedModelForConditionalGeneration.get_rope_index``.
+    ``position_id_per_seconds`` (absolute seconds), per
+    ``Qwen3OmniMoePreTrainedModelForConditionalGeneration.get_rope_index``.
     """
 
     family = "qwen3_omni_moe"

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from kamera.models.flops import Forward, ItemShape, WindowShape
 
-# which shared quantities a shared quantity computes first (kamera.reuse.context.ReuseContext), and the forward each runs
+# which shared quantities a shared quantity computes first (kamera.reuse.context.ReuseContext),
+# and the forward each runs
 _DEPENDS = {
     "conditioned": {"full"},
     "relocated": {"canonical"},

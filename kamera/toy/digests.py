@@ -34,7 +34,8 @@ def weight_problems(folder: Path, root: Path = ROOT) -> list[str]:
     (empty when it does): a file that differs, is missing, or is not recorded."""
     recorded = {n: d for n, d in shipped(root).items() if (root / n).parent == folder}
     have = {str(f.relative_to(root)): f for f in sorted(folder.glob("*")) if f.is_file()}
-    fix = "restore it (git checkout -- kamera/toy/weights) or, after retraining, run python -m kamera.toy.digests --update"
+    fix = ("restore it (git checkout -- kamera/toy/weights) or, after retraining, "
+           "run python -m kamera.toy.digests --update")
     problems = [f"{root / n}: missing (listed in {DIGESTS.name}); {fix}" for n in sorted(set(recorded) - set(have))]
     problems += [f"{root / n}: not listed in {DIGESTS.name}; {fix}" for n in sorted(set(have) - set(recorded))]
     problems += [

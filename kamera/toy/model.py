@@ -122,7 +122,9 @@ def read_spec(path: Path) -> tuple[str, TaskSpec, WordTokenizer]:
     """The variant, task spec and tokenizer saved beside a set of toy weights."""
     meta_file = Path(path) / TOY_FILE
     if not meta_file.is_file():
-        raise FileNotFoundError(f"no toy model at {path} ({TOY_FILE} missing); train one with python -m kamera.toy.train")
+        raise FileNotFoundError(
+            f"no toy model at {path} ({TOY_FILE} missing); train one with python -m kamera.toy.train"
+        )
     meta = json.loads(meta_file.read_text())
     spec = (WindowSpec if meta["variant"] == "window" else TaskSpec)(**meta["task"])
     return meta["variant"], spec, WordTokenizer(meta["vocab"])

@@ -141,7 +141,8 @@ class Stream:
         return list(zip(locs, objs, strict=True))
 
 
-def _stream(spec: WindowSpec, kind: str, s: Stream, n_states: int) -> tuple[list[Span], list[Span], list[tuple[str, str]]]:
+def _stream(spec: WindowSpec, kind: str, s: Stream,
+            n_states: int) -> tuple[list[Span], list[Span], list[tuple[str, str]]]:
     """(history, foreign, the scene's pairs) of one item of ``kind``."""
     if kind == "recall":
         old = s.states(spec.window)

@@ -127,7 +127,8 @@ def test_apply_takes_non_contiguous_and_mismatched_dtype_inputs():
                                  for lc in moved.layers])
     assert not strided.layers[0][0].is_contiguous()
     a, b = patch.truncate(6).apply(strided), patch.truncate(6).apply(moved)
-    assert all(torch.equal(x, y) for la, lb in zip(a.layers, b.layers, strict=True) for x, y in zip(la, lb, strict=True))
+    assert all(torch.equal(x, y)
+               for la, lb in zip(a.layers, b.layers, strict=True) for x, y in zip(la, lb, strict=True))
     low = canonical.with_layers([tuple(t.bfloat16() for t in lc) for lc in canonical.layers])
     out = patch.truncate(6).apply(relocate(low, 300))  # float32 factors on a bf16 cache: computed in float32
     exact = reference(patch.truncate(6), low, 300)

@@ -1,4 +1,5 @@
-"""The MLA patch on the tiny MLA families: c_KV at rank m, k_pe at its own rank, bytes per channel, full = re-prefill."""
+"""The MLA patch on the tiny MLA families: c_KV at rank m, k_pe at its own rank, bytes per channel,
+full = re-prefill."""
 
 from __future__ import annotations
 

@@ -171,7 +171,8 @@ def test_depth_planes_pool_abs_delta_and_keep_every_cell_unpooled(tiny, name):
     assert {(r["n_token_bins"], r["n_feature_bins"]) for r in coarse} == {(4, 8)}
     big = 10_000  # bins beyond the matrix: one bin per cell, the plane is |Δ| itself
     for basis in ("features", "components"):
-        fine = by(depth_planes(ctx, tokens=big, features=big, basis=basis), "layer", "channel", "token_bin", "feature_bin")
+        fine = by(depth_planes(ctx, tokens=big, features=big, basis=basis), "layer", "channel", "token_bin",
+                  "feature_bin")
         for l in range(L):
             for c, spec in enumerate(ctx.adapter.specs):
                 m = ctx.deficit.matrix(l, c) if basis == "features" else ctx.patch.factors[l][c][0].us.float()

@@ -89,7 +89,8 @@ def test_the_divergence_gate_counts_false_reuse_and_serves_the_measured_eta():
     assert at["50%"]["false-reuse"].startswith("0.00 (paper 24–47%)")  # the two least divergent are the safe ones
     assert at["75%"]["false-reuse"].startswith("0.33") and at["75%"]["reused"] == "0.75"
     assert at["50%"]["divergence median safe / unsafe"].startswith("0.015 / 0.150")
-    # served at 50%: reuse 0.9, 0.88; refresh the other two at 0.95 → 0.92; always reuse (0.9 + 0.88 + 0.5 − 1) / 4 = 0.32
+    # served at 50%: reuse 0.9, 0.88; refresh the other two at 0.95 → 0.92;
+    # always reuse (0.9 + 0.88 + 0.5 − 1) / 4 = 0.32
     assert at["50%"]["η served by the gate / always reuse / always recompute"] == "0.92 / 0.32 / 0.95"
 
 

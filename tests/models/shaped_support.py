@@ -39,7 +39,9 @@ REMOTE = {
 OWN = {
     "gdn_hybrid": "tests/models/test_gdn.py (composition, relocation, full rank = re-prefill, rank 0 = blind)",
     # a remote-code layout (no transformers processor class to check the chat against) with a tiny twin beside it
-    "internvl_chat_v1_1": "tests/models/test_internvl_chat.py (weight plan, reference, identities: tiny twin and shaped)",
+    "internvl_chat_v1_1": (
+        "tests/models/test_internvl_chat.py (weight plan, reference, identities: tiny twin and shaped)"
+    ),
 }
 
 

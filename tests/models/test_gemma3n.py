@@ -169,7 +169,9 @@ def test_oracle_equals_blind_at_native_positions_though_b_outruns_the_window(twi
     assert native.delta == 0
     assert all(rel_err(native.oracle_b, native.canonical, c) <= 1e-5 for c in range(2))
     torch.testing.assert_close(native.oracle.hidden, native.blind.hidden, rtol=1e-4, atol=1e-4)
-    mask = torch.zeros(1, 1, *native.oracle_mask().shape).masked_fill(~native.oracle_mask(), torch.finfo(torch.float32).min)
+    mask = torch.zeros(1, 1, *native.oracle_mask().shape).masked_fill(
+        ~native.oracle_mask(), torch.finfo(torch.float32).min
+    )
     placed = place(native.enc.spans)
     with torch.no_grad():
         windowless = twin.lm(
@@ -267,8 +269,8 @@ def image_ctx(twin):
 
 
 def test_image_layout_is_the_processors(twin, image_ctx):
-    """An image is ``\\n\\n`` <start_of_image> + 16 soft tokens + <end_of_image> ``\\n\\n``, the soft tokens carrying the
-    tower's features and <end_of_image> embedded by embed_vision's hard embedding (not the text table)."""
+    """An image is ``\\n\\n`` <start_of_image> + 16 soft tokens + <end_of_image> ``\\n\\n``, the soft tokens carrying
+    the tower's features and <end_of_image> embedded by embed_vision's hard embedding (not the text table)."""
     cfg = twin.model.config
     b = image_ctx.enc.spans[image_ctx.b]
     gap = twin.tokenize("\n\n")

@@ -1,11 +1,11 @@
 """InternVL-Chat-V1.1 on native classes (``kamera/models/internvl_chat.py``).
 
 Unmarked tests use a tiny twin written by the model's own shaped writer with small widths (InternViT 32 wide,
-3 layers read at ``hidden_states[-2]``, a 56-px tile → 4 tokens; Llama 512 wide (8 heads of 64: enough for blind reuse to differ measurably), 2 layers; the real 32,009-row
-vocabulary with a stand-in tokenizer): the weight plan, the config refusals, the mapping against the
-public-semantics reference and the operator's identities, in a few seconds. The ``shaped`` tests run the same on
-the real-width shaped checkpoint (2 + 2 layers, float32, 5.3 GB), with the real Llama-2 tokenizer when it is
-beside the checkout.
+3 layers read at ``hidden_states[-2]``, a 56-px tile → 4 tokens; Llama 512 wide (8 heads of 64: enough for blind reuse
+to differ measurably), 2 layers; the real 32,009-row vocabulary with a stand-in tokenizer): the weight plan, the config
+refusals, the mapping against the public-semantics reference and the operator's identities, in a few seconds. The
+``shaped`` tests run the same on the real-width shaped checkpoint (2 + 2 layers, float32, 5.3 GB), with the real Llama-2
+tokenizer when it is beside the checkout.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``scripts/gpu_check.py --remote-equivalence`` on a shaped checkpoint (no remote code: the public-semantics reference)."""
+"""``scripts/gpu_check.py --remote-equivalence`` on a shaped checkpoint
+(no remote code: the public-semantics reference)."""
 
 from __future__ import annotations
 

@@ -124,7 +124,8 @@ def test_training_encodes_an_item_exactly_as_the_harness_does(variant):
         assert torch.equal(torch.cat([p["image_grid_thw"] for p in pix]), batch.grid_thw)
     with torch.no_grad():
         last, _, _ = hidden(model.eval(), batch)
-        torch.testing.assert_close(model.lm_head(last[0, -2]), adapter.forward(place(enc.spans)).logits, rtol=0, atol=1e-5)
+        torch.testing.assert_close(model.lm_head(last[0, -2]), adapter.forward(place(enc.spans)).logits,
+                                   rtol=0, atol=1e-5)
 
 
 def test_image_cells_are_encoded_independently():

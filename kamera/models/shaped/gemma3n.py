@@ -3,10 +3,10 @@ of 256, per-layer inputs of 256, AltUp × 4, LAuReL rank 64, sliding window 512 
 layers KV-shared, final logits soft-capped at 30), vocabulary 262,400 (per-layer inputs: 262,144).
 
 The published config.json cannot be fetched here; ``configs/gemma3n_e4b.json`` is reconstructed from public
-sources (its conf/model file's ``shaped_sources``): its numbers are transformers' ``Gemma3nTextConfig`` / ``Gemma3nAudioConfig`` /
-``Gemma3nConfig`` defaults, which their docstrings call the E4B configuration, and its field names (``rope_theta`` /
-``rope_local_base_freq``, ``query_pre_attn_scalar``, ``altup_lr_multiplier``, the vision config's ``label_names``) are
-those public readers of the published file parse.
+sources (its conf/model file's ``shaped_sources``): its numbers are transformers' ``Gemma3nTextConfig`` /
+``Gemma3nAudioConfig`` / ``Gemma3nConfig`` defaults, which their docstrings call the E4B configuration, and its field
+names (``rope_theta`` / ``rope_local_base_freq``, ``query_pre_attn_scalar``, ``altup_lr_multiplier``, the vision
+config's ``label_names``) are those public readers of the published file parse.
 
 What is written: every tensor ``Gemma3nForConditionalGeneration`` loads, under the checkpoint's names: the decoder
 (``model.language_model.*``; the LM head is tied to the embeddings), the vision tower as timm's MobileNetV5 names it
@@ -79,7 +79,8 @@ def _remap(full: dict, cfg: dict, layers: int, vision_layers: int) -> None:
 
 
 def gemma3n(model: str, sources: dict[str, str]) -> ShapedSpec:
-    """A Gemma-3n checkpoint: per-layer lists and KV sharing for the short stack (module docstring), a stand-in tokenizer."""
+    """A Gemma-3n checkpoint: per-layer lists and KV sharing for the short stack (module docstring),
+    a stand-in tokenizer."""
     config = published_json(model)
     return ShapedSpec(
         model=model,

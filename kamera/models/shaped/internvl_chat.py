@@ -34,7 +34,8 @@ def _remap(cfg: dict, layers: int, vision_layers: int) -> None:
 
 
 def internvl_chat(model: str, sources: dict[str, str]) -> ShapedSpec:
-    """An InternVL-Chat (remote code) checkpoint: the adapter module's tensor layout, select_layer kept before the last."""
+    """An InternVL-Chat (remote code) checkpoint: the adapter module's tensor layout,
+    select_layer kept before the last."""
     config = published_json(model)
     return ShapedSpec(
         model=model,

@@ -34,7 +34,8 @@ def _inv_freq(cfg: dict) -> dict[str, torch.Tensor]:
 
 
 def kimi_vl(model: str, sources: dict[str, str]) -> ShapedSpec:
-    """A Kimi-VL (remote code) checkpoint: the adapter module's tensor layout, stored rotary inv_freq, a stand-in tokenizer."""
+    """A Kimi-VL (remote code) checkpoint: the adapter module's tensor layout, stored rotary inv_freq,
+    a stand-in tokenizer."""
     config = published_json(model)
     return ShapedSpec(
         model=model,

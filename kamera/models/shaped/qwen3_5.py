@@ -28,7 +28,8 @@ def _hybrid_layers(cfg: dict, layers: int, vision_layers: int) -> None:
 
 
 def qwen3_5(model: str, sources: dict[str, str]) -> ShapedSpec:
-    """A Qwen3.5 (Gated DeltaNet hybrid) checkpoint: the short stack's last layer full attention, a stand-in tokenizer."""
+    """A Qwen3.5 (Gated DeltaNet hybrid) checkpoint: the short stack's last layer full attention,
+    a stand-in tokenizer."""
     config = published_json(model)
     return ShapedSpec(
         model=model,

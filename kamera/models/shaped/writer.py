@@ -174,7 +174,9 @@ def _random(name: str, shape: tuple[int, ...], dtype: torch.dtype, seed: int) ->
         return torch.zeros(shape, dtype=dtype)
     if len(shape) == 1 and NORM.search(name):
         return torch.ones(shape, dtype=dtype)
-    gen = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:7], "little"))
+    gen = torch.Generator().manual_seed(
+        int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:7], "little")
+    )
     bits = torch.empty(shape, dtype=torch.int16).random_(-(1 << 15), 1 << 15, generator=gen)
     bits.bitwise_and_(-32641).bitwise_or_(121 << 7)  # keep sign (0x8000) and 7 mantissa bits (0x7F); exponent −6
     t = bits.view(torch.bfloat16)

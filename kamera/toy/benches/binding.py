@@ -17,9 +17,9 @@ class BindingBench(ModelBench):
     """The toy binding task: a toy model's own held-out items."""
 
     def problems(self, model: str, subset: str | None) -> list[str]:
-        p = [] if model.startswith("toy_") else [f"bench={self.name} needs a toy model (toy_binding, toy_binding_text), "
-                                                 f"not {model}; bench=binding_words asks the same task in words of "
-                                                 f"any text model"]
+        p = [] if model.startswith("toy_") else [
+            f"bench={self.name} needs a toy model (toy_binding, toy_binding_text), not {model}; "
+            f"bench=binding_words asks the same task in words of any text model"]
         return p + super().problems(model, subset)
 
     def select(self, adapter, n: int | None, seed: int, subset: str | None) -> list[EvalItem]:
