@@ -168,6 +168,8 @@ endif
 # replayed through the cache policies over a position-free store. SCALE=paper: conf/experiment/agent_paper.yaml.
 .PHONY: agent
 agent_exp = agent$(if $(filter paper,$(SCALE)),_paper)
-agent: ## agent traces through recompute / prefix / relocate / kamera / placement (toy + tiny, ~5 min CPU; SCALE=paper: Qwen2.5-VL, Kimi-VL on Video-MME)
+agent: ## agent traces through recompute / prefix / relocate / kamera / placement (toy + tiny, ~8 min CPU; SCALE=paper: Qwen2.5-VL, Kimi-VL on Video-MME)
 	$(call sweep,$(agent_exp))
 	$(call render,$(agent_exp))
+	$(if $(filter paper,$(SCALE)),,$(call sweep,agent_bound))
+	$(if $(filter paper,$(SCALE)),,$(call render,agent_bound))

@@ -38,7 +38,16 @@ from experiments.common import (
 from kamera.metrics import paired_bootstrap_ci
 from kamera.sweep.cost import H100_BF16_FLOPS, MFU, OVERHEAD
 
-ORDER = ["recompute", "prefix", "relocate", "kamera", "kamera_placement"]
+ORDER = [
+    "recompute",
+    "prefix",
+    "relocate",
+    "kamera",
+    "kamera_lazy",
+    "kamera_never",
+    "kamera_placement",
+    "kamera_offline",
+]
 TRACES = ["web", "video", "doc", "jsonl"]
 
 
@@ -109,25 +118,34 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def paired_note(pools: pd.DataFrame, model: str, trace: str, a_arm: str, b_arm: str) -> str | None:
+    """'a − b: tokens per trace …, agreement …' paired over the pools both ran (None when one is absent)."""
+    m = pools[(pools["model"] == model) & (pools["trace"] == trace)]
+    a, b = m[m["arm"] == a_arm].set_index("item_id"), m[m["arm"] == b_arm].set_index("item_id")
+    common = a.index.intersection(b.index)
+    if not len(common):
+        return None
+    a, b = a.loc[common], b.loc[common]
+    clusters = [str(c) for c in b["cluster_key"]]
+    dt = paired_bootstrap_ci(a["tokens"].tolist(), b["tokens"].tolist(), clusters=clusters)
+    da = paired_bootstrap_ci(a["agree"].tolist(), b["agree"].tolist(), clusters=clusters)
+    return (
+        f"{model} · {trace}: {a_arm} − {b_arm}: tokens per trace {dt[0]:+.1f} [{dt[1]:+.1f}, {dt[2]:+.1f}], "
+        f"agreement with recompute {da[0]:+.2f} [{da[1]:+.2f}, {da[2]:+.2f}] (paired over {len(common)} pools)"
+    )
+
+
 def placement_notes(rows: pd.DataFrame) -> list[str]:
-    """What ``kamera_placement`` adds over ``kamera`` per (model, trace): tokens and agreement, paired over pools."""
+    """What placement adds over ``kamera`` per (model, trace), and how far the online scheduler is from the offline
+    optimum where it ran: tokens and agreement, paired over pools."""
     pools = per_pool(rows)
-    lines = []
-    for (model, trace), m in pools.groupby(["model", "trace"], sort=False):
-        a = m[m["arm"] == "kamera_placement"].set_index("item_id")
-        b = m[m["arm"] == "kamera"].set_index("item_id")
-        common = a.index.intersection(b.index)
-        if not len(common):
-            continue
-        a, b = a.loc[common], b.loc[common]
-        clusters = [str(c) for c in b["cluster_key"]]
-        dt = paired_bootstrap_ci(a["tokens"].tolist(), b["tokens"].tolist(), clusters=clusters)
-        da = paired_bootstrap_ci(a["agree"].tolist(), b["agree"].tolist(), clusters=clusters)
-        lines.append(
-            f"{model} · {trace}: placement − kamera: tokens per trace {dt[0]:+.1f} [{dt[1]:+.1f}, {dt[2]:+.1f}], "
-            f"agreement with recompute {da[0]:+.2f} [{da[1]:+.2f}, {da[2]:+.2f}] (paired over {len(common)} pools)"
-        )
-    return lines
+    pairs = [("kamera_placement", "kamera"), ("kamera_offline", "kamera_placement")]
+    return [
+        line
+        for (model, trace) in pools.groupby(["model", "trace"], sort=False).groups
+        for a, b in pairs
+        if (line := paired_note(pools, model, trace, a, b))
+    ]
 
 
 def plot(rows: pd.DataFrame, title: str) -> plt.Figure:

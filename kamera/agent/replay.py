@@ -80,6 +80,8 @@ def replay(
         for label, _ in policies
     }
     rows: dict[str, list[dict]] = {label: [] for label, _ in policies}
+    for label, policy in policies:
+        policy.begin(sessions[label], trace)
     choices = wctx.choice_ids
     for t, window in enumerate(trace.steps):
         t0 = time.perf_counter()
@@ -92,7 +94,7 @@ def replay(
         gold = wctx.item.answer(window)
         for label, policy in policies:
             s = sessions[label]
-            s.meter, store = Meter(), s.store
+            s.meter, store, s.step = Meter(), s.store, t
             store.begin_step()
             read0, written0, evicted0 = store.bytes_read, store.bytes_written, store.evictions
             t1 = time.perf_counter()

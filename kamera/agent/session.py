@@ -64,6 +64,8 @@ class Session:
         ] = {}  # chunk id → (antecedent digests, its KV) last step
         self.seen: set[int] = set()  # chunk ids any earlier step held
         self.placed: tuple[int, ...] = ()  # the previous step's window as placed
+        self.step = 0  # the step being built
+        self.plan: list[tuple[int, ...]] = []  # a policy's orders for every step, when it plans ahead
         self.meter = Meter()
 
     # ----- layout ----------------------------------------------------------------------------------

@@ -161,7 +161,17 @@ class AgentItems(WindowItems):
         return p + self.window_problems(cfg) + self.trace_problems(cfg)
 
     def plugin_problems(self, cfg: DictConfig, built: dict[str, list[Spec]]) -> list[str]:
-        return []
+        """Each policy's own problems with the trace's window and steps (a generator's knobs; None for a JSONL
+        trace, whose policies check the trace they are given)."""
+        t = self.trace(cfg)
+        knobs = t.get("knobs") if not t.get("path") and isinstance(t.get("knobs"), dict) else {}
+        window, steps = knobs.get("window"), knobs.get("steps")
+        return [
+            f"policies: {s.label}: {line}"
+            for specs in built.values()
+            for s in specs
+            for line in s.plugin.problems(window=window, steps=steps)
+        ]
 
     def specs(self, cfg: DictConfig) -> tuple[list[Spec], list[Spec]]:
         """(policies, []): an agent job's rows are keyed by the policy as arm rows are by the arm."""

@@ -112,3 +112,35 @@ def test_store_never_serves_a_patch_of_another_antecedent(toy):
     # chunk 1's content changed: chunk 1 itself and every chunk behind it is formed again, none served
     assert actions(moved) == {"form": 4, "leading": 1, "recall": 0}
     assert moved[0]["kl"] < FLOOR and moved[0]["agree"]
+
+
+def test_offline_placement_is_the_optimum_of_its_symbolic_cost(toy):
+    """The search's order sequence costs (symbolically) exactly the minimum over every order sequence, enumerated."""
+    from itertools import permutations, product
+    from types import SimpleNamespace
+
+    from kamera.agent.replay import digests
+
+    wctx = ctx(toy)
+    pol = make_policy("kamera_offline")
+    for tr in (doc(11, 3, 4, 0.3), video(11, 3, 4, 0.5, 0.4, seed=1), web(11, 3, 4, 0.5)):
+        ids = digests(wctx)
+
+        def cost(seq, ids=ids):
+            sim = SimpleNamespace(
+                digests=ids, n_tokens=lambda c: wctx.chunks[c].n_tokens, store=set(), live={}
+            )
+            return sum(pol.advance(sim, order) for order in seq)
+
+        s = SimpleNamespace(digests=ids, n_tokens=lambda c: wctx.chunks[c].n_tokens)
+        plan = pol.search(s, tr)
+        best = min(cost(seq) for seq in product(*(permutations(w) for w in tr.steps)))
+        assert cost(plan) == best and [set(o) for o in plan] == [set(w) for w in tr.steps]
+    rows = replay(wctx, doc(11, 3, 4, 0.3), [("off", pol)])["off"]
+    assert [json.loads(r["placed"]) for r in rows] == [list(o) for o in pol.search(s, doc(11, 3, 4, 0.3))]
+
+
+def test_offline_placement_refuses_a_trace_too_long_to_search():
+    assert make_policy("kamera_offline", limit=1296).problems(window=3, steps=4) == []  # 6^4 = 1,296
+    (line,) = make_policy("kamera_offline", limit=100).problems(window=3, steps=4)
+    assert "4 steps of up to 3 chunks have 1,296 order sequences, above limit=100" in line

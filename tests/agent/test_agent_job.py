@@ -44,8 +44,16 @@ def test_rows_per_pool_policy_step_keyed_as_every_job(toy_job):
         "reorder": 0.5,
         "lookback": 0.3,
     }
-    assert set(rows["arm"]) == {"recompute", "prefix", "relocate", "kamera", "kamera_placement"}
-    assert len(rows) == 2 * 5 * 5 and not rows.duplicated(["item_id", "arm", "step"]).any()
+    assert set(rows["arm"]) == {
+        "recompute",
+        "prefix",
+        "relocate",
+        "kamera",
+        "kamera_lazy",
+        "kamera_never",
+        "kamera_placement",
+    }
+    assert len(rows) == 2 * 5 * 7 and not rows.duplicated(["item_id", "arm", "step"]).any()
     ref = rows[rows["arm"] == "recompute"]
     assert (ref["kl"] == 0).all() and ref["agree"].all() and (ref["tokens"] == ref["n_window_tokens"]).all()
     # the trace differs across pools (seeded by the job's seed and the pool's id)
@@ -137,3 +145,69 @@ def test_a_malformed_jsonl_line_is_one_line_before_weights(tmp_path, no_model):
     with pytest.raises(JobError) as err:
         runner.run(job_config(tmp_path, *AGENT, "trace=web", f"trace.path={trace}"))
     assert f"{trace}:2: chunk id(s) [99] out of range: the pool holds chunks 0..10" in str(err.value)
+
+
+class Killed(BaseException):
+    """Death between two pools (kill -9 leaves exactly this: the first pool's rows written, nothing else)."""
+
+
+def test_a_job_killed_between_pools_resumes_with_the_rest(tmp_path, monkeypatch, caplog):
+    from kamera.job.store import Shard
+
+    append, calls = Shard.append, []
+
+    def dies_at_the_second_pool(self, name, records, replace=()):
+        if name == "rows":
+            calls.append(1)
+            if len(calls) == 2:
+                raise Killed
+        return append(self, name, records, replace)
+
+    monkeypatch.setattr(Shard, "append", dies_at_the_second_pool)
+    with pytest.raises(Killed):
+        runner.run(job_config(tmp_path, *TOY))
+    monkeypatch.setattr(Shard, "append", append)
+    (view,) = status.sweep_jobs([f"paths.results={tmp_path}/raw", *TOY])
+    assert view.state.status == "partial" and view.state.k == 1
+    first = view.rows()
+    with caplog.at_level("INFO", logger="kamera.run"):
+        path = runner.run(job_config(tmp_path, *TOY))
+    assert "2 items selected, 1 with arms or probes to run" in caplog.text
+    rows = pd.read_parquet(path)
+    assert len(rows) == 2 * 5 * 7 and not rows.duplicated(["item_id", "arm", "step"]).any()
+    again = rows[rows["item_id"].isin(first["item_id"])].sort_values(["arm", "step"]).reset_index(drop=True)
+    cols = ["arm", "step", "tokens", "kl", "agree"]
+    assert again[cols].equals(first.sort_values(["arm", "step"]).reset_index(drop=True)[cols])
+
+
+@pytest.mark.integration
+def test_resume_after_kill_9(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = [
+        sys.executable,
+        "-m",
+        "kamera.run",
+        *TOY,
+        "n_items=4",
+        f"paths.results={tmp_path}/raw",
+        f"paths.outputs={tmp_path}/out",
+    ]
+    proc = subprocess.Popen(
+        args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    shard_dir, deadline = tmp_path / "raw" / "agent", time.time() + 240
+    while time.time() < deadline and not list(shard_dir.glob("*[0-9a-f].parquet")):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    (shard,) = shard_dir.glob("*[0-9a-f].parquet")
+    k = pd.read_parquet(shard)["item_id"].nunique()
+    assert 0 < k < 4
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = pd.read_parquet(shard)
+    assert rows["item_id"].nunique() == 4 and not rows.duplicated(["item_id", "arm", "step"]).any()

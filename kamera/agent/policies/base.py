@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from kamera.agent.session import Session
+from kamera.agent.trace import Trace
 from kamera.core import ChunkKV
 from kamera.reuse.plugin import Plugin, Registry, UnknownNameError
 from kamera.window.context import WindowView
@@ -27,6 +28,14 @@ class Policy(Plugin):
     stamped on every row it makes (bump it when a change changes a stored number)."""
 
     version: ClassVar[int] = 1
+
+    def problems(self, window: int | None = None, steps: int | None = None) -> list[str]:
+        """What is wrong with this policy for a job's trace of ``steps`` windows of ``window`` chunks (None: not known
+        before the pools are built), one line each, before any weights load."""
+        return []
+
+    def begin(self, s: Session, trace: Trace) -> None:
+        """Called once before the trace's first step (a policy that plans over the whole known trace does it here)."""
 
     def order(self, s: Session, window: tuple[int, ...]) -> tuple[int, ...]:
         """The order the window's chunks are placed in (default: the agent's)."""
