@@ -11,20 +11,24 @@ import functools
 import json
 import os
 import re
-import struct
 from pathlib import Path
+from typing import get_args
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from kamera.items.selection import Selection
+from kamera.job.identity import safetensors_header
 from kamera.job.lists import list_key
 from kamera.job.shape import shape_of
 from kamera.job.spec import CONF_DIR, DTYPES, JobError, build_specs
 from kamera.job.store import results_root
 from kamera.knobs import is_int, is_number
+from kamera.reuse.context import CanonicalContext
 
-CANONICAL_CONTEXTS = ("prefix", "native", "none")
+# where an arm job's canonical KV(B|∅) may be prefilled: the values kamera.reuse.context reads (a window job takes
+# fewer: kamera.job.window_shape.WINDOW_CONTEXTS)
+CANONICAL_CONTEXTS: tuple[str, ...] = get_args(CanonicalContext)
 
 ATTENTION = ("auto", "sdpa", "eager", "flash_attention_2")  # kamera.models.loading.ATTENTION and "auto"
 
@@ -185,23 +189,22 @@ def checkpoint_problems(ckpt: Path, tokenizer: bool = True) -> list[str]:
 
 
 def safetensors_tensors(path: Path) -> tuple[set[str] | None, str | None]:
-    """(the tensor names, None) of a .safetensors file whose header parses and whose tensors end inside the file,
-    else (None, why not): the 8-byte header length, the JSON header and each tensor's ``data_offsets``."""
+    """(the tensor names, None) of a .safetensors file whose header (:func:`kamera.job.identity.safetensors_header`)
+    parses and whose tensors end inside the file, else (None, why not)."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            if size < 8:
-                return None, f"truncated ({size} bytes)"
-            n = struct.unpack("<Q", fh.read(8))[0]
-            if n > size - 8:
-                return None, f"its header length ({n} bytes) exceeds the file ({size} bytes): truncated or not safetensors"
-            header = json.loads(fh.read(n))
+        raw = safetensors_header(path)
+    except ValueError as err:
+        return None, str(err)
+    except OSError as err:
+        return None, f"its header does not parse ({type(err).__name__}: {err})"
+    try:
+        header = json.loads(raw)
         tensors = {k: v for k, v in header.items() if k != "__metadata__"}
         end = max((int(v["data_offsets"][1]) for v in tensors.values()), default=0)
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         return None, f"its header does not parse ({type(err).__name__}: {err})"
-    if 8 + n + end > size:
-        return None, f"truncated: its tensors end at byte {8 + n + end}, the file has {size}"
+    if 8 + len(raw) + end > path.stat().st_size:
+        return None, f"truncated: its tensors end at byte {8 + len(raw) + end}, the file has {path.stat().st_size}"
     return set(tensors), None
 
 

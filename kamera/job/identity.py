@@ -53,10 +53,18 @@ def file_digest(path: Path) -> str:
     return sha256_file(path)[:16]
 
 def safetensors_header(path: Path) -> bytes:
-    """The JSON header of a .safetensors file (tensor names, dtypes, shapes, offsets; no weights)."""
+    """The JSON header of a .safetensors file (tensor names, dtypes, shapes, offsets; no weights): its 8-byte
+    little-endian length, then that many bytes; the one reader of it (the fingerprint hashes the bytes, preflight's
+    :func:`kamera.job.checks.safetensors_tensors` parses them). ValueError when the file is shorter than either."""
+    size = path.stat().st_size
+    if size < 8:
+        raise ValueError(f"truncated ({size} bytes)")
     with open(path, "rb") as fh:
-        size = struct.unpack("<Q", fh.read(8))[0]
-        return fh.read(size)
+        n = struct.unpack("<Q", fh.read(8))[0]
+        if n > size - 8:
+            raise ValueError(f"its header length ({n} bytes) exceeds the file ({size} bytes): truncated or not "
+                             "safetensors")
+        return fh.read(n)
 
 
 SHA256 = re.compile(r"[0-9a-f]{64}")

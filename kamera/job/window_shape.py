@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import ClassVar
+from typing import ClassVar, get_args
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -42,12 +42,15 @@ from kamera.job.spec import Spec, build_specs
 from kamera.metrics import E90_COLUMNS
 from kamera.models.base import Adapter
 from kamera.models.flops import Forward, WindowShape
+from kamera.reuse.context import CanonicalContext
 from kamera.reuse.forwards import window_forwards
 from kamera.window.benches import WindowBench
-from kamera.window.context import WindowContext
+from kamera.window.context import WindowCanonical, WindowContext
 from kamera.window.probes.base import ProbeRefusal
 
-CANONICAL_CONTEXTS = ("prefix", "none")  # where a window job's canonical KV(c|∅) is prefilled
+# where a window job's canonical KV(c|∅) may be prefilled: the values kamera.window.context reads, the arm jobs'
+# (kamera.job.checks.CANONICAL_CONTEXTS) but "native" (a window's chunks have no native position behind the prefix)
+WINDOW_CONTEXTS: tuple[str, ...] = get_args(WindowCanonical)
 GIB = 1 << 30
 
 
@@ -84,9 +87,10 @@ class WindowItems:
         """The window keys, the benchmark's subset, split and options and the model it needs, one line each (what
         every job over window items checks, whatever plugin list it runs)."""
         bench, p = self.bench, []
-        if cfg.canonical_context == "native":  # other bad values: kamera.job.checks.validate
+        if cfg.canonical_context in get_args(CanonicalContext) and cfg.canonical_context not in WINDOW_CONTEXTS:
+            # an arm job's value a window job does not take (other bad values: kamera.job.checks.validate)
             p.append(f"canonical_context={cfg.canonical_context!r}: a window job prefills its canonicals behind the "
-                     f"prefix or alone: one of {list(CANONICAL_CONTEXTS)}")
+                     f"prefix or alone: one of {list(WINDOW_CONTEXTS)}")
         keep = cfg.get("window_keep_gb")
         if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0 <= keep < math.inf:
             p.append(f"window_keep_gb={keep!r}: must be a number >= 0 (GiB a window item's context keeps between probes)")

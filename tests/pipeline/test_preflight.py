@@ -162,3 +162,28 @@ def test_preflight_is_clean_on_good_data_and_json_errors_name_their_file(tmp_pat
     problems = job.preflight(job_config(tmp_path, "bench=milebench_temporal", f"bench.root={bad}",
                                         f"bench.subset={first.parent.name}"))
     assert any(str(first) in p for p in problems), problems
+
+
+def test_one_set_of_canonical_contexts_per_item_shape(tmp_path):
+    """Issue 31 item 2: kamera.job held two hand-written sets (checks: prefix/native/none; window_shape: prefix/none).
+    Both are right for their shape; each is now read off the context that interprets it, and pinned here."""
+    import re
+    from typing import get_args
+
+    from kamera.job.checks import CANONICAL_CONTEXTS
+    from kamera.job.window_shape import WINDOW_CONTEXTS
+    from kamera.reuse.context import CanonicalContext
+    from kamera.window.context import WindowCanonical
+
+    assert CANONICAL_CONTEXTS == get_args(CanonicalContext) == ("prefix", "native", "none")
+    assert WINDOW_CONTEXTS == get_args(WindowCanonical) == ("prefix", "none")
+    documented = re.search(r"^canonical_context: .*# .*: (.*) \(", (CONF_DIR / "config.yaml").read_text(), re.M)
+    assert documented and documented.group(1).split(" | ") == list(CANONICAL_CONTEXTS)
+    window = ("model=tiny_kimi", "bench=window_synthetic", "arms=[]", "window_probes=[recall]", "n_items=1")
+    assert [p for p in job.preflight(job_config(tmp_path, *window, "canonical_context=native"))
+            if p.startswith("canonical_context='native': a window job") and "['prefix', 'none']" in p]
+    assert not job.preflight(job_config(tmp_path, "bench=synthetic", "arms=[blind]", "n_items=1",
+                                        "canonical_context=native"))
+    (line,) = [p for p in job.preflight(job_config(tmp_path, *window, "canonical_context=nowhere"))
+               if p.startswith("canonical_context=")]
+    assert "must be one of ['prefix', 'native', 'none']" in line
