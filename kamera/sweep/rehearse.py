@@ -129,7 +129,8 @@ def fresh_folders(out: Path) -> None:
             elif not any(path.iterdir()):
                 path.rmdir()
         path.mkdir(parents=True)
-        (path / MARKER).write_text("created by python -m kamera.sweep.rehearse: the next rehearsal deletes this folder\n")
+        (path / MARKER).write_text("created by python -m kamera.sweep.rehearse: "
+                                   "the next rehearsal deletes this folder\n")
 
 
 def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layers: int = 2) -> int:
@@ -147,14 +148,17 @@ def rehearse(experiments: list[str], out: Path, *, layers: int = 2, vision_layer
     fresh_folders(out)
     log.write_text("")
     jobs = {exp: rehearsal_jobs(exp) for exp in experiments}
-    ready = sorted({j.model for js in jobs.values() for j in js if entry(j.model).has_adapter and entry(j.model).shaped})
-    print(f"rehearsing {', '.join(experiments)} on shaped checkpoints ({layers} layers, {vision_layers} vision layers); "
+    ready = sorted({j.model for js in jobs.values() for j in js
+                    if entry(j.model).has_adapter and entry(j.model).shaped})
+    print(f"rehearsing {', '.join(experiments)} on shaped checkpoints ({layers} layers, "
+          f"{vision_layers} vision layers); "
           f"log: {log}", flush=True)
     given = inputs(ready, jobs, out, layers, vision_layers)
     failed = [why for exp in experiments if (why := rehearse_one(exp, jobs[exp], ready, given, log))]
     report_missing(sorted({j.model for js in jobs.values() for j in js if j.model not in ready}))
     report_costs(experiments)
-    print(f"rows under {out / 'results'}; " + ("all rehearsed jobs finished" if not failed else "FAILED: " + "; ".join(failed)))
+    print(f"rows under {out / 'results'}; "
+          + ("all rehearsed jobs finished" if not failed else "FAILED: " + "; ".join(failed)))
     return 1 if failed else 0
 
 
@@ -217,7 +221,8 @@ def report_missing(missing: list[str]) -> None:
     """One line per model not rehearsed: it has no adapter (and the registry's note why) or no shaped writer."""
     for m in missing:
         e = entry(m)
-        why = f"has no adapter yet: {e.notes or 'unverified family'}" if not e.has_adapter else "has no shaped-checkpoint writer"
+        why = (f"has no adapter yet: {e.notes or 'unverified family'}" if not e.has_adapter
+               else "has no shaped-checkpoint writer")
         print(f"  not rehearsed: {m} ({e.family}) {why}")
 
 
@@ -230,17 +235,20 @@ def report_costs(experiments: list[str]) -> None:
             print(f"  {exp} at paper scale: no estimate ({e})")
             continue
         stated = compose_config([f"experiment={exp}"]).get("cost", {}).get("h100_hours")
-        print(f"  {exp} at paper scale: ~{hours:.2f} H100-hours estimated (stated in conf/experiment/{exp}.yaml: {stated}; "
+        print(f"  {exp} at paper scale: ~{hours:.2f} H100-hours estimated "
+              f"(stated in conf/experiment/{exp}.yaml: {stated}; "
               f"python -m kamera.sweep.cost experiment={exp} for the jobs)")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kamera.sweep.rehearse", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--experiments", default=None, help=f"comma-separated (default: all of {', '.join(paper_experiments())})")
+    ap.add_argument("--experiments", default=None,
+                    help=f"comma-separated (default: all of {', '.join(paper_experiments())})")
     ap.add_argument("--out", type=Path, default=Path("outputs/rehearse"))
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--vision-layers", type=int, default=2)
-    ap.add_argument("--tokenizers", type=Path, default=None, help="real tokenizer files (qwen2/, llama2/); default $KAMERA_TOKENIZERS")
+    ap.add_argument("--tokenizers", type=Path, default=None,
+                    help="real tokenizer files (qwen2/, llama2/); default $KAMERA_TOKENIZERS")
     args = ap.parse_args(argv)
     known = paper_experiments()
     experiments = known if args.experiments is None else [e.strip() for e in args.experiments.split(",") if e.strip()]

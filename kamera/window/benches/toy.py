@@ -69,7 +69,8 @@ class ToyWindowBench(WindowBench):
                                     partial(_toy_build, kind, i, seed, states),
                                     {"kind": kind, "n_states": states, "window": spec.window})
                         for i in range(per_kind)]
-        return Selection(entries, n_requested=n, report=f"{per_kind} items of each toy window stream ({', '.join(kinds)})")
+        return Selection(entries, n_requested=n,
+                         report=f"{per_kind} items of each toy window stream ({', '.join(kinds)})")
 
     def refuses(self, probe: WindowProbe, entry: WindowEntry) -> str | None:
         kind, stream = entry.meta["kind"], probe.stream
