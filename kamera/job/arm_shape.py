@@ -57,8 +57,8 @@ class ArmItems:
         """Benchmark name, subsets, split and kwargs, checked against the loader's own signature; no window
         probes in an arm job."""
         p = [] if cfg.scoring in SCORINGS else [f"scoring={cfg.scoring!r}: must be one of {', '.join(SCORINGS)}"]
-        p += unread_lists(cfg, self.kinds, f"only a window benchmark's job runs window probes, and bench={cfg.bench.name} "
-                                           "is not one")
+        p += unread_lists(cfg, self.kinds, "only a window benchmark's job runs window probes, and "
+                                           f"bench={cfg.bench.name} is not one")
         if (own := MODEL_BENCHES.get(cfg.bench.name)) is not None:
             return p + own.problems(cfg.model.name, cfg.bench.subset)
         try:
@@ -239,7 +239,8 @@ def evaluate_item(
             "effective_rotary_rank": float(res.params.get("effective_rotary_rank", math.nan)),
             "n_b": ctx.n_b, "delta": ctx.delta,
             "kl": k, "kl_blind": kl_blind, "eta": eta(k, kl_blind, cfg.eta_floor, what=f"η of {pair}"),
-            "kl_oracle": kl(ctx.oracle.logits, res.out.logits, what=f"oracle ‖ {pair}") if "oracle" in needs else math.nan,
+            "kl_oracle": kl(ctx.oracle.logits, res.out.logits, what=f"oracle ‖ {pair}") if "oracle" in needs
+            else math.nan,
             "flip": did_flip, "recovered": recovered(res.out.logits, ref, choice_ids),
             "pred": pred, "gold": item.gold, "correct": correct, "n_choices": len(item.choices or []),
             "bytes": int(res.bytes), "bytes_frac": res.bytes / page, "patch_dtype": res.patch_dtype,

@@ -86,7 +86,8 @@ def validate(cfg: DictConfig) -> list[str]:
             value = OmegaConf.select(cfg, key)
             p.append(f"{key}={value!r}: {what}")
 
-    need(cfg.n_items is None or (is_int(cfg.n_items) and cfg.n_items >= 1), "n_items", "must be an integer >= 1 (or null: all)")
+    need(cfg.n_items is None or (is_int(cfg.n_items) and cfg.n_items >= 1), "n_items",
+         "must be an integer >= 1 (or null: all)")
     need(is_int(cfg.seed) and cfg.seed >= 0, "seed", "must be an integer >= 0")
     need(cfg.model.dtype in DTYPES, "model.dtype", f"must be one of {sorted(DTYPES)}")
     need(cfg.model.attn_implementation in ATTENTION, "model.attn_implementation", f"must be one of {list(ATTENTION)}")
@@ -104,7 +105,8 @@ def validate(cfg: DictConfig) -> list[str]:
     need(cfg.tracking.mode in TRACKING, "tracking.mode", f"must be one of {list(TRACKING)}")
     need(isinstance(cfg.bench.kwargs, DictConfig), "bench.kwargs", "must be a mapping of the benchmark's options")
     for key in ("bench.subset", "bench.split", "bench.root"):
-        need(OmegaConf.select(cfg, key) is None or isinstance(OmegaConf.select(cfg, key), str), key, "must be a string or null")
+        value = OmegaConf.select(cfg, key)
+        need(value is None or isinstance(value, str), key, "must be a string or null")
     device = cfg.device
     if not isinstance(device, str) or not (device in ("auto", "cpu") or device.split(":")[0] == "cuda"):
         p.append(f"device={device!r}: must be auto, cpu, cuda or cuda:<index>")

@@ -231,7 +231,8 @@ def config_key(cfg: DictConfig) -> str:
 
 def identity(cfg: DictConfig, selection: Selection) -> dict:
     """The full identity of a job: config, checkpoint and data fingerprints (the shard's key is its digest)."""
-    return {"config": config_identity(cfg), "checkpoint": checkpoint_fingerprint(cfg), "data": data_fingerprint(selection)}
+    return {"config": config_identity(cfg), "checkpoint": checkpoint_fingerprint(cfg),
+            "data": data_fingerprint(selection)}
 
 
 def rehash(dirs: list[str]) -> int:

@@ -47,7 +47,8 @@ def _media_bytes(part: object) -> list[bytes]:
     if isinstance(part, Image.Image):
         return [f"{part.mode}{part.size}".encode(), part.tobytes()]
     if isinstance(part, Clip):
-        return [b for f, t in zip(part.frames, part.timestamps, strict=True) for b in (str(t).encode(), *_media_bytes(f))]
+        return [b for f, t in zip(part.frames, part.timestamps, strict=True)
+                for b in (str(t).encode(), *_media_bytes(f))]
     if isinstance(part, Audio):
         return [f"{part.sampling_rate}:{part.start_s}".encode(), np.ascontiguousarray(part.samples).tobytes()]
     return [part.encode()]

@@ -440,7 +440,7 @@ def latest(found: Iterable[Shard], **match: str) -> list[Shard]:
             if JOB_KEY.fullmatch(s.key) and ("config_key" not in match or owner == match["config_key"]):
                 raise
             whose = "no file beside it names a job's config" if owner is None else f"its rows are config {owner}'s"
-            _foreign(s.meta_path, f"it does not read back as a kamera shard's json and {whose}, not this job's")
+            _foreign(s.meta_path, f"it does not read back as a kamera shard's json, and {whose} (not this job's)")
             continue
         if not isinstance(meta, dict) or "config_key" not in meta:
             _foreign(s.meta_path, "it has no config_key, not a kamera shard")

@@ -93,7 +93,8 @@ class WindowItems:
                      f"prefix or alone: one of {list(WINDOW_CONTEXTS)}")
         keep = cfg.get("window_keep_gb")
         if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0 <= keep < math.inf:
-            p.append(f"window_keep_gb={keep!r}: must be a number >= 0 (GiB a window item's context keeps between probes)")
+            p.append(f"window_keep_gb={keep!r}: must be a number >= 0 (GiB a window item's context keeps between "
+                     "probes)")
         if bench.frames and (why := _text_only(cfg)):
             p.append(why)
         if not isinstance(cfg.bench.kwargs, DictConfig):

@@ -28,8 +28,8 @@ LAYER_PROBES = sorted(n for n, cls in PROBES.items() if cls.drives_layers)
 
 def test_every_plugin_that_reaches_the_layer_driver_declares_it():
     """The arms and probes built on LayerDriver / PartialForward / recompute say so (the list is what refuses)."""
-    assert {"cacheblend", "cross_mass", "epic", "first_k", "mpic", "nystrom", "oracle_topp", "quest", "shallow_reprefill",
-            "sink", "vlcache"} <= set(LAYER_ARMS)
+    assert {"cacheblend", "cross_mass", "epic", "first_k", "mpic", "nystrom", "oracle_topp", "quest",
+            "shallow_reprefill", "sink", "vlcache"} <= set(LAYER_ARMS)
     assert {"injection_depth", "landmarks", "selector_recall"} <= set(LAYER_PROBES)
     assert not {"blind", "patch", "reprefill", "oracle4d", "orbit", "unrotated"} & set(LAYER_ARMS)
 

@@ -129,6 +129,7 @@ def test_any_arm_knob_from_the_command_line(tmp_path):
     assert list(rows.index) == ["blind", "patch_r16[rank=3]", "cacheblend[ratio=0.2]"]
     assert rows.at["patch_r16[rank=3]", "rank"] == 3 and rows.at["patch_r16[rank=3]", "effective_rank"] == 3
     knobs = json.loads(rows.at["cacheblend[ratio=0.2]", "knobs"])
-    assert knobs["ratio"] == 0.2 and knobs["check_layer"] == 1 and rows.at["cacheblend[ratio=0.2]", "recomputed_tokens"] > 0
+    assert knobs["ratio"] == 0.2 and knobs["check_layer"] == 1
+    assert rows.at["cacheblend[ratio=0.2]", "recomputed_tokens"] > 0
     with pytest.raises(ValueError, match="has no knob"):
         job.build_specs("arm", [{"patch_r16": {"rnak": 3}}])

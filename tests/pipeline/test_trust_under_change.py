@@ -207,27 +207,33 @@ def test_an_invalid_yaml_in_conf_arm_is_one_line_naming_the_file(tmp_path, monke
 
 # ----- item 9: inputs checkable before load fail in preflight -------------------------------------------------
 CHECKABLE = {
-    "ttft_cuda on cpu": (("model=tiny_kimi", "bench=synthetic", "arms=[blind]", "probes=[ttft_cuda]", "device=cpu"),
-                         "probes: ttft_cuda: the ttft probe is set to time on cuda but the job runs on cpu"),
-    "reuse_layers beyond depth": (("model=tiny_kimi", "bench=synthetic", "arms=[{shallow_reprefill:{reuse_layers:99}}]"),
-                                  "arms: shallow_reprefill[reuse_layers=99]: reuse_layers=99 exceeds the model's 4 layers"),
-    "patch layers beyond depth": (("model=tiny_kimi", "bench=synthetic", "arms=[{patch_r8:{layers:[1,7]}}]"),
-                                  "arms: patch_r8[layers=[1,7]]: patch layers [7] are beyond the model's 4 layers (0..3)"),
+    "ttft_cuda on cpu": (
+        ("model=tiny_kimi", "bench=synthetic", "arms=[blind]", "probes=[ttft_cuda]", "device=cpu"),
+        "probes: ttft_cuda: the ttft probe is set to time on cuda but the job runs on cpu"),
+    "reuse_layers beyond depth": (
+        ("model=tiny_kimi", "bench=synthetic", "arms=[{shallow_reprefill:{reuse_layers:99}}]"),
+        "arms: shallow_reprefill[reuse_layers=99]: reuse_layers=99 exceeds the model's 4 layers"),
+    "patch layers beyond depth": (
+        ("model=tiny_kimi", "bench=synthetic", "arms=[{patch_r8:{layers:[1,7]}}]"),
+        "arms: patch_r8[layers=[1,7]]: patch layers [7] are beyond the model's 4 layers (0..3)"),
     "injection_depth layers beyond depth": (
         ("model=tiny_llava", "bench=synthetic", "arms=[]", "probes=[{injection_depth:{layers:[9]}}]"),
         "probes: injection_depth[layers=[9]]: injection_depth layers [9] are beyond the model's"),
     "tau not a multiple of 1/k": (
         ("model=tiny_kimi", "bench=window_synthetic", "arms=[]", "window_probes=[{recall:{taus:[0.3,0.4]}}]"),
         "window_probes: recall[taus=[0.3,0.4]]: recall: taus [0.3] are not multiples of 1/k for the window of k = 5"),
-    "negative patch layer": (("model=tiny_kimi", "bench=synthetic", "arms=[{patch_r8:{layers:[-1]}}]"),
-                             "patch layers must be one of ('all', 'deep_half') or a list of layer indices >= 0, got [-1]"),
-    "fractional patch layer": (("model=tiny_kimi", "bench=synthetic", "arms=[{patch_r8:{layers:[1.5]}}]"),
-                               "patch layers must be one of ('all', 'deep_half') or a list of layer indices >= 0"),
+    "negative patch layer": (
+        ("model=tiny_kimi", "bench=synthetic", "arms=[{patch_r8:{layers:[-1]}}]"),
+        "patch layers must be one of ('all', 'deep_half') or a list of layer indices >= 0, got [-1]"),
+    "fractional patch layer": (
+        ("model=tiny_kimi", "bench=synthetic", "arms=[{patch_r8:{layers:[1.5]}}]"),
+        "patch layers must be one of ('all', 'deep_half') or a list of layer indices >= 0"),
     "cacheblend check layer beyond depth": (
         ("model=tiny_kimi", "bench=synthetic", "arms=[{cacheblend:{check_layer:99}}]"),
         "arms: cacheblend[check_layer=99]: cacheblend: check layers 99..99 exceed the model's 4 layers"),
-    "orbit orderings not lists": (("model=tiny_kimi", "bench=synthetic", "arms=[{orbit_r16:{orderings:5}}]"),
-                                  "orbit: orderings must be null or a list of orderings (lists of chunk indices), got 5"),
+    "orbit orderings not lists": (
+        ("model=tiny_kimi", "bench=synthetic", "arms=[{orbit_r16:{orderings:5}}]"),
+        "orbit: orderings must be null or a list of orderings (lists of chunk indices), got 5"),
     "toy subset": (("model=toy_binding", "bench=binding", "bench.subset='two_hop,nope'", "arms=[blind]"),
                    "bench.subset='two_hop,nope': the toy task has no query kind ['nope']"),
     "toy task on another model": (("model=tiny_kimi", "bench=binding", "arms=[blind]"),
@@ -488,8 +494,8 @@ def test_a_shard_file_copied_over_another_jobs_is_one_line_naming_both_keys(tabl
                                                   "mean n_items?"),
                                                  ("+foo.bar=1", "foo={'bar': 1}: kamera reads no root key 'foo'")])
 def test_a_root_key_kamera_does_not_read_is_refused(override, named, tmp_path, monkeypatch):
-    """Hydra's own hint for the typo ``arm=[blind]`` is ``+arm=[blind]``, which ran the default three arms; ``+n_item=3``
-    was accepted and ignored."""
+    """Hydra's own hint for the typo ``arm=[blind]`` is ``+arm=[blind]``, which ran the default three arms;
+    ``+n_item=3`` was accepted and ignored."""
     cfg = job_config(tmp_path, *TINY, override)
     assert [p for p in job.preflight(cfg) if p.startswith(named)], job.preflight(cfg)
     monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
