@@ -75,8 +75,11 @@ class ArmItems:
 
     def plugin_problems(self, cfg: DictConfig, built: dict[str, list[Spec]]) -> list[str]:
         """Each arm's and probe's own problems for this job before load (:meth:`kamera.arms.base.Arm.problems`): the
-        device it runs on, the model's depth where its config tells it without weights."""
+        device it runs on, the model's depth where its config tells it without weights; and a job with neither."""
         from kamera.models.loading import resolve_device
+
+        if built.keys() == {"arm", "probe"} and not any(built.values()):
+            return ["arms=[] and probes=[]: a job needs at least one arm or probe (conf/arm, conf/probe)"]
 
         try:
             device = "cpu" if resolve_device(cfg.device) == "cpu" else "cuda"

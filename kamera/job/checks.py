@@ -273,8 +273,6 @@ def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
         except ValueError as err:
             problems.append(str(err))
     problems += shape.plugin_problems(cfg, built)
-    if set(shape.kinds) == {"arm", "probe"} and built.keys() == {"arm", "probe"} and not any(built.values()):
-        problems.append("arms=[] and probes=[]: a job needs at least one arm or probe (conf/arm, conf/probe)")
     selection_keys = ("n_items=", "seed=", "bench.")  # what reading the benchmark depends on
     readable = not bench and not any(p.startswith(selection_keys) for p in problems)
     if readable and not shape.selects_from_model(cfg):
