@@ -256,6 +256,13 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not experiments:
         print(f"error: unknown paper experiment(s) {bad}; conf/experiment has: {', '.join(known)}", file=sys.stderr)
         return 2
+    there = args.out.absolute()
+    while not there.exists() and there != there.parent:
+        there = there.parent  # the nearest part of the path that exists: what mkdir -p would start from
+    if not there.is_dir():
+        print(f"error: --out {args.out} (REHEARSE_DIR): {there} is a file, not a folder; pass a folder",
+              file=sys.stderr)
+        return 2
     if args.tokenizers is not None:
         os.environ["KAMERA_TOKENIZERS"] = str(args.tokenizers)
     return rehearse(experiments, args.out, layers=args.layers, vision_layers=args.vision_layers)

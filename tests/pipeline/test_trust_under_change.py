@@ -577,3 +577,15 @@ def test_a_terminated_render_leaves_no_hidden_temp_file(tmp_path, monkeypatch):
         save_figure(plt.figure(), tmp_path / "fig5")
     assert list(tmp_path.iterdir()) == []
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # restored
+
+
+@pytest.mark.parametrize("where", ["file", "under a file"])
+def test_rehearse_with_an_out_that_is_a_file_is_one_line(where, tmp_path, capsys):
+    """Issue 29 item 9: ``make rehearse REHEARSE_DIR=<a file>`` was a FileExistsError traceback."""
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    out = target if where == "file" else target / "rehearse"
+    assert rehearse.main(["--out", str(out), "--experiments", "table3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"error: --out {out} (REHEARSE_DIR):") and f"{target} is a file" in err
+    assert target.read_text() == "mine"
