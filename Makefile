@@ -24,11 +24,11 @@ partial = $(if $(filter 1 true yes,$(PARTIAL)),--allow-partial,$(if $(filter-out
 render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(partial)
 
 # The engine tier (docs/engine.md): vLLM with the kamera KV connector, in a venv of its own (ENGINE_VENV) so the
-# main env keeps its transformers and no CUDA torch companions. `make fig12 ENGINE=vllm` measures Fig. 12's engine
-# rows first (ENGINE_OUT) and the render adds the engine panels (it reads KAMERA_ENGINE_ROWS).
+# main env keeps its transformers and no CUDA torch companions. `make fig12 ENGINE=vllm` first runs Fig. 12's
+# live-engine jobs (experiment fig12_engine_tiny, ordinary keyed jobs run in the engine venv), and the render draws
+# the engine panels from them (fig12_tiny's engine_experiment).
 ENGINE ?=
 ENGINE_VENV ?= $(HOME)/.cache/kamera/venv-engine
-ENGINE_OUT ?= results/raw/engine/fig12$(suffix)
 
 .PHONY: help test test-budget test-ci ci-pytest test-full test-shaped test-integration test-slow test-engine engine-venv engine-fig12 engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse device-rehearsal
 
@@ -86,17 +86,21 @@ test-engine: ## the engine tier in ENGINE_VENV: vLLM with the kamera KV connecto
 
 # SCALE=paper: the paper's Fig. 12 backbones (conf/experiment/fig12.yaml) go through the connector's preflight
 comma := ,
-engine_paper := --check --models $(subst $(comma), ,$(shell sed -n 's/^ *model: *//p' conf/experiment/fig12.yaml))
-ENGINE_ARGS ?= $(if $(filter paper,$(SCALE)),$(engine_paper))
-engine-fig12: ## Fig. 12's engine rows (vLLM and kamera's own splice on one checkpoint) into ENGINE_OUT; make fig12 ENGINE=vllm runs it
-	$(ENGINE_VENV)/bin/python -m kamera.engine.fig12 --out $(ENGINE_OUT) $(ENGINE_ARGS)
+engine_paper := $(subst $(comma), ,$(shell sed -n 's/^ *model: *//p' conf/experiment/fig12.yaml))
+# ENGINE_ARGS: overrides of the engine sweep (e.g. n_items=4 'testbed=engine_vllm_tiny_qwen2'); ARGS stay the figure's
+engine-fig12: ## Fig. 12's live-engine jobs (experiment fig12_engine_tiny: vLLM and kamera's own splice, 4 tiny families) in ENGINE_VENV; make fig12 ENGINE=vllm runs it
+ifeq ($(SCALE),paper)
+	$(ENGINE_VENV)/bin/python -m kamera.engine.family $(engine_paper)
+else
+	$(ENGINE_VENV)/bin/python -m kamera.sweep --check experiment=fig12_engine_tiny $(launch) $(ENGINE_ARGS)
+	$(ENGINE_VENV)/bin/python -m kamera.run -m experiment=fig12_engine_tiny $(launch) $(ENGINE_ARGS)
+endif
 
-ENGINE_CLOCK ?= $(ENGINE_OUT)/clock
-engine-clock: ## the fair clock in vLLM (prefill / prefix hit / splice at n_B 256..2048, full-depth random SmolLM2-135M-class; ~10 min); fig12 / fig11 ENGINE=vllm print it
+ENGINE_CLOCK ?= $(or $(KAMERA_RESULTS),results/raw)/engine_clock
+engine-clock: ## the fair clock in vLLM (prefill / prefix hit / splice at n_B 256..2048, full-depth random SmolLM2-135M-class; ~10 min); fig12 / fig11 print it
 	$(ENGINE_VENV)/bin/python -m kamera.engine.clock --out $(ENGINE_CLOCK) $(CLOCK_ARGS)
 
 fig12 fig11: $(if $(filter vllm,$(ENGINE)),engine-fig12)
-fig12 fig11: export KAMERA_ENGINE_ROWS = $(if $(filter vllm,$(ENGINE)),$(ENGINE_OUT))
 
 lint: ## ruff over the package, experiments, scripts and tests
 	$(PYTHON) -m ruff check kamera experiments scripts tests

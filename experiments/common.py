@@ -41,7 +41,7 @@ import string
 import sys
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -195,6 +195,9 @@ class Experiment:
     tracking: str
     paper: dict  # the composed config's paper: block (the paper's values; {} without one)
     arms: list[str]  # the composed config's arms, as labels: the order the renderer lists them in (arm_order)
+    overrides: list[str] = field(default_factory=list)  # the overrides it was loaded with, and the flags
+    allow_partial: bool = False
+    allow_mixed_versions: bool = False
 
     def stem(self, kind: str) -> Path:
         """Where an output goes: ``--out`` if given, else <paths.tables | paths.figures>/<experiment>."""
@@ -222,17 +225,25 @@ def parse(description: str, default_experiment: str, argv: list[str] | None = No
 def load(description: str, default_experiment: str, argv: list[str] | None = None) -> Experiment:
     """The experiment's jobs and rows; SystemExit naming every incomplete job unless --allow-partial."""
     args = parse(description, default_experiment, argv)
+    return collect(args.overrides, args.allow_partial, args.allow_mixed_versions, Path(args.out) if args.out else None,
+                   args.tracking)
+
+
+def collect(overrides: list[str], allow_partial: bool = False, allow_mixed_versions: bool = False,
+            out: Path | None = None, tracking: str = "disabled", jobs: list[JobView] | None = None) -> Experiment:
+    """The jobs of the sweep ``overrides`` describes and their rows (:func:`load`'s refusals; ``jobs``: already
+    expanded)."""
     try:
-        jobs = sweep_jobs(args.overrides)
+        jobs = sweep_jobs(overrides) if jobs is None else jobs
     except (SweepError, ValueError) as err:
-        raise SystemExit(f"cannot expand {' '.join(args.overrides)}: {err}") from None
+        raise SystemExit(f"cannot expand {' '.join(overrides)}: {err}") from None
     if not jobs:
-        raise SystemExit(f"{' '.join(args.overrides)} expands to no job")
+        raise SystemExit(f"{' '.join(overrides)} expands to no job")
     cfg = jobs[0].cfg
     unique = list({j.key: j for j in jobs}.values())  # a sweep listing one job twice counts it once
     incomplete = [f"{' '.join(j.overrides)}: {'corrupt: ' + j.error if j.error else j.state.summary()}"
                   for j in unique if j.error or not j.state.complete]
-    if incomplete and not args.allow_partial:
+    if incomplete and not allow_partial:
         raise SystemExit(
             f"{cfg.group}: {len(incomplete)} of {len(unique)} job(s) incomplete (run the sweep, see python -m "
             "kamera.sweep.status, or render with --allow-partial):\n- " + "\n- ".join(incomplete)
@@ -243,7 +254,7 @@ def load(description: str, default_experiment: str, argv: list[str] | None = Non
     except ShardCorruptError as err:
         raise SystemExit(str(err)) from None
     mixed = [line for column, found in frames.items() for line in mixed_versions(found, column)]
-    if mixed and not args.allow_mixed_versions:
+    if mixed and not allow_mixed_versions:
         raise SystemExit(f"{cfg.group}: rows of one arm in one cell come from different code versions (rerun the "
                          "sweep to recompute the stale ones, or render with --allow-mixed-versions):\n- "
                          + "\n- ".join(mixed))
@@ -252,8 +263,25 @@ def load(description: str, default_experiment: str, argv: list[str] | None = Non
         raise SystemExit(f"{cfg.group}: no stored rows for its {len(unique)} job(s) under {cfg.paths.results}")
     paper = paper_prose(OmegaConf.to_container(cfg.paper, resolve=True)) if cfg.get("paper") is not None else {}
     return Experiment(cfg.group, unique, rows, probes, incomplete, footer(readable, incomplete),
-                      Path(cfg.paths.tables), Path(cfg.paths.figures), Path(args.out) if args.out else None,
-                      args.tracking, paper, arm_labels(cfg.get("arms")))
+                      Path(cfg.paths.tables), Path(cfg.paths.figures), out, tracking, paper, arm_labels(cfg.get("arms")),
+                      list(overrides), allow_partial, allow_mixed_versions)
+
+
+def companion(exp: Experiment, key: str) -> Experiment | None:
+    """The experiment the config key ``key`` of ``exp`` names (Fig. 12's ``engine_experiment``: its live-engine
+    jobs), loaded with ``exp``'s operational overrides (``paths.*``) and flags, with :func:`load`'s refusals; None
+    when ``exp`` names none or none of its jobs has run yet (nothing of it to draw)."""
+    name = exp.jobs[0].cfg.get(key) if exp.jobs else None
+    if not name:
+        return None
+    overrides = [f"experiment={name}", *(o for o in exp.overrides if o.split("=", 1)[0].lstrip("+~").startswith("paths."))]
+    try:
+        jobs = sweep_jobs(overrides)
+    except (SweepError, ValueError) as err:
+        raise SystemExit(f"{key}={name}: cannot expand {' '.join(overrides)}: {err}") from None
+    if not any(j.shard is not None or j.error for j in jobs):
+        return None
+    return collect(overrides, exp.allow_partial, exp.allow_mixed_versions, jobs=jobs)
 
 
 SELECTION_ONLY = ("n_items", "seed")  # config keys that choose which items a job runs, not how an item is computed

@@ -38,7 +38,7 @@ from experiments.common import (
     partial_tag,
     row_cell,
 )
-from experiments.fig12 import clock_lines, engine_folder, engine_provenance, timing_lines, timing_panel
+from experiments.fig12 import EngineRecords, clock_lines, engine_records, timing_lines, timing_panel
 from experiments.panels import blank, cell, load_sources, of_probe, one_label
 from kamera.diagnostics.records import cumulative
 
@@ -317,7 +317,7 @@ def render(
     footer: str = "",
     sources: list[str] | None = None,
     paper: dict | None = None,
-    engine: Path | None = None,
+    engine: EngineRecords | None = None,
 ) -> tuple[str, list[Path]]:
     points, dropped = bytes_points(rows)
     records = one_label(of_probe(probes, "ttft"), "ttft")
@@ -327,13 +327,8 @@ def render(
         raise SystemExit(f"{group} has no rows with bytes and no ttft records")
     title = f"Fig. 11 ({group}{partial_tag(footer)})"
     lines = to_markdown(points, dropped, t, cum, title, sources or [], paper_or(paper, "fig11"))
-    if engine is not None:  # make fig11 ENGINE=vllm: vLLM's TTFT with the splice, a second source for (b)
-        lines += [
-            *timing_lines(timing_panel(pd.read_csv(engine / "timing.csv"))),
-            *clock_lines(engine),
-            "",
-            engine_provenance(engine),
-        ]
+    if engine is not None and len(engine.timing):  # the live-engine jobs' TTFT with the splice: a second source for (b)
+        lines += [*timing_lines(timing_panel(engine.timing)), *clock_lines(engine.clock), "", engine.footer]
     md = document(lines, footer)
     return figure_outputs(plot(points, t, cum, title), md, stem, footer, place="figure")
 
@@ -348,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
             else pd.DataFrame()
         )
         footer = exp.footer + (f"; {src.footer}" if src.footer else "")
-        return render(rows, exp.probes, exp.name, exp.stem("figure"), footer, names, exp.paper, engine_folder())
+        return render(rows, exp.probes, exp.name, exp.stem("figure"), footer, names, exp.paper, engine_records(exp))
 
     cli(__doc__, "fig11", draw, argv)
 

@@ -19,19 +19,21 @@ The paper measures these inside SGLang's FlashAttention-3 kernel (a live engine)
 harness's own splice. Where a model has rows in several dtypes its label carries the dtype.
 Writes <paths.figures>/<experiment>.{pdf,png,md}.
 
-With ``KAMERA_ENGINE_ROWS=<folder>`` (``make fig12 ENGINE=vllm`` sets it; docs/engine.md) the render adds
-the live-engine panels from that folder's ``rows.csv`` / ``timing.csv`` (the view ``python -m
-kamera.engine.fig12`` writes of its keyed shards; a folder mixing code versions or checkpoints is refused): the
-same items spliced through vLLM's KV connector and through kamera's own splice on one checkpoint, (a) KL per
-arm, (b) the fraction of B's K / V within one bf16 ULP of the prefill's,
-(c) answers and agreement with re-prefill, and the time to first token with and without the splice and the
-connector's time per claimed token; written to <experiment>_engine.{pdf,png,md} (and printed after the main table).
+When the experiment names its live-engine jobs (``engine_experiment``: fig12_tiny's is ``fig12_engine_tiny``, which
+``make fig12 ENGINE=vllm`` runs in the engine venv; docs/engine.md) and any of them has run, the render adds the
+engine panels from those jobs, read like every job's (incomplete or mixed-version jobs are refused alike): the same
+items spliced through vLLM's KV connector and through kamera's own splice on the same weights, (a) KL per arm, (b)
+the fraction of B's K / V within one bf16 ULP of the re-prefill's and the maximum bf16 ULP distance per layer and
+channel, (c) answers and agreement with re-prefill, and the time to first token with and without the splice and the
+connector's time per claimed token (with the fair clock's table when ``make engine-clock`` has written it); written
+to <experiment>_engine.{pdf,png,md} (and printed after the main table). Rendering the engine experiment itself
+(``make render EXP=fig12_engine_tiny``) draws the engine panels alone.
 """
 
 from __future__ import annotations
 
 import json
-import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -40,8 +42,9 @@ import pandas as pd
 
 from experiments.common import (
     STYLE,
-    _commit,
+    Experiment,
     cli,
+    companion,
     document,
     figure_outputs,
     markdown_rows,
@@ -54,7 +57,9 @@ from kamera.diagnostics.fidelity import FIG12A_ARMS, FIG12C_ARMS, REFERENCE, kl_
 
 FLOOR_LAYER = 0
 KL_FLOOR_ARM = "patch_full"  # the full-rank patch in the model's dtype: its KL is what the dtype's rounding leaves
-ENGINE_ROWS = "KAMERA_ENGINE_ROWS"  # a folder of kamera.engine.fig12's rows.csv and timing.csv
+ENGINE_EXPERIMENT = "engine_experiment"  # the config key naming an experiment's live-engine jobs
+TIMING = "timing"  # the probe label of an engine=vllm job's timing records (kamera.job.engine_shape)
+CLOCK = "engine_clock"  # <results root>/engine_clock/clock.md: the fair clock's table (make engine-clock)
 
 
 def labelled(rows: pd.DataFrame) -> pd.DataFrame:
@@ -235,6 +240,36 @@ def to_markdown(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.D
 
 
 # ----- the live-engine panels ----------------------------------------------------------------------------
+@dataclass
+class EngineRecords:
+    """An experiment's live-engine jobs as the panels read them: arm rows, vLLM's timing records, their footer and
+    where the fair clock's table is (when ``make engine-clock`` has run)."""
+
+    rows: pd.DataFrame
+    timing: pd.DataFrame
+    footer: str
+    clock: Path
+
+
+def engine_records(exp: Experiment) -> EngineRecords | None:
+    """The live-engine jobs of ``exp``: the experiment itself when it is an engine experiment (its jobs set
+    ``engine``), else the one its ``engine_experiment`` names (:func:`experiments.common.companion`; None when it
+    names none or none of its jobs has run)."""
+    cfg = exp.jobs[0].cfg
+    eng = exp if cfg.get("engine") else companion(exp, ENGINE_EXPERIMENT)
+    if eng is None:
+        return None
+    probes = eng.probes
+    timing = probes[probes["probe"] == TIMING] if len(probes) else pd.DataFrame()
+    libraries = dict.fromkeys(
+        ", ".join(f"{d} {v}" for d, v in ((j.shard.meta().get("identity") or {}).get("libraries") or {}).items())
+        for j in eng.jobs if j.shard is not None)
+    footer = f"engine jobs {eng.name}: {eng.footer}; engine libraries {' / '.join(x for x in libraries if x) or '–'}"
+    from kamera.job import results_root
+
+    return EngineRecords(eng.rows, timing, footer, results_root(eng.jobs[0].cfg) / CLOCK / "clock.md")
+
+
 def engine_labelled(rows: pd.DataFrame) -> pd.DataFrame:
     """Engine rows with ``model`` as the panels label them: ``model · dtype · source``."""
     return rows.assign(model=[f"{m} · {d} · {s}" for m, d, s in zip(rows["model"], rows["dtype"], rows["source"],
@@ -243,11 +278,26 @@ def engine_labelled(rows: pd.DataFrame) -> pd.DataFrame:
 
 def ulp_panel(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (model label, arm): mean over items of the fraction of B's K / V within one (and four) bf16 ULPs of the
-    prefill's, every layer, and within one at layer 0."""
+    re-prefill's, every layer, and within one at layer 0; and the maximum over items and elements of the ULP distance
+    (at each token-head vector's largest magnitude), every layer and layer 0."""
     g = rows.groupby(["model", "arm"], sort=False)
     out = pd.DataFrame({"n": g.size(), "le1": g["ulp_le1"].mean(), "le1_l0": g["ulp_le1_l0"].mean(),
-                        "le4": g["ulp_le4"].mean()}).reset_index()
+                        "le4": g["ulp_le4"].mean(), "max": g["ulp_max"].max(),
+                        "max_l0": g["ulp_max_l0"].max()}).reset_index()
     return in_order(out, tuple(dict.fromkeys([REFERENCE, *FIG12A_ARMS, *FIG12C_ARMS])))
+
+
+def ulp_max_panel(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (model label, arm, channel): the maximum bf16 ULP distance over items at each layer (``ulp_max_by_layer``:
+    channel name → one maximum per layer), as a list in layer order."""
+    out = []
+    for (model, arm), g in rows.groupby(["model", "arm"], sort=False):
+        per_item = [json.loads(x) for x in g["ulp_max_by_layer"]]
+        for channel in per_item[0]:
+            out.append({"model": model, "arm": arm, "channel": channel,
+                        "max_by_layer": [max(v) for v in zip(*(d[channel] for d in per_item), strict=True)]})
+    frame = pd.DataFrame(out)
+    return in_order(frame, tuple(dict.fromkeys([REFERENCE, *FIG12A_ARMS, *FIG12C_ARMS]))) if out else frame
 
 
 def timing_panel(timing: pd.DataFrame) -> pd.DataFrame:
@@ -261,47 +311,44 @@ def timing_panel(timing: pd.DataFrame) -> pd.DataFrame:
                          "compose_us": per_token["compose_us"].median(), "write_us": per_token["write_us"].median()}).reset_index()
 
 
-def engine_view(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``folder``'s rows.csv and timing.csv (the view ``python -m kamera.engine.fig12`` writes of its shards); one line
-    and exit when they mix code versions, library versions or checkpoints, or predate keyed rows."""
-    from kamera.engine.rows import EngineRowsError, load_view
-
-    try:
-        return load_view(folder)
-    except EngineRowsError as err:
-        raise SystemExit(f"refusing to render: {err}") from None
+def engine_panels(records: EngineRecords) -> dict[str, pd.DataFrame]:
+    """The engine panels from an experiment's live-engine jobs."""
+    rows = engine_labelled(records.rows)
+    return {"kl": kl_panel(rows), "ulp": ulp_panel(rows), "ulp_max": ulp_max_panel(rows), "agree": agreement_panel(rows),
+            "timing": timing_panel(records.timing) if len(records.timing) else pd.DataFrame()}
 
 
-def engine_panels(folder: Path) -> dict[str, pd.DataFrame]:
-    """The engine panels from ``folder``'s rows.csv and timing.csv (:func:`engine_view`)."""
-    rows, timing = engine_view(folder)
-    rows = engine_labelled(rows)
-    return {"kl": kl_panel(rows), "ulp": ulp_panel(rows), "agree": agreement_panel(rows), "timing": timing_panel(timing)}
-
-
-def engine_markdown(panels: dict[str, pd.DataFrame], folder: Path) -> list[str]:
-    kl, ulp, agree, timing = panels["kl"], panels["ulp"], panels["agree"], panels["timing"]
-    lines = ["", f"**Fig. 12 inside vLLM** — the chunk spliced through the KV connector (``vllm``) beside kamera's own "
-             f"splice on the same checkpoint and items (``own``); rows from {folder}", "",
-             "*(a) next-token KL to re-prefill*", ""]
+def engine_markdown(panels: dict[str, pd.DataFrame], records: EngineRecords) -> list[str]:
+    kl, ulp, agree = panels["kl"], panels["ulp"], panels["agree"]
+    lines = ["", "**Fig. 12 inside vLLM** — the chunk spliced through the KV connector (``vllm``) beside kamera's own "
+             "splice on the same weights and items (``own``)", "", "*(a) next-token KL to re-prefill*", ""]
     lines += markdown_rows(["model · dtype · source", "arm", "n", "KL mean", "KL median", "argmax flips"],
                            [[r.model, r.arm, str(int(r.n)), cell(r.kl_mean, ".2e"), cell(r.kl_median, ".2e"),
                              cell(r.argmax_flip, ".2f")] for r in kl.itertuples(index=False)])
-    lines += ["", "*(b) B's K / V within one bf16 ULP of the prefill's (mean fraction over items)*", ""]
-    lines += markdown_rows(["model · dtype · source", "arm", "n", "≤ 1 ULP, all layers", "≤ 1 ULP, layer 0", "≤ 4 ULP, all layers"],
-                           [[r.model, r.arm, str(int(r.n)), cell(r.le1, ".4f"), cell(r.le1_l0, ".4f"), cell(r.le4, ".4f")]
-                            for r in ulp.itertuples(index=False)])
+    lines += ["", "*(b) B's K / V against the re-prefill's, in bf16 ULPs: the share within one ULP of each element's "
+              "own value (mean over items), and the largest distance at each token-head vector's largest magnitude "
+              "(max over items)*", ""]
+    lines += markdown_rows(["model · dtype · source", "arm", "n", "≤ 1 ULP, all layers", "≤ 1 ULP, layer 0",
+                            "≤ 4 ULP, all layers", "max ULP, all layers", "max ULP, layer 0"],
+                           [[r.model, r.arm, str(int(r.n)), cell(r.le1, ".4f"), cell(r.le1_l0, ".4f"), cell(r.le4, ".4f"),
+                             cell(r.max, ".3g"), cell(r.max_l0, ".3g")] for r in ulp.itertuples(index=False)])
+    if len(panels["ulp_max"]):
+        lines += ["", "*(b) the maximum bf16 ULP distance per layer and channel (max over items; layers 0, 1, …)*", ""]
+        lines += markdown_rows(["model · dtype · source", "arm", "channel", "max ULP by layer"],
+                               [[r.model, r.arm, r.channel, " · ".join(cell(v, ".3g") for v in r.max_by_layer)]
+                                for r in panels["ulp_max"].itertuples(index=False)])
     lines += ["", "*(c) multiple-choice accuracy and per-item agreement with re-prefill*", ""]
     lines += markdown_rows(["model · dtype · source", "arm", "n", "accuracy", "agreement %", "chance"],
                            [[r.model, r.arm, str(r.n), cell(r.accuracy, ".3f"), cell(100 * r.agreement, ".1f"),
                              cell(r.chance, ".2f")] for r in agree.itertuples(index=False)])
-    return lines + timing_lines(timing) + clock_lines(folder)
+    timing = timing_lines(panels["timing"]) if len(panels["timing"]) else []
+    return lines + timing + clock_lines(records.clock)
 
 
-def clock_lines(folder: Path) -> list[str]:
-    """The fair clock's table (``make engine-clock`` writes <folder>/clock/clock.md: full prefill, prefix hit and
-    splice per chunk length, interleaved), when it has run; Fig. 11(b)'s engine source beside the per-item TTFTs."""
-    path = folder / "clock" / "clock.md"
+def clock_lines(path: Path) -> list[str]:
+    """The fair clock's table (``make engine-clock`` writes <results root>/engine_clock/clock.md: full prefill, prefix
+    hit and splice per chunk length, interleaved), when it has run; Fig. 11(b)'s engine source beside the per-item
+    TTFTs."""
     if not path.is_file():
         return []
     title, *rest = path.read_text().strip().splitlines()
@@ -319,17 +366,15 @@ def timing_lines(timing: pd.DataFrame) -> list[str]:
                                    cell(r.write_us, ".2f")] for r in timing.itertuples(index=False)])
 
 
-def engine_folder() -> Path | None:
-    """The engine rows' folder the render was given (``KAMERA_ENGINE_ROWS``), if any."""
-    return Path(os.environ[ENGINE_ROWS]) if os.environ.get(ENGINE_ROWS) else None
-
-
 def engine_plot(panels: dict[str, pd.DataFrame], title: str) -> plt.Figure:
     kl, ulp, agree = panels["kl"], panels["ulp"], panels["agree"]
     with plt.style.context(str(STYLE)):
         fig, (a, b, c) = plt.subplots(1, 3, figsize=(7.0, 3.2))
         for ax, frame, column, arms in ((a, kl, "kl_mean", FIG12A_ARMS), (b, ulp, "le1", (REFERENCE, *FIG12A_ARMS, "patch_r256")),
                                         (c, agree, "agreement", FIG12C_ARMS)):
+            if frame.empty:
+                blank(ax, "no rows")
+                continue
             labels = sorted(frame["model"].unique())
             arms = [x for x in arms if x in set(frame["arm"])]
             width = 0.8 / max(len(labels), 1)
@@ -353,8 +398,17 @@ def engine_plot(panels: dict[str, pd.DataFrame], title: str) -> plt.Figure:
     return fig
 
 
+def engine_outputs(records: EngineRecords, group: str, stem: Path) -> tuple[str, list[Path]]:
+    """The engine panels of ``records`` as <stem>.{pdf,png,md}: their markdown and paths."""
+    panels = engine_panels(records)
+    md = document(engine_markdown(panels, records), records.footer)
+    _, paths = figure_outputs(engine_plot(panels, f"Fig. 12 inside vLLM ({group})"), md, stem, records.footer,
+                              place="figure")
+    return md, paths
+
+
 def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None, engine: Path | None = None) -> tuple[str, list[Path]]:
+           paper: dict | None = None, engine: EngineRecords | None = None) -> tuple[str, list[Path]]:
     rows = labelled(rows)
     kl, agree = kl_panel(rows), agreement_panel(rows)
     reloc, floor = relocation_panel(one_label(of_probe(probes, "relocation"), "relocation"))
@@ -363,35 +417,22 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
     title = f"Fig. 12 ({group}{partial_tag(footer)})"
     floors = kl_floor(rows)
     lines = to_markdown(kl, reloc, floor, agree, title, paper_or(paper, "fig12"), floors)
-    extra: list[Path] = []
     md, paths = figure_outputs(plot(kl, reloc, floor, agree, title, floors), document(lines, footer), stem, footer,
                                place="figure")
-    if engine is not None:
-        panels, engine_footer = engine_panels(engine), engine_provenance(engine)
-        engine_md = document(engine_markdown(panels, engine), engine_footer)
-        _, extra = figure_outputs(engine_plot(panels, f"Fig. 12 inside vLLM ({group})"), engine_md,
-                                  suffixed(stem, "_engine"), engine_footer, place="figure")
-        md += "\n" + engine_md
-    return md, [*paths, *extra]
-
-
-def engine_provenance(folder: Path) -> str:
-    """The engine rows' footer: where they are, the libraries and code versions that made them, the checkpoints
-    and the items. Checks the rows first (:func:`engine_view`), so Fig. 11's second source is refused alike."""
-    engine_view(folder)
-    meta = json.loads((folder / "meta.json").read_text())
-    versions = ", ".join(f"{d} {v}" for d, v in meta["versions"].items())
-    code = ", ".join(f"{c} {v}" for c, v in meta["code"].items())
-    commits = ", ".join(_commit(c["commit"], c["dirty"]) for c in meta.get("commits", [])) or "unknown (rows predate it)"
-    return (f"engine rows: {folder} (shards {folder}/shards), commit {commits}, {versions}, engine {code}, checkpoint "
-            f"{meta['checkpoint']}, {meta['items']} items (seed {meta['seed']}), dtype {'/'.join(meta['dtypes'])}, "
-            f"device {meta['device']}")
+    if engine is None:
+        return md, paths
+    engine_md, extra = engine_outputs(engine, group, suffixed(stem, "_engine"))
+    return md + "\n" + engine_md, [*paths, *extra]
 
 
 def main(argv: list[str] | None = None) -> None:
-    engine = engine_folder()
-    cli(__doc__, "fig12", lambda exp: render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper,
-                                             engine), argv)
+    def draw(exp: Experiment) -> tuple[str, list[Path]]:
+        engine = engine_records(exp)
+        if exp.jobs[0].cfg.get("engine"):  # an engine experiment rendered on its own: its panels alone
+            return engine_outputs(engine, exp.name, exp.stem("figure"))
+        return render(exp.rows, exp.probes, exp.name, exp.stem("figure"), exp.footer, exp.paper, engine)
+
+    cli(__doc__, "fig12", draw, argv)
 
 
 if __name__ == "__main__":

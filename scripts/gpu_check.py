@@ -240,12 +240,17 @@ def remote_equivalence(
     )
 
 
+# the engine check's arms: how B is served (kamera.engine.measure.engine_item)
+ARMS = {"reprefill": None, "unrotated": {"rotate": False}, "blind": {}, "patch_r8": {"rank": 8}, "patch_r64": {"rank": 64},
+        "patch_r256": {"rank": 256}}
+
+
 def engine_check(dtypes: list[str], path: str | None = None) -> bool:
     """The engine path on this machine's accelerator (or CPU): one line per dtype; False on a mismatch."""
     import tempfile
 
     from kamera.engine.checkpoint import CHECKPOINTS
-    from kamera.engine.fig12 import engine_item, items
+    from kamera.engine.measure import engine_item, items
     from kamera.engine.vllm import EngineSession
 
     ok = True
@@ -256,16 +261,16 @@ def engine_check(dtypes: list[str], path: str | None = None) -> bool:
             session = EngineSession(model, Path(tmp) / "store" / name / dtype, dtype=dtype, max_model_len=1024)
             try:
                 session.run(item["prefix"] + item["A"])  # warm-up
-                rows, t = engine_item(session, name, item, dtype)
+                kv, t = engine_item(session, item, ARMS)
             finally:
                 session.close()
-            kl_of = {r["arm"]: r["kl"] for r in rows}
+            kl_of = {arm: m["kl"] for arm, m in kv.items()}
             good = kl_of["patch_r256"] < kl_of["blind"] / 100
             ok &= good
             arms = " ".join(
                 f"{a} {kl_of[a]:.2e}" for a in ("unrotated", "blind", "patch_r8", "patch_r64", "patch_r256")
             )
-            le1 = next(r["ulp_le1"] for r in rows if r["arm"] == "patch_r256")
+            le1 = kv["patch_r256"]["ulp_le1"]
             print(
                 f"engine {name} {dtype:9s} KL {arms} | r256 within 1 bf16 ULP {le1:.4f} | TTFT prefill "
                 f"{1e3 * t['ttft_prefill_s']:.2f} ms, splice {1e3 * t['ttft_splice_s']:.2f} ms, write "

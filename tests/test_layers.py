@@ -22,13 +22,15 @@ FLOORS: list[tuple[str, ...]] = [
     # and the one discovery rule of plugin folders
     ("kamera.errors", "kamera.progress", "kamera.knobs", "kamera.discover", "kamera.items", "kamera.core"),
     ("kamera.metrics", "kamera.models", "kamera.data"),  # KL, η, e90; adapters, FLOPs, shaped writers; loaders
-    ("kamera.reuse",),  # an item's shared forwards, partial recompute, the plugin base
+    # an item's shared forwards, partial recompute, the plugin base; the live engine's KV connector, page store, families
+    # and per-item measurement (core and models only)
+    ("kamera.reuse", "kamera.engine"),
     ("kamera.arms", "kamera.toy"),  # reuse arms; toy tasks and models
     ("kamera.diagnostics", "kamera.window"),  # measurements behind the figures; window ops and probes
     ("kamera.probes", "kamera.agent"),  # per-item probes over the diagnostics; agent traces replayed over windows
     ("kamera.job",),  # spec, checks, the item shape, selection, identity, rows, store
-    # one job; a sweep of jobs (expansion, status, cost, rehearsal); the engine's KV connector and its keyed rows
-    ("kamera.run", "kamera.sweep", "kamera.engine"),
+    # one job; a sweep of jobs (expansion, status, cost, rehearsal); the engine's fair clock (its provenance is a run's)
+    ("kamera.run", "kamera.sweep", "kamera.engine.clock"),
     ("experiments",),  # rows → tables and figures
 ]
 FACE = ("kamera",)  # the package face (kamera/__init__.py) may import any room; no room imports it

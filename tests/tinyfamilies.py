@@ -16,7 +16,11 @@ from kamera.models import model_names
 # put its float rounding and its rank sweep outside the shared tolerances below
 # tiny_gdn_hybrid too (tests/models/test_gdn.py): its Gated DeltaNet layers hold a recurrent state, so the 4D-mask
 # oracle and token-subset recompute are not defined for it
-TINY = [n for n in model_names("tiny") if n not in ("tiny_gemma3n", "tiny_gdn_hybrid")]
+# the engine twins (tiny_qwen2: the shared tiny decoder as a plain Qwen2; tiny_deepseek_v2_engine: tiny_deepseek_v2 at
+# the latent widths vLLM's MLA takes) run the engine's token-id items, by kamera's own splice too, in
+# tests/engine/test_engine_jobs.py: their families' harness paths are tiny_qwen2_5_vl's decoder and tiny_deepseek_v2
+ENGINE_TWINS = ("tiny_qwen2", "tiny_deepseek_v2_engine")
+TINY = [n for n in model_names("tiny") if n not in ("tiny_gemma3n", "tiny_gdn_hybrid", *ENGINE_TWINS)]
 
 
 def noise_image(seed: int, size: int = 112) -> Image.Image:

@@ -11,14 +11,11 @@ the Qwen special tokens at the twin's ids (:func:`kamera.models.standin_tokenize
 tokenizer file from outside is needed. The Qwen2 has kamera's shared tiny decoder widths (:data:`kamera.models.tiny.TEXT`:
 4 layers, 2 KV heads of 64, vocabulary 512), so rank 64 is below the K / V width of 128.
 
-The DeepSeek-V2 is kamera's tiny MLA twin (:data:`kamera.models.tiny.MLA_TEXT`: MoE with 4 routed experts and
-one shared, dense first layer) with two changes vLLM needs: the latent page row ``kv_lora_rank +
-qk_rope_head_dim`` must be one of the head sizes vLLM's MLA metadata accepts (``MLACommonBackend.
-get_supported_head_sizes`` in ``vllm/model_executor/layers/attention/mla_attention.py``: 320, 512, 576; the
-CPU decode kernel of ``vllm/v1/attention/backends/mla/cpu_mla.py`` compiles 576 only), so the latent is
-DeepSeek-V2's own 512 and k_pe its own 64 (the twin's 128 + 32 = 160 is refused with "Head dimension 160 is
-not supported by MLA"); and ``n_group = topk_group = 1``, since vLLM's DeepSeek-V2 always routes through
-grouped top-k and its CPU router asserts both are set (one group is plain greedy top-k, transformers' rule).
+The Qwen2 and the DeepSeek-V2 are the registry's engine twins, ``tiny_qwen2`` and ``tiny_deepseek_v2_engine``
+(:func:`kamera.models.tiny.qwen2_config`, :func:`~kamera.models.tiny.deepseek_v2_engine_config`: the MLA twin with
+DeepSeek-V2's own latent 512 and k_pe 64, the widths vLLM's MLA takes, and one expert group); an engine job
+(:mod:`kamera.job.engine_shape`) writes the twin it loaded with :func:`save_checkpoint`, so vLLM and kamera's own
+splice read the same weights.
 """
 
 from __future__ import annotations
@@ -33,10 +30,18 @@ import transformers as tf
 
 from kamera.models import tiny
 from kamera.models.standin_tokenizer import standin_tokenizer
-from kamera.models.tiny import MLA_TEXT, TEXT
 
-ROPE_THETA = 1e6
-MLA_ENGINE = {**MLA_TEXT, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "n_group": 1, "topk_group": 1}
+
+def save_checkpoint(model: tf.PreTrainedModel, path: Path, processor: Any | None = None) -> Path:
+    """``model`` (and its processor files) as a ``save_pretrained`` folder vLLM loads, written whole or not at all (a
+    dot-free ``.tmp`` sibling renamed into place; a half-written copy of a killed run is replaced)."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    if processor is not None:
+        processor.save_pretrained(tmp)
+    tmp.rename(path)
+    return path
 
 
 def _write(path: Path, seed: int, dtype: str, config: tf.PretrainedConfig, model_class: type,
@@ -44,14 +49,7 @@ def _write(path: Path, seed: int, dtype: str, config: tf.PretrainedConfig, model
     if (path / "config.json").is_file():
         return path
     torch.manual_seed(seed)
-    model = model_class(config).to(getattr(torch, dtype))
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)  # a half-written copy of a killed run
-    model.save_pretrained(tmp)
-    if processor is not None:
-        processor().save_pretrained(tmp)
-    tmp.rename(path)
-    return path
+    return save_checkpoint(model_class(config).to(getattr(torch, dtype)), path, processor() if processor else None)
 
 
 def qwen_vl_processor(family: str) -> Any:
@@ -71,14 +69,14 @@ def qwen_vl_processor(family: str) -> Any:
 
 def tiny_qwen2(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
     """The tiny Qwen2 checkpoint under ``root`` (written when absent), seeded and in ``dtype``."""
-    cfg = tf.Qwen2Config(**TEXT, rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA}, dtype=dtype)
-    return _write(Path(root) / f"tiny_qwen2-seed{seed}-{dtype}", seed, dtype, cfg, tf.Qwen2ForCausalLM)
+    return _write(Path(root) / f"tiny_qwen2-seed{seed}-{dtype}", seed, dtype, _dtyped(tiny.qwen2_config(), dtype),
+                  tf.Qwen2ForCausalLM)
 
 
 def tiny_deepseek_v2(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
     """The tiny DeepSeek-V2 (MLA) checkpoint under ``root`` (written when absent), seeded and in ``dtype``."""
-    cfg = tf.DeepseekV2Config(**MLA_ENGINE, dtype=dtype)
-    return _write(Path(root) / f"tiny_deepseek_v2-seed{seed}-{dtype}", seed, dtype, cfg, tf.DeepseekV2ForCausalLM)
+    return _write(Path(root) / f"tiny_deepseek_v2-seed{seed}-{dtype}", seed, dtype,
+                  _dtyped(tiny.deepseek_v2_engine_config(), dtype), tf.DeepseekV2ForCausalLM)
 
 
 def tiny_qwen2_5_vl(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:

@@ -1,6 +1,6 @@
 """A fair clock inside vLLM's request path: full prefill, a prefix-cache hit, and kamera's splice, per chunk length.
 
-    python -m kamera.engine.clock --out results/raw/engine/fig12_tiny/clock   # make engine-clock
+    python -m kamera.engine.clock --out results/raw/engine_clock   # make engine-clock
     python -m kamera.engine.clock --out DIR --family qwen2 --lengths 256,512 --repeats 3   # the tiny twin, quickly
 
 For each chunk length n_B (``--lengths``; ``max_model_len`` follows) one item [prefix · A · B · query] of random
@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     from kamera.engine.checkpoint import CHECKPOINTS, smollm2_135m
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("results/raw/engine/fig12_tiny/clock"),
-                    help="where clock.csv / clock.md go (make fig12 / fig11 ENGINE=vllm print <ENGINE_OUT>/clock/clock.md)")
+    ap.add_argument("--out", type=Path, default=Path("results/raw/engine_clock"),
+                    help="where clock.csv / clock.md go (Fig. 12 and Fig. 11 print <results root>/engine_clock/clock.md)")
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--model", type=Path, help="a checkpoint directory (default: the full-depth SmolLM2-135M-class)")
     which.add_argument("--family", choices=sorted(CHECKPOINTS), help="a tiny twin instead")

@@ -36,6 +36,9 @@ from kamera.engine.store import gqa_specs
 GQA_SERVED = ("qwen2", "llama", "mistral", "qwen3")  # GQA / MHA decoders with 1-D RoPE in "half" layout
 MROPE_SERVED = ("qwen2_5_vl", "qwen3_vl")  # GQA with M-RoPE (sectioned, interleaved) and image tokens
 MLA_SERVED = ("deepseek_v2",)  # MLA decoders whose k_pe vLLM rotates on interleaved pairs
+# the latent page rows vLLM's MLA metadata accepts (MLACommonBackend.get_supported_head_sizes in
+# vllm/model_executor/layers/attention/mla_attention.py; "Head dimension 160 is not supported by MLA" otherwise)
+MLA_ROWS = (320, 512, 576)
 SERVED = GQA_SERVED + MROPE_SERVED + MLA_SERVED
 REFUSED = {  # families the connector does not serve yet, and why (one line each)
     "qwen3_omni_moe": "the Qwen3-Omni thinker's audio tokens take TMRoPE positions in absolute seconds and the checkpoint "
@@ -82,6 +85,10 @@ def preflight(hf_config: Any) -> None:
                           f"page of {', '.join(MLA_SERVED)} only (k_pe in interleaved pairs, text tokens)")
     if mtype not in SERVED:
         raise EngineError(f"model_type {mtype!r} is not served by the engine connector; it serves {', '.join(SERVED)}")
+    row = int(getattr(text, "kv_lora_rank", 0) or 0) + int(getattr(text, "qk_rope_head_dim", 0) or 0)
+    if attention(hf_config) == "MLA" and row not in MLA_ROWS:
+        raise EngineError(f"model_type {mtype!r} caches a latent row of {row} (kv_lora_rank + qk_rope_head_dim): vLLM's "
+                          f"MLA takes {', '.join(map(str, MLA_ROWS))} only (its CPU decode kernel 576)")
     rope = dict(getattr(text, "rope_parameters", None) or {})
     if rope.get("rope_type", "default") != "default":
         raise EngineError(f"model_type {mtype!r} uses RoPE {rope.get('rope_type')!r}: the connector re-rotates "
@@ -127,3 +134,42 @@ def channels(hf_config: Any) -> tuple[ChannelSpec, ...]:
     rot_dim = int(head_dim * float(rope.get("partial_rotary_factor", 1.0)))
     rotary = RotarySpec("half", _inv_freq(theta, rot_dim), rot_dim)
     return gqa_specs(int(getattr(text, "num_key_value_heads", heads)), head_dim, rotary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kamera.engine.family MODEL|DIR …``: preflight registry models (their entries) or checkpoint
+    directories (their config.json) for the engine connector, without weights: one line per refusal and exit 1 on
+    any; exit 2 where vLLM is not installed (nothing could be served)."""
+    import argparse
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(description="Preflight models (conf/model names) or checkpoint directories for the "
+                                             "engine connector (no vLLM, no weights).")
+    ap.add_argument("models", nargs="+", help="conf/model names or save_pretrained directories")
+    names = ap.parse_args(argv).models
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:  # never "serves" where nothing can be served
+        print("engine preflight: vLLM is not installed in this env, so nothing can be served: run it in the engine venv "
+              "(make engine-venv; ~/.cache/kamera/venv-engine/bin/python)")
+        return 2
+    refused = []
+    for name in names:
+        try:
+            if Path(name).is_dir():
+                from transformers import AutoConfig
+
+                preflight(AutoConfig.from_pretrained(name))
+            else:
+                preflight_model(name)
+        except (EngineError, OSError, ValueError) as err:
+            refused.append(f"{name}: {str(err).splitlines()[0]}")
+    if refused:
+        print("engine preflight:\n- " + "\n- ".join(refused))
+        return 1
+    print("the engine connector serves " + ", ".join(names))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -14,6 +14,7 @@ import math
 import re
 import time
 from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from typing import ClassVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -121,6 +122,12 @@ class ArmItems:
         shape = ItemShape(n=n, n_b=int(tokens.get("n_b", 500)), image_tokens=int(tokens.get("image_tokens", n // 2)))
         arms, probes = specs
         return item_forwards(shape, [s.plugin for s in arms], [s.plugin for s in probes], n_layers), shape.image_tokens
+
+    def runtime_identity(self) -> dict:
+        return {}  # the harness's jobs are keyed by config, checkpoint and data alone
+
+    def serving(self, cfg: DictConfig, adapter: Adapter) -> AbstractContextManager[Adapter]:
+        return nullcontext(adapter)  # the items are evaluated on the loaded adapter itself
 
     def evaluate_item(self, adapter: Adapter, item: EvalItem, arms: list[Spec], probes: list[Spec],
                       cfg: DictConfig, keys: dict) -> tuple[list[dict], list[dict], list[dict]]:

@@ -230,9 +230,10 @@ def config_key(cfg: DictConfig) -> str:
 
 
 def identity(cfg: DictConfig, selection: Selection) -> dict:
-    """The full identity of a job: config, checkpoint and data fingerprints (the shard's key is its digest)."""
+    """The full identity of a job: config, checkpoint and data fingerprints, and what its item shape's runtime adds
+    (an engine job's library versions; nothing for the harness's jobs) (the shard's key is its digest)."""
     return {"config": config_identity(cfg), "checkpoint": checkpoint_fingerprint(cfg),
-            "data": data_fingerprint(selection)}
+            "data": data_fingerprint(selection), **shape_of(cfg).runtime_identity()}
 
 
 def rehash(dirs: list[str]) -> int:

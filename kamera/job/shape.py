@@ -1,6 +1,8 @@
 """The item shape of a job, chosen in this one place: arm items × arms (and probes), or window items × window
 probes (:mod:`kamera.job.window_shape`), by the job's benchmark; or window items as pools × the policies that
-replay an agent's trace over them (:mod:`kamera.job.agent_shape`), when the job lists ``policies``.
+replay an agent's trace over them (:mod:`kamera.job.agent_shape`), when the job lists ``policies``; or, when
+``engine`` is set (or the benchmark is an engine benchmark), the engine's items × arms served through a live engine
+(:mod:`kamera.job.engine_shape`).
 
 Preflight, selection, identity, evaluation and the cost estimate all ask :func:`shape_of` and call the shape's
 methods; no other module asks which shape a job is. Both shapes offer:
@@ -16,6 +18,9 @@ methods; no other module asks which shape a job is. Both shapes offer:
     select(cfg, n, adapter)      the items, deterministically
     bench_identity(cfg)          the benchmark part of the identity, defaults spelled out
     cost_forwards(cfg, tokens, specs, n_layers)   forwards and image tokens per item
+    runtime_identity()    what the job's runtime adds to its identity ({}: the harness; an engine's libraries)
+    serving(cfg, adapter)        a context manager around the job's items, yielding what evaluate_item is handed
+                                 (the adapter; an engine job's live engine session)
     evaluate_item(adapter, item, arms, probes, cfg, keys)   (rows, probe records, refusals)
 """
 
@@ -24,9 +29,11 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from kamera.data import BENCHMARKS
+from kamera.engine.benches import ENGINE_BENCHES, EngineBench
 from kamera.items.selection import Selection
 from kamera.job.agent_shape import AgentItems
 from kamera.job.arm_shape import ArmItems
+from kamera.job.engine_shape import EngineItems
 from kamera.job.spec import Spec
 from kamera.job.window_shape import WindowItems
 from kamera.toy.benches import MODEL_BENCHES
@@ -46,16 +53,20 @@ def one_map(*registries: dict) -> dict:
 
 
 # Every benchmark by name, each its module's SPEC (kamera.discover) in the folder of its kind: data benchmarks
-# (kamera.data), the model's own task (kamera.toy.benches), window benchmarks (kamera.window.benches).
-BENCHES = one_map(BENCHMARKS, MODEL_BENCHES, WINDOW_BENCHES)
+# (kamera.data), the model's own task (kamera.toy.benches), window benchmarks (kamera.window.benches), the engine's
+# token-id items (kamera.engine.benches).
+BENCHES = one_map(BENCHMARKS, MODEL_BENCHES, WINDOW_BENCHES, ENGINE_BENCHES)
 
 
-def shape_of(cfg: DictConfig) -> ArmItems | WindowItems | AgentItems:
-    """The job's item shape: an agent job's when it lists ``policies`` (:mod:`kamera.job.agent_shape`), window
-    items when its benchmark is a window benchmark, else arm items."""
+def shape_of(cfg: DictConfig) -> ArmItems | WindowItems | AgentItems | EngineItems:
+    """The job's item shape: an agent job's when it lists ``policies`` (:mod:`kamera.job.agent_shape`), engine items
+    when ``engine`` is set (conf/engine/<name>.yaml) or the benchmark is an engine benchmark (which then asks for an
+    engine), window items when its benchmark is a window benchmark, else arm items."""
     bench = BENCHES.get(cfg.bench.name)
     if cfg.get("policies"):
         return AgentItems(bench if isinstance(bench, WindowBench) else None, cfg)
+    if cfg.get("engine") or isinstance(bench, EngineBench):
+        return EngineItems(cfg.engine.name if cfg.get("engine") else None)
     return WindowItems(bench) if isinstance(bench, WindowBench) else ARM_ITEMS
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import ClassVar, get_args
 
 from omegaconf import DictConfig, OmegaConf
@@ -140,6 +141,12 @@ class WindowItems:
                             foreign=int(o.get("n_foreign", 0)), image_tokens=int(tokens.get("image_tokens", 0)))
         forwards = window_forwards(shape, [s.plugin for s in specs[0]], n_layers)
         return forwards, (shape.history + shape.foreign) * shape.image_tokens
+
+    def runtime_identity(self) -> dict:
+        return {}  # keyed by config, checkpoint and data alone, as an arm job
+
+    def serving(self, cfg: DictConfig, adapter: Adapter) -> AbstractContextManager[Adapter]:
+        return nullcontext(adapter)  # the entries are evaluated on the loaded adapter itself
 
     def evaluate_item(self, adapter: Adapter, entry: WindowEntry, arms: list[Spec], probes: list[Spec],
                       cfg: DictConfig, keys: dict) -> tuple[list[dict], list[dict], list[dict]]:

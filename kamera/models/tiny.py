@@ -114,6 +114,22 @@ def deepseek_v2_config():
     return tf.DeepseekV2Config(**MLA_TEXT)
 
 
+# The engine twins (vLLM serves them through kamera's KV connector, docs/engine.md): a Qwen2 of the shared tiny widths,
+# and the MLA twin with DeepSeek-V2's own latent 512 + k_pe 64, since vLLM's MLA metadata takes a latent row of 320,
+# 512 or 576 only (the twin's 128 + 32 = 160 is refused), and n_group = topk_group = 1 (vLLM's DeepSeek-V2 routes
+# through grouped top-k and its CPU router asserts both are set; one group is plain greedy top-k, transformers' rule).
+ENGINE_ROPE_THETA = 1e6
+MLA_ENGINE = {**MLA_TEXT, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "n_group": 1, "topk_group": 1}
+
+
+def qwen2_config():
+    return tf.Qwen2Config(**TEXT, rope_parameters={"rope_type": "default", "rope_theta": ENGINE_ROPE_THETA})
+
+
+def deepseek_v2_engine_config():
+    return tf.DeepseekV2Config(**MLA_ENGINE)
+
+
 def llava_config():
     return tf.LlavaConfig(
         text_config=dict(model_type="llama", **MHA_TEXT),

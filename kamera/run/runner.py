@@ -30,6 +30,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -117,7 +118,7 @@ def run(cfg: DictConfig) -> Path:
     if why := unwritable(shard.dir):  # before any weights load (but the toy task's, which selects the items)
         raise JobError(f"cannot start this job: {why}")
     with shard.locked():
-        _run_locked(cfg, shard, ident, selection, arms, probes, adapter, device, shape.evaluate_item)
+        _run_locked(cfg, shard, ident, selection, arms, probes, adapter, device, shape)
     state = shard.state(want, cfg.retry_failed)
     for line in state.reasons():
         log.warning("job %s: %s", key, line)
@@ -190,10 +191,10 @@ def _warn_source_drift(shard: Shard, specs: list[Spec]) -> None:
                     s.plugin.version + 1, cls.__name__)
 
 
-def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, adapter, device: str,
-                evaluate) -> None:
-    """The job's work under its shard lock; ``evaluate`` is the job shape's ``evaluate_item`` (an arm item × its
-    arms, or a window item × its window probes)."""
+def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, adapter, device: str, shape) -> None:
+    """The job's work under its shard lock: the job shape's ``evaluate_item`` (an arm item × its arms, a window item ×
+    its window probes, an engine item × its arms) runs on what the shape's ``serving`` yields for the run (the
+    adapter, or a live engine session on its weights, closed when the run ends)."""
     run_info = provenance(device, DTYPES[cfg.model.dtype], cfg.model.attn_implementation)
     run_index = _begin(cfg, shard, ident, selection, run_info)
     specs = {s.label: s for s in [*arms, *probes]}
@@ -232,7 +233,9 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
                             Path(cfg.paths.outputs) / "wandb", cfg.tracking.entity)
     progress = Progress(len(todo), every_s=cfg.progress_every_s)
     item_seconds: list[float] = []
+    serving = ExitStack()
     try:
+        served = serving.enter_context(shape.serving(cfg, adapter))
         for item in selection.items:
             if item.item_id not in todo:
                 continue
@@ -240,8 +243,8 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
             stale = {(item.item_id, s.label, s.key) for s in specs.values() if s.label in left}  # replaced now
             t_item = time.perf_counter()
             try:
-                rows, records, refused = evaluate(adapter, item, [s for s in arms if s.label in left],
-                                                  [s for s in probes if s.label in left], cfg, keys)
+                rows, records, refused = shape.evaluate_item(served, item, [s for s in arms if s.label in left],
+                                                             [s for s in probes if s.label in left], cfg, keys)
             except ItemError as err:
                 shard.append("probes", [], replace=stale)  # no stale record of a failed item stays readable
                 shard.append("rows", [], replace=stale)
@@ -265,6 +268,7 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
             progress.step(f"{n} rows in {shard.path}")
         tracker.log_table("rows", shard.rows())
     finally:
+        serving.close()
         tracker.finish()
         run_info.update(end=now(), items_run=len(item_seconds), peak_memory_bytes=peak_memory_bytes(),
                         seconds_per_item=sum(item_seconds) / len(item_seconds) if item_seconds else None)

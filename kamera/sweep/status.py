@@ -221,31 +221,6 @@ def report(views: list[JobView]) -> list[str]:
     return lines
 
 
-def engine_lines(root: Path) -> list[str]:
-    """The engine's keyed jobs (``python -m kamera.engine.fig12``'s shards under ``<root>/engine/<folder>/shards``),
-    one line each: ``done k/n`` or ``partial k/n`` items (an item is done when it has a row per arm its job asked
-    for and, for a vLLM job, its timing record), source, model, dtype, shard. Read from the shards alone."""
-    lines = []
-    for folder in sorted(p for p in (Path(root) / "engine").glob("*") if (p / "shards").is_dir()):
-        for shard in shards(folder, "shards"):
-            try:
-                meta = shard.meta()
-                rows, probes = shard.table("rows"), shard.table("probes")
-            except ShardCorruptError as err:
-                lines.append(f"  corrupt                      {shard.meta_path}: {err}")
-                continue
-            want, config = meta.get("expected") or {}, (meta.get("identity") or {}).get("config") or {}
-            ids = (meta.get("selection") or {}).get("item_ids") or []
-            arms = set(want.get("arms") or (rows["arm"].unique() if len(rows) else []))
-            has = rows.groupby("item_id")["arm"].agg(set).to_dict() if len(rows) else {}
-            timed = set(probes["item_id"]) if len(probes) else set()
-            done = sum(arms <= has.get(i, set()) and (not want.get("probes") or i in timed) for i in ids)
-            status = f"{'done' if done == len(ids) else 'partial'} {done}/{len(ids)}"
-            lines.append(f"  {status:<28} {config.get('source')} {config.get('model')} {config.get('dtype')}  "
-                         f"{shard.meta_path.with_suffix('')}")
-    return lines
-
-
 def main(argv: list[str] | None = None) -> int:
     overrides = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in overrides):
@@ -253,7 +228,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     named = any(o.split("=", 1)[0].lstrip("+~") == "experiment" for o in overrides)
     experiments = [None] if named else sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
-    base = None  # the results root, for the engine's jobs under <root>/engine
     for experiment in experiments:
         args = overrides if experiment is None else [f"experiment={experiment}", *overrides]
         try:
@@ -262,16 +236,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cannot expand {' '.join(args)}: {err}", file=sys.stderr)
             return 1
         group = views[0].cfg.group if views else experiment
-        base = results_root(views[0].cfg) if views else base
-        root = base / group if views else ""
+        root = results_root(views[0].cfg) / group if views else ""
         print(f"{group}: {sum(v.state.complete for v in views)}/{len(views)} job(s) done ({root})")
         for line in report(views):
             print(line)
-    if not named and base is not None:
-        found = engine_lines(base)
-        if found:
-            print(f"engine: {len(found)} job(s) ({base / 'engine'}; python -m kamera.engine.fig12)")
-            print("\n".join(found))
     return 0
 
 

@@ -1,5 +1,5 @@
 """Benchmarks are declared once: a module of a benchmark folder (kamera.data, kamera.toy.benches,
-kamera.window.benches) with a ``SPEC``, and its conf/bench file(s); one map holds them all by name."""
+kamera.window.benches, kamera.engine.benches) with a ``SPEC``, and its conf/bench file(s); one map holds them all by name."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import yaml
 
 from kamera.data import BENCHMARKS
 from kamera.data.base import Benchmark
+from kamera.engine.benches import ENGINE_BENCHES, EngineBench
 from kamera.job.shape import BENCHES, one_map
 from kamera.toy.benches import MODEL_BENCHES, ModelBench
 from kamera.window.benches import WINDOW_BENCHES, WindowBench
@@ -26,6 +27,7 @@ def _conf_names() -> dict[str, str]:
 
 @pytest.mark.parametrize("package, kind, registry", [("kamera.data", Benchmark, BENCHMARKS),
                                                      ("kamera.toy.benches", ModelBench, MODEL_BENCHES),
+                                                     ("kamera.engine.benches", EngineBench, ENGINE_BENCHES),
                                                      ("kamera.window.benches", WindowBench, WINDOW_BENCHES)])
 def test_every_module_with_a_spec_is_registered(package, kind, registry):
     specs = {}
@@ -48,7 +50,7 @@ def test_every_conf_bench_file_names_a_registered_benchmark():
 
 
 def test_one_map_holds_every_folder_and_refuses_a_name_declared_twice():
-    assert set(BENCHES) == set(BENCHMARKS) | set(MODEL_BENCHES) | set(WINDOW_BENCHES)
-    assert len(BENCHES) == len(BENCHMARKS) + len(MODEL_BENCHES) + len(WINDOW_BENCHES)
+    assert set(BENCHES) == set(BENCHMARKS) | set(MODEL_BENCHES) | set(WINDOW_BENCHES) | set(ENGINE_BENCHES)
+    assert len(BENCHES) == len(BENCHMARKS) + len(MODEL_BENCHES) + len(WINDOW_BENCHES) + len(ENGINE_BENCHES)
     with pytest.raises(ValueError, match=r"benchmark\(s\) \['binding'\] declared in two benchmark folders"):
         one_map(BENCHMARKS, MODEL_BENCHES, {"binding": WINDOW_BENCHES["window_toy"]})

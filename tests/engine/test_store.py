@@ -50,11 +50,11 @@ def test_the_connector_reads_the_models_own_rotary_frequencies():
 
 
 def test_mla_pages_are_the_latent_and_k_pe_with_k_pe_rotated_on_interleaved_pairs(tmp_path):
-    specs = channels(tf.DeepseekV2Config(**tiny.MLA_TEXT))
+    specs = channels(tiny.deepseek_v2_engine_config())
     (c_kv, k_pe) = specs
-    assert (c_kv.name, c_kv.heads, c_kv.dim, c_kv.rotary) == ("c_kv", 1, 128, None)
-    assert (k_pe.name, k_pe.heads, k_pe.dim, k_pe.rotary.layout) == ("k_pe", 1, 32, "interleaved")
-    expected = 1.0 / 1e4 ** (torch.arange(0, 32, 2, dtype=torch.float64) / 32)
+    assert (c_kv.name, c_kv.heads, c_kv.dim, c_kv.rotary) == ("c_kv", 1, 512, None)
+    assert (k_pe.name, k_pe.heads, k_pe.dim, k_pe.rotary.layout) == ("k_pe", 1, 64, "interleaved")
+    expected = 1.0 / 1e4 ** (torch.arange(0, 64, 2, dtype=torch.float64) / 64)
     assert torch.allclose(k_pe.rotary.inv_freq.double(), expected, rtol=1e-7)
     g = torch.Generator().manual_seed(0)
     kv = ChunkKV(specs, [tuple(torch.randn(6, s.heads, s.dim, generator=g) for s in specs)], torch.arange(6))
@@ -67,6 +67,7 @@ def test_mla_pages_are_the_latent_and_k_pe_with_k_pe_rotated_on_interleaved_pair
 
 @pytest.mark.parametrize("config, why", [
     (tf.DeepseekV3Config(**tiny.MLA_TEXT), "is MLA but not DeepSeek-V2"),
+    (tf.DeepseekV2Config(**tiny.MLA_TEXT), "caches a latent row of 160 .* vLLM's MLA takes 320, 512, 576 only"),
     (tiny.qwen3_omni_config(), "Qwen3-Omni thinker's audio tokens"),
     (tiny.kimi_config(), "Kimi-K2.5 .* not wired"),
     (tf.Qwen2Config(**tiny.TEXT, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 12, 12]}),
@@ -131,36 +132,24 @@ def test_media_windows_name_the_full_digest_and_the_offset_inside_the_image():
         media_of([feature("renderer0-mm-1-image-0"[:8], 0, 4)])
 
 
-@pytest.mark.parametrize("argv, why", [
-    (["--items", "0"], "0 is not a positive number of items"),
-    (["--dtypes", "float16"], "float16: the engine rows run float32 and / or bfloat16"),
-    (["--model", "{tmp}"], "not a checkpoint directory (no config.json)"),
-    (["--model", "{omni}"], "model_type 'qwen3_omni_moe_thinker' is not served by the engine connector"),
-])
-def test_the_engine_cli_refuses_bad_input_in_one_line(argv, why, tmp_path, capsys):
-    from kamera.engine.fig12 import main
+def test_the_engine_preflight_refuses_in_one_line_and_never_says_ok_without_vllm(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from kamera.engine.family import main
 
     omni = tmp_path / "omni"
     tiny.qwen3_omni_config().save_pretrained(omni)
-    argv = [a.format(tmp=tmp_path / "empty", omni=omni) for a in argv] + ["--out", str(tmp_path / "out")]
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(SystemExit) as exit_:
-        main(argv)
-    said = str(exit_.value.code) if isinstance(exit_.value.code, str) else capsys.readouterr().err
-    assert exit_.value.code != 0 and why in said and "Traceback" not in said
-    assert len(said.strip().splitlines()[-1]) and why in said.strip().splitlines()[-1]
-
-
-def test_the_engine_preflight_never_says_ok_without_vllm(tmp_path, monkeypatch):
-    import importlib.util
-
-    from kamera.engine.fig12 import main
-
     real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
+    assert main([str(omni), "kimi_vl_a3b", "qwen2_5_vl_7b"]) == 1
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == "engine preflight:" and len(said) == 3 and "Traceback" not in "".join(said)
+    assert "model_type 'qwen3_omni_moe_thinker' is not served by the engine connector" in said[1]
+    assert said[2].startswith("- kimi_vl_a3b: kimi_vl_a3b (kimi_vl) is not served")
+    assert main(["qwen2_5_vl_7b", "qwen3_vl_8b"]) == 0
+    assert capsys.readouterr().out.startswith("the engine connector serves qwen2_5_vl_7b, qwen3_vl_8b")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
-    for argv in (["--check", "--models", "qwen2_5_vl_7b"], ["--check", "--families", "qwen2"]):
-        with pytest.raises(SystemExit, match="vLLM is not installed in this env"):
-            main([*argv, "--out", str(tmp_path)])
+    assert main(["qwen2_5_vl_7b"]) == 2 and "vLLM is not installed in this env" in capsys.readouterr().out
 
 
 def test_bf16_ulps_of_a_rotary_pair_are_counted_at_the_pairs_larger_element():
