@@ -59,6 +59,7 @@ FLOOR_LAYER = 0
 KL_FLOOR_ARM = "patch_full"  # the full-rank patch in the model's dtype: its KL is what the dtype's rounding leaves
 ENGINE_EXPERIMENT = "engine_experiment"  # the config key naming an experiment's live-engine jobs
 TIMING = "timing"  # the probe label of an engine=vllm job's timing records (kamera.job.engine_shape)
+ENGINE_ARMS = tuple(dict.fromkeys([REFERENCE, *FIG12A_ARMS, *FIG12C_ARMS, KL_FLOOR_ARM]))  # the engine panels' order
 CLOCK = "engine_clock"  # <results root>/engine_clock/clock.md: the fair clock's table (make engine-clock)
 
 
@@ -284,7 +285,7 @@ def ulp_panel(rows: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"n": g.size(), "le1": g["ulp_le1"].mean(), "le1_l0": g["ulp_le1_l0"].mean(),
                         "le4": g["ulp_le4"].mean(), "max": g["ulp_max"].max(),
                         "max_l0": g["ulp_max_l0"].max()}).reset_index()
-    return in_order(out, tuple(dict.fromkeys([REFERENCE, *FIG12A_ARMS, *FIG12C_ARMS])))
+    return in_order(out, ENGINE_ARMS)
 
 
 def ulp_max_panel(rows: pd.DataFrame) -> pd.DataFrame:
@@ -297,7 +298,7 @@ def ulp_max_panel(rows: pd.DataFrame) -> pd.DataFrame:
             out.append({"model": model, "arm": arm, "channel": channel,
                         "max_by_layer": [max(v) for v in zip(*(d[channel] for d in per_item), strict=True)]})
     frame = pd.DataFrame(out)
-    return in_order(frame, tuple(dict.fromkeys([REFERENCE, *FIG12A_ARMS, *FIG12C_ARMS]))) if out else frame
+    return in_order(frame, ENGINE_ARMS) if out else frame
 
 
 def timing_panel(timing: pd.DataFrame) -> pd.DataFrame:
@@ -314,17 +315,22 @@ def timing_panel(timing: pd.DataFrame) -> pd.DataFrame:
 def engine_panels(records: EngineRecords) -> dict[str, pd.DataFrame]:
     """The engine panels from an experiment's live-engine jobs."""
     rows = engine_labelled(records.rows)
-    return {"kl": kl_panel(rows), "ulp": ulp_panel(rows), "ulp_max": ulp_max_panel(rows), "agree": agreement_panel(rows),
+    return {"kl": kl_panel(rows), "floor": kl_floor(rows), "ulp": ulp_panel(rows), "ulp_max": ulp_max_panel(rows),
+            "agree": agreement_panel(rows),
             "timing": timing_panel(records.timing) if len(records.timing) else pd.DataFrame()}
 
 
 def engine_markdown(panels: dict[str, pd.DataFrame], records: EngineRecords) -> list[str]:
     kl, ulp, agree = panels["kl"], panels["ulp"], panels["agree"]
+    floors = panels["floor"]
     lines = ["", "**Fig. 12 inside vLLM** — the chunk spliced through the KV connector (``vllm``) beside kamera's own "
-             "splice on the same weights and items (``own``)", "", "*(a) next-token KL to re-prefill*", ""]
-    lines += markdown_rows(["model · dtype · source", "arm", "n", "KL mean", "KL median", "argmax flips"],
+             "splice on the same weights and items (``own``)", "",
+             "*(a) next-token KL to re-prefill; dtype floor = median KL of the full-rank patch (``patch_full``) in the "
+             "model's dtype through the same path, the dotted line*", ""]
+    lines += markdown_rows(["model · dtype · source", "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor"],
                            [[r.model, r.arm, str(int(r.n)), cell(r.kl_mean, ".2e"), cell(r.kl_median, ".2e"),
-                             cell(r.argmax_flip, ".2f")] for r in kl.itertuples(index=False)])
+                             cell(r.argmax_flip, ".2f"), cell(floors.get(r.model, float("nan")), ".2e")]
+                            for r in kl.itertuples(index=False)])
     lines += ["", "*(b) B's K / V against the re-prefill's, in bf16 ULPs: the share within one ULP of each element's "
               "own value (mean over items), and the largest distance at each token-head vector's largest magnitude "
               "(max over items)*", ""]
@@ -383,6 +389,11 @@ def engine_plot(panels: dict[str, pd.DataFrame], title: str) -> plt.Figure:
                 ax.bar(np.arange(len(arms)) + i * width, [max(v.get(x, np.nan), 1e-12) for x in arms], width,
                        label=label, hatch="//" if label.endswith("own") else None)
             ax.set_xticks(np.arange(len(arms)) + 0.4 - width / 2, arms, rotation=30, ha="right", fontsize=4.5)
+        labels = sorted(kl["model"].unique()) if not kl.empty else []
+        for i, label in enumerate(labels):  # each label's dtype floor across its bars, dotted
+            if label in panels["floor"].index:
+                a.hlines(max(float(panels["floor"][label]), 1e-12), -0.1, len(FIG12A_ARMS) - 0.2, colors=f"C{i}",
+                         linestyles=":", linewidth=0.8, label="dtype floor (full-rank patch)" if i == 0 else None)
         a.set_yscale("log")
         a.set_ylabel("KL to re-prefill (mean)")
         a.set_title("(a) KL inside vLLM")

@@ -22,7 +22,7 @@ from kamera.run import runner
 
 GROUP = "fig12_engine_tiny"
 OWN = ("experiment=fig12_engine_tiny", "testbed=engine_own_tiny_qwen2", "model.dtype=float32")
-ARMS = ("reprefill", "unrotated", "blind", "patch_r8", "patch_r64", "patch_r256")
+ARMS = ("reprefill", "unrotated", "blind", "patch_r8", "patch_r64", "patch_r256", "patch_full")
 
 
 def own(tmp_path, *extra: str):
@@ -32,14 +32,14 @@ def own(tmp_path, *extra: str):
 def test_an_engine_job_runs_through_the_runner_and_a_rerun_computes_nothing(tmp_path):
     path = runner.run(own(tmp_path, "n_items=2"))
     rows = pd.read_parquet(path)
-    assert sorted(rows["arm"].unique()) == sorted(ARMS) and len(rows) == 12 and set(rows["source"]) == {"own"}
+    assert sorted(rows["arm"].unique()) == sorted(ARMS) and len(rows) == 14 and set(rows["source"]) == {"own"}
     assert set(rows["version"]) == {es.VERSION} and set(rows["model"]) == {"tiny_qwen2"} and set(rows["bench"]) == {"engine_mc"}
     by = rows.set_index(["item_id", "arm"])
     assert (by.xs("reprefill", level="arm")["kl"] == 0).all() and (by.xs("patch_r256", level="arm")["kl"] < 1e-9).all()
     assert (by.xs("blind", level="arm")["kl"] > 1e-3).all()  # relocation alone leaves the deficit
     assert (by.xs("patch_r256", level="arm")["ulp_max"] < 1).all() and (by.xs("blind", level="arm")["ulp_max_l0"] < 1).all()
     assert runner.run(own(tmp_path, "n_items=2")) == path
-    assert len(json.loads(path.with_suffix(".json").read_text())["runs"]) == 1 and len(pd.read_parquet(path)) == 12
+    assert len(json.loads(path.with_suffix(".json").read_text())["runs"]) == 1 and len(pd.read_parquet(path)) == 14
 
 
 def test_the_engine_key_is_its_own_and_a_vllm_jobs_key_follows_the_libraries(tmp_path, monkeypatch):

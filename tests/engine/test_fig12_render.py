@@ -12,7 +12,8 @@ import pandas as pd
 from experiments import fig11
 from experiments.fig12 import EngineRecords, clock_lines, engine_markdown, engine_panels
 
-ARMS = {"reprefill": 0.0, "unrotated": 3e-2, "blind": 2e-2, "patch_r8": 1e-4, "patch_r64": 1e-6, "patch_r256": 1e-9}
+ARMS = {"reprefill": 0.0, "unrotated": 3e-2, "blind": 2e-2, "patch_r8": 1e-4, "patch_r64": 1e-6, "patch_r256": 1e-9,
+        "patch_full": 1e-10}
 
 
 def rows(source: str, scale: float) -> list[dict]:
@@ -54,7 +55,8 @@ def test_engine_panels_split_the_sources_and_read_every_quantity(tmp_path):
     t = panels["timing"].iloc[0]
     assert round(t["write_us"], 6) == 1.0 and round(t["compose_us"], 6) == 10.0
     md = "\n".join(engine_markdown(panels, records))
-    assert "| tiny · float32 · vllm | patch_r64 | 4 | 1.00e-06 |" in md and "write µs / token" in md
+    assert "| tiny · float32 · vllm | patch_r64 | 4 | 1.00e-06 | 1.00e-06 | 0.00 | 1.00e-10 |" in md
+    assert "| tiny · float32 · own | blind | 4 | 4.00e-02 | 4.00e-02 | 0.00 | 2.00e-10 |" in md and "write µs / token" in md
     assert "| tiny · float32 · vllm | blind | k | 8 · 2 |" in md and "max ULP, layer 0" in md
 
 
