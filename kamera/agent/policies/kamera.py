@@ -32,7 +32,6 @@ from kamera.window.context import WindowView
 STORE_AS = ("auto", "patch", "page")
 SURVIVORS = ("relocate", "patch")
 CASCADES = ("eager", "lazy", "never")
-FREE = ("leading", "keep", "hit", "survivor", "orbit", "cascade_skip")
 APPROXIMATE = ("survivor", "orbit", "cascade_skip")
 
 
