@@ -171,9 +171,9 @@ endif
 # Beyond the paper (issue 32, docs/agent.md): agent traces (web, video, doc; or ARGS='trace.path=my_trace.jsonl')
 # replayed through the cache policies over a position-free store. SCALE=paper: conf/experiment/agent_paper.yaml.
 .PHONY: agent
-agent_exp = agent$(if $(filter paper,$(SCALE)),_paper)
+agent_exp = agent_$(if $(filter paper,$(SCALE)),paper,tiny)
 agent: ## agent traces through recompute / prefix / relocate / kamera / placement (toy + tiny, ~8 min CPU; SCALE=paper: Qwen2.5-VL, Kimi-VL on Video-MME)
 	$(call sweep,$(agent_exp))
 	$(call render,$(agent_exp))
-	$(if $(or $(filter paper,$(SCALE)),$(ARGS)),,$(call sweep,agent_bound))
-	$(if $(or $(filter paper,$(SCALE)),$(ARGS)),,$(call render,agent_bound))
+	$(if $(or $(filter paper,$(SCALE)),$(ARGS)),,$(call sweep,agent_bound_tiny))
+	$(if $(or $(filter paper,$(SCALE)),$(ARGS)),,$(call render,agent_bound_tiny))

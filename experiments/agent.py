@@ -1,6 +1,6 @@
 """Agent replay (beyond the paper, issue 32, docs/agent.md): a table per trace × policy and a figure.
 
-    python -m experiments.agent experiment=agent         # tiny: toy window model + tiny Qwen2.5-VL (make agent)
+    python -m experiments.agent experiment=agent_tiny    # tiny: toy window model + tiny Qwen2.5-VL (make agent)
     python -m experiments.agent experiment=agent_paper   # Qwen2.5-VL / Kimi-VL on Video-MME (make agent SCALE=paper)
 
 Table: one row per (model, trace, policy): prompt tokens prefilled per trace relative to ``prefix`` (the ratio of
@@ -227,7 +227,7 @@ def render(
 def main(argv: list[str] | None = None) -> None:
     cli(
         __doc__,
-        "agent",
+        "agent_tiny",
         lambda exp: render(
             exp.rows,
             exp.name,

@@ -14,7 +14,7 @@ from kamera.job import JobError
 from kamera.run import runner
 from kamera.sweep import compose_config, status
 
-TOY = ("experiment=agent", "testbed=toy_window_recall", "trace=video", "n_items=2", "trace.knobs.steps=5")
+TOY = ("experiment=agent_tiny", "testbed=toy_window_recall", "trace=video", "n_items=2", "trace.knobs.steps=5")
 
 
 def job_config(tmp_path, *overrides: str):
@@ -96,7 +96,7 @@ def test_a_jsonl_trace_replays(tmp_path):
     assert json.loads(path.with_suffix(".json").read_text())["identity"]["config"]["trace"]["kind"] == "jsonl"
 
 
-AGENT = ("experiment=agent", "testbed=toy_window_recall")
+AGENT = ("experiment=agent_tiny", "testbed=toy_window_recall")
 BAD = {
     (*AGENT, "trace=web", "trace.knobs.window=0"): "trace.window=0: must be an integer in 1..11",
     (*AGENT, "trace=web", "trace.knobs.lookback=2"): "trace.lookback=2: a rate in [0, 1]",
@@ -123,7 +123,7 @@ BAD = {
     ): "window_probes=['recall']: an agent job (policies=[…]) runs policies only",
     AGENT: "trace=null: an agent job replays a trace",
     (
-        "experiment=agent",
+        "experiment=agent_tiny",
         "trace=web",
         "testbed=tiny_llava",
         "bench=synthetic",
@@ -200,7 +200,7 @@ def test_resume_after_kill_9(tmp_path):
     proc = subprocess.Popen(
         args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    shard_dir, deadline = tmp_path / "raw" / "agent", time.time() + 240
+    shard_dir, deadline = tmp_path / "raw" / "agent_tiny", time.time() + 240
     while time.time() < deadline and not list(shard_dir.glob("*[0-9a-f].parquet")):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
