@@ -241,8 +241,14 @@ def remote_equivalence(
 
 
 # the engine check's arms: how B is served (kamera.engine.measure.engine_item)
-ARMS = {"reprefill": None, "unrotated": {"rotate": False}, "blind": {}, "patch_r8": {"rank": 8}, "patch_r64": {"rank": 64},
-        "patch_r256": {"rank": 256}}
+ARMS = {
+    "reprefill": None,
+    "unrotated": {"rotate": False},
+    "blind": {},
+    "patch_r8": {"rank": 8},
+    "patch_r64": {"rank": 64},
+    "patch_r256": {"rank": 256},
+}
 
 
 def engine_check(dtypes: list[str], path: str | None = None) -> bool:

@@ -22,8 +22,8 @@ FLOORS: list[tuple[str, ...]] = [
     # and the one discovery rule of plugin folders
     ("kamera.errors", "kamera.progress", "kamera.knobs", "kamera.discover", "kamera.items", "kamera.core"),
     ("kamera.metrics", "kamera.models", "kamera.data"),  # KL, η, e90; adapters, FLOPs, shaped writers; loaders
-    # an item's shared forwards, partial recompute, the plugin base; the live engine's KV connector, page store, families
-    # and per-item measurement (core and models only)
+    # an item's shared forwards, partial recompute, the plugin base; the live engine's KV connector, page store,
+    # families and per-item measurement (core and models only)
     ("kamera.reuse", "kamera.engine"),
     ("kamera.arms", "kamera.toy"),  # reuse arms; toy tasks and models
     ("kamera.diagnostics", "kamera.window"),  # measurements behind the figures; window ops and probes
@@ -36,8 +36,17 @@ FLOORS: list[tuple[str, ...]] = [
 FACE = ("kamera",)  # the package face (kamera/__init__.py) may import any room; no room imports it
 ALIASES = ("kamera.status", "kamera.shaped", "kamera.models.cost")  # CLI aliases: runpy only
 # What a renderer must not import: model, forward and arm code (rows in, tables out).
-NOT_IN_EXPERIMENTS = ("kamera.models", "kamera.reuse", "kamera.arms", "kamera.probes", "kamera.core",
-                      "kamera.run.runner", "kamera.toy", "kamera.data", "kamera.window")
+NOT_IN_EXPERIMENTS = (
+    "kamera.models",
+    "kamera.reuse",
+    "kamera.arms",
+    "kamera.probes",
+    "kamera.core",
+    "kamera.run.runner",
+    "kamera.toy",
+    "kamera.data",
+    "kamera.window",
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -202,8 +211,11 @@ def test_the_hand_off_and_the_core_import_nothing_above_them():
 
 
 def test_renderers_import_no_model_forward_or_arm_code():
-    bad = [f"{m} → {t}" for m, t in EDGES if m.startswith("experiments")
-           and any(t == x or t.startswith(x + ".") for x in NOT_IN_EXPERIMENTS)]
+    bad = [
+        f"{m} → {t}"
+        for m, t in EDGES
+        if m.startswith("experiments") and any(t == x or t.startswith(x + ".") for x in NOT_IN_EXPERIMENTS)
+    ]
     assert not bad, "\n".join(sorted(bad))
 
 

@@ -43,9 +43,13 @@ def test_every_experiment_composes_and_its_arms_resolve(experiment, tmp_path):
         assert job.validate(cfg) == []
         if experiment.endswith("_tiny"):
             # an engine=vllm job runs in the engine venv; elsewhere its preflight names that one thing
-            vllm = cfg.get("engine") is not None and cfg.engine.name == "vllm" and importlib.util.find_spec("vllm") is None
+            vllm = (
+                cfg.get("engine") is not None and cfg.engine.name == "vllm" and importlib.util.find_spec("vllm") is None
+            )
             problems = job.preflight(cfg)
-            assert problems == ([p for p in problems if p.startswith("engine=vllm: vLLM is not installed")] if vllm else [])
+            assert problems == (
+                [p for p in problems if p.startswith("engine=vllm: vLLM is not installed")] if vllm else []
+            )
             assert len(problems) == vllm
 
 
@@ -67,12 +71,32 @@ def test_every_arm_and_probe_file_builds():
 
 def test_config_key_ignores_operational_keys_and_arms_and_follows_result_keys(tmp_path):
     base = config_key(job_config(tmp_path))
-    for op in ("device=cpu", "paths.results=/elsewhere", "tracking=offline", "model.attn_implementation=eager",
-               "progress_every_s=1", "group=other", "launcher=submitit_local", "threads=2", "model.path=/x",
-               "arms=[blind,patch_r8]", "probes=[deficit_norms]", "model.dtype=fp32", "bench.subset=bind"):
+    for op in (
+        "device=cpu",
+        "paths.results=/elsewhere",
+        "tracking=offline",
+        "model.attn_implementation=eager",
+        "progress_every_s=1",
+        "group=other",
+        "launcher=submitit_local",
+        "threads=2",
+        "model.path=/x",
+        "arms=[blind,patch_r8]",
+        "probes=[deficit_norms]",
+        "model.dtype=fp32",
+        "bench.subset=bind",
+    ):
         assert config_key(job_config(tmp_path, op)) == base, op
-    for res in ("model=tiny_kimi", "model.dtype=bfloat16", "n_items=9", "seed=1", "bench.kwargs.n_a_chunks=3",
-                "canonical_context=none", "eta_floor=1e-3", "max_new_tokens=3"):
+    for res in (
+        "model=tiny_kimi",
+        "model.dtype=bfloat16",
+        "n_items=9",
+        "seed=1",
+        "bench.kwargs.n_a_chunks=3",
+        "canonical_context=none",
+        "eta_floor=1e-3",
+        "max_new_tokens=3",
+    ):
         assert config_key(job_config(tmp_path, res)) != base, res
 
 
@@ -117,7 +141,7 @@ def test_bad_names_and_missing_paths_fail_before_any_forward(tmp_path, monkeypat
     monkeypatch.delenv("KAMERA_MODELS", raising=False)
     cases = {
         "arms=[blind,patch_r999]": "conf/arm has: blind",
-        "model.name=qwen9": "unknown model 'qwen9'; registered models: tiny_deepseek_v2, tiny_deepseek_vl",
+        "model.name=qwen9": "unknown model 'qwen9'; registered models: tiny_deepseek_v2, ",
         "bench.name=nope": "unknown benchmark 'nope'; valid names: ['binding_words', 'egoschema'",
         "bench=mm_niah_reasoning": "KAMERA_DATA is not set",
         "model=qwen2_5_vl_7b": "hf download Qwen/Qwen2.5-VL-7B-Instruct",

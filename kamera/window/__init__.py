@@ -13,4 +13,14 @@ from kamera.window.context import WindowContext, WindowView
 from kamera.window.ops import Layout
 from kamera.window.probes import PROBES, ProbeRefusal, WindowProbe, make_probe
 
-__all__ = ["PROBES", "Layout", "ProbeRefusal", "WindowContext", "WindowItem", "WindowProbe", "WindowView", "from_spans", "make_probe"]
+__all__ = [
+    "PROBES",
+    "Layout",
+    "ProbeRefusal",
+    "WindowContext",
+    "WindowItem",
+    "WindowProbe",
+    "WindowView",
+    "from_spans",
+    "make_probe",
+]

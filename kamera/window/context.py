@@ -91,7 +91,9 @@ class WindowContext:
         self.eta_floor = eta_floor
         first = item.history[0]
         with torch.no_grad():  # each chunk's tokens and vision features, once
-            enc = adapter.encode([*([item.prefix] if item.prefix else []), Span("B", first.parts, first.name), item.query])
+            enc = adapter.encode(
+                [*([item.prefix] if item.prefix else []), Span("B", first.parts, first.name), item.query]
+            )
             rest = [adapter.encode_span(Span("A", c.parts, c.name)) for c in item.chunks[1:]]
         self.prefix = enc.spans[0] if enc.spans[0].role == "prefix" else None  # the chat header may add one
         self.query_span = enc.spans[-1]
@@ -219,7 +221,8 @@ class WindowView(ReuseContext):
         total = enc.starts[-1] + spans[-1].extent
         if total > wctx.adapter.max_positions:  # the item is too long for the model: it fails, the job goes on
             raise ItemError(
-                f"window layout {layout.window} needs {total} positions; {wctx.adapter.name} has {wctx.adapter.max_positions}"
+                f"window layout {layout.window} needs {total} positions; "
+                f"{wctx.adapter.name} has {wctx.adapter.max_positions}"
             )
         self.wctx, self.layout = wctx, layout
         super().__init__(wctx.adapter, enc, canonical_context=wctx.canonical_context)
@@ -337,7 +340,9 @@ def tensor_bytes(obj: object) -> int:
         elif dataclasses.is_dataclass(o):
             stack.extend(getattr(o, f.name) for f in dataclasses.fields(o))
         elif hasattr(o, "layers"):  # a transformers cache
-            stack.extend(t for layer in o.layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None)))
+            stack.extend(
+                t for layer in o.layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+            )
     return total
 
 
@@ -353,4 +358,6 @@ def overwrite(adapter: Adapter, cache: DynamicCache, start: int, kv: ChunkKV) ->
 
 def fork(adapter: Adapter, cache: DynamicCache) -> DynamicCache:
     """A new cache over the same tensors: a forward appends to the fork, never to ``cache`` itself."""
-    return DynamicCache(ddp_cache_data=[(layer.keys, layer.values) for layer in cache.layers], config=adapter.text_config)
+    return DynamicCache(
+        ddp_cache_data=[(layer.keys, layer.values) for layer in cache.layers], config=adapter.text_config
+    )

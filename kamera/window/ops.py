@@ -43,7 +43,9 @@ class Layout:
         if self.gap < 0:
             raise ValueError(f"gap must be ≥ 0, got {self.gap}")
         if any(not 0 <= m < len(self.before) for m in self.masked) or len(set(self.masked)) != len(self.masked):
-            raise ValueError(f"masked must be distinct indices into before ({len(self.before)} chunks), got {self.masked}")
+            raise ValueError(
+                f"masked must be distinct indices into before ({len(self.before)} chunks), got {self.masked}"
+            )
 
     @property
     def window(self) -> tuple[int, ...]:
@@ -87,7 +89,9 @@ def recall_window(old: Sequence[int], new: Sequence[int], n: int) -> tuple[int, 
 def reorder(layout: Layout, perm: Sequence[int]) -> Layout:
     """The chunks in front of the target in the order ``perm`` (a permutation of 0 … len(before) − 1)."""
     if sorted(perm) != list(range(len(layout.before))):
-        raise ValueError(f"reorder: {tuple(perm)} is not a permutation of the {len(layout.before)} chunks before the target")
+        raise ValueError(
+            f"reorder: {tuple(perm)} is not a permutation of the {len(layout.before)} chunks before the target"
+        )
     return _replace(layout, before=tuple(layout.before[i] for i in perm))
 
 

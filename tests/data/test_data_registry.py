@@ -1,5 +1,6 @@
 """Benchmarks are declared once: a module of a benchmark folder (kamera.data, kamera.toy.benches,
-kamera.window.benches, kamera.engine.benches) with a ``SPEC``, and its conf/bench file(s); one map holds them all by name."""
+kamera.window.benches, kamera.engine.benches) with a ``SPEC``, and its conf/bench file(s); one map holds them all by
+name."""
 
 from __future__ import annotations
 
@@ -25,10 +26,15 @@ def _conf_names() -> dict[str, str]:
     return {p.stem: yaml.safe_load(p.read_text())["name"] for p in sorted(CONF_BENCH.glob("*.yaml"))}
 
 
-@pytest.mark.parametrize("package, kind, registry", [("kamera.data", Benchmark, BENCHMARKS),
-                                                     ("kamera.toy.benches", ModelBench, MODEL_BENCHES),
-                                                     ("kamera.engine.benches", EngineBench, ENGINE_BENCHES),
-                                                     ("kamera.window.benches", WindowBench, WINDOW_BENCHES)])
+@pytest.mark.parametrize(
+    "package, kind, registry",
+    [
+        ("kamera.data", Benchmark, BENCHMARKS),
+        ("kamera.toy.benches", ModelBench, MODEL_BENCHES),
+        ("kamera.engine.benches", EngineBench, ENGINE_BENCHES),
+        ("kamera.window.benches", WindowBench, WINDOW_BENCHES),
+    ],
+)
 def test_every_module_with_a_spec_is_registered(package, kind, registry):
     specs = {}
     for mod in pkgutil.iter_modules(importlib.import_module(package).__path__):

@@ -46,7 +46,10 @@ def test_bad_knobs_fail_when_the_probe_is_built(entry, error):
 
 def test_records_never_shadow_the_store_keys(tiny):
     ctx = context(tiny, "tiny_qwen2_5_vl")
-    knobs = {"relocation": {"distances": [1, 100]}, "ttft": {"sizes": [16], "ranks": [4], "repeats": 1, "frame_px": 112}}
+    knobs = {
+        "relocation": {"distances": [1, 100]},
+        "ttft": {"sizes": [16], "ranks": [4], "repeats": 1, "frame_px": 112},
+    }
     for name in sorted(PROBES):
         records = make_probe(name, **knobs.get(name, {})).run(ctx)
         assert records, name

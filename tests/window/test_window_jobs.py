@@ -102,7 +102,9 @@ def test_resume_computes_only_the_missing_item_probe_pairs(tmp_path, monkeypatch
     assert set(first["item_id"]) == {calls[0][0]}  # the finished item's rows, nothing of the one in flight
     stop, calls[:] = False, []
     runner.run(job_config(tmp_path, *TOY))
-    assert [c[0] for c in calls] == sorted({"recall-0-0", "recall-0-1", "survivor-0-0", "survivor-0-1"} - set(first["item_id"]))
+    assert [c[0] for c in calls] == sorted(
+        {"recall-0-0", "recall-0-1", "survivor-0-0", "survivor-0-1"} - set(first["item_id"])
+    )
     rows = shard.rows()
     assert not rows.duplicated(["item_id", "probe", "setting", "variant"]).any()
     pd.testing.assert_frame_equal(rows.iloc[: len(first)][list(first.columns)], first)  # stored rows untouched
@@ -127,8 +129,9 @@ def test_an_item_that_cannot_be_built_fails_alone_and_the_job_says_so(tmp_path, 
     monkeypatch.setattr(window_toy, "_toy_build", build)
     runner.run(job_config(tmp_path, *TOY))  # a failed item is a recorded reason, as for arm jobs
     (shard,) = shards(tmp_path / "raw", "table1_tiny")
-    assert shard.meta()["failed"] == {"recall-0-1": "window item recall-0-1 cannot be encoded by toy_window: "
-                                                    "a chunk is empty"}
+    assert shard.meta()["failed"] == {
+        "recall-0-1": "window item recall-0-1 cannot be encoded by toy_window: a chunk is empty"
+    }
     assert set(shard.rows()["item_id"]) == {"recall-0-0", "survivor-0-0", "survivor-0-1"}
     (view,) = status.sweep_jobs([f"paths.results={tmp_path}/raw", *TOY])
     assert "1 item(s) failed" in view.state.summary()
@@ -141,8 +144,13 @@ def no_model(monkeypatch):
 
 WINDOW = ("testbed=toy_window", "arms=[]", "window_probes=[recall]")
 BAD = {
-    ("testbed=toy_window", "window_probes=[recall]"):
-        "arms=['reprefill', 'blind', 'patch_r16']: bench=window_toy is a window benchmark, its job runs window_probes; set arms=[]",
+    (
+        "testbed=toy_window",
+        "window_probes=[recall]",
+    ): (
+        "arms=['reprefill', 'blind', 'patch_r16']: bench=window_toy is a window benchmark, its job runs window_probes; "
+        "set arms=[]"
+    ),
     ("window_probes=[recall]",): "window_probes=['recall']: only a window benchmark's job runs window probes",
     ("window_probes=recall",): "window_probes='recall': only a window benchmark's job runs window probes",
     (*WINDOW[:2], "window_probes=recall"): "window_probes must be a list, got 'recall'",
@@ -157,9 +165,17 @@ BAD = {
     (*WINDOW, "bench.subset=recal"): "window_toy: unknown subset(s) ['recal']",
     (*WINDOW, "canonical_context=native"): "a window job prefills its canonicals behind the prefix or alone",
     (*WINDOW, "window_keep_gb=-1"): "window_keep_gb=-1: must be a number >= 0",
-    ("testbed=tiny_kimi_window", *WINDOW[1:], "bench.kwargs.window=0"): "bench.kwargs.window=0: must be an integer >= 1",
-    ("model=tiny_kimi", "bench=videomme_window", *WINDOW[1:], "bench.kwargs.frame_pixels=10"):
-        "bench.kwargs.frame_pixels=10: must be null (as decoded) or an integer >= 784",
+    (
+        "testbed=tiny_kimi_window",
+        *WINDOW[1:],
+        "bench.kwargs.window=0",
+    ): "bench.kwargs.window=0: must be an integer >= 1",
+    (
+        "model=tiny_kimi",
+        "bench=videomme_window",
+        *WINDOW[1:],
+        "bench.kwargs.frame_pixels=10",
+    ): "bench.kwargs.frame_pixels=10: must be null (as decoded) or an integer >= 784",
 }
 
 
@@ -173,8 +189,15 @@ def test_preflight_catches_bad_window_jobs_before_any_model_loads(overrides, tmp
 
 def test_video_segments_come_from_the_video_mme_loader_with_another_videos_segments_as_foreign(tmp_path, no_model):
     root = make_fixture("videomme", tmp_path / "data", n=3)
-    cfg = job_config(tmp_path, "model=tiny_qwen2_5_vl", "bench=videomme_window", f"bench.root={root}",
-                     "bench.subset=short", *WINDOW[1:], "n_items=3")
+    cfg = job_config(
+        tmp_path,
+        "model=tiny_qwen2_5_vl",
+        "bench=videomme_window",
+        f"bench.root={root}",
+        "bench.subset=short",
+        *WINDOW[1:],
+        "n_items=3",
+    )
     assert job.preflight(cfg) == []
     chosen = job.select(cfg)
     assert chosen.files and len(chosen.items) == 3 and job.data_fingerprint(chosen)["files"]
@@ -222,4 +245,6 @@ def test_trimming_the_context_frees_views_and_a_later_probe_recomputes_the_same_
         assert spent["full"] == (6 if name == "kept" else 12)  # forks re-ran the released recall windows
     assert trimmed.trim(10**12) == 0  # under budget: nothing released
     columns = ("probe", "setting", "variant", "kl", "eta", "forwards", "stored_forwards", "bytes")
-    assert [tuple(r[c] for c in columns) for r in rows["kept"]] == [tuple(r[c] for c in columns) for r in rows["trimmed"]]
+    assert [tuple(r[c] for c in columns) for r in rows["kept"]] == [
+        tuple(r[c] for c in columns) for r in rows["trimmed"]
+    ]

@@ -49,33 +49,93 @@ def fixed_rows() -> pd.DataFrame:
                 for variant, eta in (("blind", 0), ("keep_as_is", 0.8 - d), ("removal_patch", 0.97 - d)):
                     rows.append(row(model, i, "survivor", "survivor=3", variant, eta, eta_keep=0.85 - d))
             rows.append(row(model, i, "leading", "lead", "leading", math.nan, kl=1e-15, kl_blind=1e-15, forwards=0))
-            for variant, eta, size in (("reprefill", 1, 4000), ("patch", 0.96 - d, 2000), ("patch_deep", 0.9 - d, 1000)):
+            for variant, eta, size in (
+                ("reprefill", 1, 4000),
+                ("patch", 0.96 - d, 2000),
+                ("patch_deep", 0.9 - d, 1000),
+            ):
                 rows.append(row(model, i, "deep_half", "deep=0.5", variant, eta, bytes=size, bytes_frac=size / 4000))
             if "reorder" not in skip:
                 rows.append(row(model, i, "reorder", "K=3 order=102", "orbit", 0.9 - d, stored_forwards=6))
             for s in range(3):
-                for variant, eta in (("blind", 0), ("stale", 1 - 0.4 * s), ("patch_update", 0.93 - d),
-                                     ("deep_refresh", 0.95 - 0.01 * s), ("shallow_refresh", 0.9 - 0.3 * s)):
-                    rows.append(row(model, i, "refresh", f"d={s}", variant, eta, swapped=s, n_layers=4,
-                                    recomputed_layers=3 if variant == "deep_refresh" else 1))
+                for variant, eta in (
+                    ("blind", 0),
+                    ("stale", 1 - 0.4 * s),
+                    ("patch_update", 0.93 - d),
+                    ("deep_refresh", 0.95 - 0.01 * s),
+                    ("shallow_refresh", 0.9 - 0.3 * s),
+                ):
+                    rows.append(
+                        row(
+                            model,
+                            i,
+                            "refresh",
+                            f"d={s}",
+                            variant,
+                            eta,
+                            swapped=s,
+                            n_layers=4,
+                            recomputed_layers=3 if variant == "deep_refresh" else 1,
+                        )
+                    )
             for p, div in (("reorder", 0.1), ("replace_all", 0.43)):
                 for variant, eta in (("blind", 0), ("transfer", 1 - 5 * div - d), ("exact", 0.95 - d)):
                     rows.append(row(model, i, "divergent", p, variant, eta, perturbation=p, divergence=div + d))
             if "excess" not in skip:
                 for s in range(2):
-                    for variant, eta in (("blind", 0), ("stale_matched", 0.93 - 0.2 * s), ("stale_superset", 0.9 - 0.5 * s),
-                                         ("rebuilt", 0.92)):
+                    for variant, eta in (
+                        ("blind", 0),
+                        ("stale_matched", 0.93 - 0.2 * s),
+                        ("stale_superset", 0.9 - 0.5 * s),
+                        ("rebuilt", 0.92),
+                    ):
                         rows.append(row(model, i, "excess", f"d={s}", variant, eta, distractors=s))
             for variant, eta in (("reprefill", 1), ("patch", 0.96), ("revert", 0.0), ("readd", 0.96)):
-                rows.append(row(model, i, "revert", "rank=32", variant, eta, bytes=4000 if variant == "reprefill" else 0,
-                                exact_kv=i != 2 or variant != "readd", exact_logits=True, bytes_written=4000))
+                rows.append(
+                    row(
+                        model,
+                        i,
+                        "revert",
+                        "rank=32",
+                        variant,
+                        eta,
+                        bytes=4000 if variant == "reprefill" else 0,
+                        exact_kv=i != 2 or variant != "readd",
+                        exact_logits=True,
+                        bytes_written=4000,
+                    )
+                )
             for variant, eta in (("reprefill", 1), ("patch_on", 0.96), ("patch_off", 0.0)):
-                rows.append(row(model, i, "disposability", "rank=32", variant, eta, call_correct=i != 2,
-                                disposable=i % 2 == 1, load_bearing=i % 2 == 0, decode_forwards=1))
+                rows.append(
+                    row(
+                        model,
+                        i,
+                        "disposability",
+                        "rank=32",
+                        variant,
+                        eta,
+                        call_correct=i != 2,
+                        disposable=i % 2 == 1,
+                        load_bearing=i % 2 == 0,
+                        decode_forwards=1,
+                    )
+                )
             if "forks" not in skip:
                 for b in range(3):
-                    rows.append(row(model, i, "forks", f"branch={b}", "fork", 0.95, bytes=250, bytes_shared=4000,
-                                    bytes_duplicated=4000, shares_canonical=True))
+                    rows.append(
+                        row(
+                            model,
+                            i,
+                            "forks",
+                            f"branch={b}",
+                            "fork",
+                            0.95,
+                            bytes=250,
+                            bytes_shared=4000,
+                            bytes_duplicated=4000,
+                            shares_canonical=True,
+                        )
+                    )
     return pd.DataFrame(rows)
 
 
@@ -107,7 +167,10 @@ def test_table2_measures_every_point_and_marks_what_a_model_lacks():
     assert [p for p, *_ in table2.POINTS] == list(dict.fromkeys(t.index.get_level_values(0)))
     kimi = t.xs("tiny_kimi (MLA)", level="model")
     assert kimi.at["reorder orbit-patch", "η mean [95% CI]"] == "–"
-    assert "0.93× the full patch's η at 0.50× its bytes" in t.at[("deep-half patch", "qwen2_5_vl_7b (GQA)"), "η mean [95% CI]"]
+    assert (
+        "0.93× the full patch's η at 0.50× its bytes"
+        in t.at[("deep-half patch", "qwen2_5_vl_7b (GQA)"), "η mean [95% CI]"]
+    )
     assert "0.75 of the layers recomputed" in t.at[("partial forward", "qwen2_5_vl_7b (GQA)"), "η mean [95% CI]"]
     assert t.at[("leading-segment reuse", "qwen2_5_vl_7b (GQA)"), "η mean [95% CI]"] == "– (no measurable deficit)"
 
@@ -116,8 +179,10 @@ def test_appe_counts_checks_per_model():
     t = appe.frame(fixed_rows())
     assert t.at["re-add: KV and query bitwise the patched cache", "qwen2_5_vl_7b (GQA)"] == "2/3"
     assert t.at["forks: bytes per branch vs a duplicated page", "tiny_kimi (MLA)"] == "–"
-    assert t.at["forks: all branches, shared canonical + patches vs duplicated pages",
-                "qwen2_5_vl_7b (GQA)"] == "0.40× over 3.0 branches"
+    assert (
+        t.at["forks: all branches, shared canonical + patches vs duplicated pages", "qwen2_5_vl_7b (GQA)"]
+        == "0.40× over 3.0 branches"
+    )
 
 
 FIGURES = {"turnover": turnover, "appd": appd}

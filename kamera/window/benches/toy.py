@@ -79,7 +79,10 @@ class ToyWindowBench(WindowBench):
                     if stream else f"the toy window task has no stream built for {probe.name}")
         k = getattr(probe, "n_chunks", None)
         if k is not None and k != entry.meta["n_states"]:
-            return f"{probe.name} with n_chunks={k} needs a stream of {k} states; {entry.item_id} has {entry.meta['n_states']}"
+            return (
+                f"{probe.name} with n_chunks={k} needs a stream of {k} states; "
+                f"{entry.item_id} has {entry.meta['n_states']}"
+            )
         window = entry.meta["window"]
         if probe.name == "survivor" and probe.survivor % window != window - 2:
             return f"the toy survivor stream puts the survivor at window slot {window - 2}, not {probe.survivor}"

@@ -33,7 +33,9 @@ def shrink(image, pixels: int | None):
     return image.resize((max(1, int(w * scale)), max(1, int(h * scale))), resample=3)  # 3 = bicubic
 
 
-def _segments(spans: list[Span], n: int, per: int, pixels: int | None, what: str) -> tuple[Span | None, list[Span], Span]:
+def _segments(
+    spans: list[Span], n: int, per: int, pixels: int | None, what: str
+) -> tuple[Span | None, list[Span], Span]:
     """(prefix, n segments, query) from a Video-MME item's ``[prefix?, A, B, query]``: its frames in order, cut
     into n :class:`~kamera.items.spans.Clip` parts of ``per`` frames (with their timestamps), one segment a span.
 
@@ -41,11 +43,15 @@ def _segments(spans: list[Span], n: int, per: int, pixels: int | None, what: str
     input, the others read its frames as images)."""
     clips = [p for s in spans if s.role in ("A", "B") for p in s.parts if not isinstance(p, str)]
     if not all(isinstance(c, Clip) for c in clips):
-        raise ValueError(f"{what}: the loader's chunks hold {sorted({type(c).__name__ for c in clips})}, not video clips")
+        raise ValueError(
+            f"{what}: the loader's chunks hold {sorted({type(c).__name__ for c in clips})}, not video clips"
+        )
     frames = [(shrink(f, pixels), t) for c in clips for f, t in zip(c.frames, c.timestamps, strict=True)]
     if len(frames) != n * per:
         raise ValueError(f"{what}: {len(frames)} frames decoded, {n} segments of {per} need {n * per}")
-    segments = [Span("A", (Clip(*zip(*frames[j * per : (j + 1) * per], strict=True)),), f"segment{j}") for j in range(n)]
+    segments = [
+        Span("A", (Clip(*zip(*frames[j * per : (j + 1) * per], strict=True)),), f"segment{j}") for j in range(n)
+    ]
     return (spans[0] if spans[0].role == "prefix" else None), segments, spans[-1]
 
 
@@ -59,9 +65,17 @@ def _video_build(item, other, opts: dict, adapter: Adapter) -> WindowItem:
         foreign = [] if other is None else _segments(other.spans(), n, per, px, f"Video-MME {other.item_id}")[1]
     except MediaError as err:
         raise ValueError(str(err)) from err
-    return WindowItem(item.item_id, tuple(history), query, opts["window"], prefix, tuple(foreign[: opts["n_foreign"]]),
-                      tuple(item.choice_letters), item.gold_letter,
-                      {"video": item.cluster_key, "foreign_video": None if other is None else other.cluster_key})
+    return WindowItem(
+        item.item_id,
+        tuple(history),
+        query,
+        opts["window"],
+        prefix,
+        tuple(foreign[: opts["n_foreign"]]),
+        tuple(item.choice_letters),
+        item.gold_letter,
+        {"video": item.cluster_key, "foreign_video": None if other is None else other.cluster_key},
+    )
 
 
 @dataclass(frozen=True)
@@ -69,11 +83,15 @@ class VideoWindowBench(WindowBench):
     """Video-MME questions over ``segments`` × ``frames_per_segment`` frames cut into segments."""
 
     def problems(self, model: str, opts: dict) -> list[str]:
-        p = [f"bench.kwargs.{k}={opts[k]!r}: must be an integer >= {low}"
-             for k, low in (("segments", 2), ("frames_per_segment", 1), ("window", 1), ("n_foreign", 0))
-             if not is_int(opts[k], low)]
+        p = [
+            f"bench.kwargs.{k}={opts[k]!r}: must be an integer >= {low}"
+            for k, low in (("segments", 2), ("frames_per_segment", 1), ("window", 1), ("n_foreign", 0))
+            if not is_int(opts[k], low)
+        ]
         if opts["frame_pixels"] is not None and not is_int(opts["frame_pixels"], 28 * 28):
-            p.append(f"bench.kwargs.frame_pixels={opts['frame_pixels']!r}: must be null (as decoded) or an integer >= 784")
+            p.append(
+                f"bench.kwargs.frame_pixels={opts['frame_pixels']!r}: must be null (as decoded) or an integer >= 784"
+            )
         if not p and opts["window"] >= opts["segments"]:
             p.append(f"bench.kwargs.window={opts['window']}: must be below segments ({opts['segments']})")
         if not p and opts["n_foreign"] > opts["segments"]:
@@ -84,19 +102,34 @@ class VideoWindowBench(WindowBench):
         return p
 
     def select(self, subsets: list[str], split: str, seed: int, n: int | None, opts: dict, read: Read) -> Selection:
-        kwargs = {"n_frames": opts["segments"] * opts["frames_per_segment"], "a_chunks": 1,
-                  "task_types": opts["task_types"]}
+        kwargs = {
+            "n_frames": opts["segments"] * opts["frames_per_segment"],
+            "a_chunks": 1,
+            "task_types": opts["task_types"],
+        }
         got = read(self.reads, kwargs)
         items, entries = got.items, []
         for j, it in enumerate(items):  # the foreign clip: the next selected question on another video
             other = next((o for o in items[j + 1 :] + items[:j] if o.cluster_key != it.cluster_key), None)
-            entries.append(WindowEntry(it.item_id, it.subset, it.split, it.cluster_key,
-                                       partial(_video_build, it, other, opts)))
+            entries.append(
+                WindowEntry(it.item_id, it.subset, it.split, it.cluster_key, partial(_video_build, it, other, opts))
+            )
         got.items = entries
         return got
 
 
-SPEC = VideoWindowBench("videomme_window", ("short", "medium", "long"), ("short", "medium", "long"), "test",
-                        {"segments": 11, "frames_per_segment": 2, "window": 5, "n_foreign": 4,
-                         "frame_pixels": 448 * 448, "task_types": None},
-                        reads="videomme")
+SPEC = VideoWindowBench(
+    "videomme_window",
+    ("short", "medium", "long"),
+    ("short", "medium", "long"),
+    "test",
+    {
+        "segments": 11,
+        "frames_per_segment": 2,
+        "window": 5,
+        "n_foreign": 4,
+        "frame_pixels": 448 * 448,
+        "task_types": None,
+    },
+    reads="videomme",
+)

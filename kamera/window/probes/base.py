@@ -111,9 +111,18 @@ class WindowProbe(Plugin):
         """The two rows every setting carries: ``reprefill`` (the ceiling, one forward, the whole page
         recomputed) and ``blind`` (R(δ)·KV(target|∅), nothing paid at the operation)."""
         return [
-            self.row(view, "reprefill", view.reprefill_logits, bytes=view.page_bytes(), paid=[view.full_key],
-                     setting=setting, **measures),
-            self.row(view, "blind", view.blind.logits, bytes=0, stored=[view.canonical_key], setting=setting, **measures),
+            self.row(
+                view,
+                "reprefill",
+                view.reprefill_logits,
+                bytes=view.page_bytes(),
+                paid=[view.full_key],
+                setting=setting,
+                **measures,
+            ),
+            self.row(
+                view, "blind", view.blind.logits, bytes=0, stored=[view.canonical_key], setting=setting, **measures
+            ),
         ]
 
 

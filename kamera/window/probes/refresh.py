@@ -90,14 +90,25 @@ class RefreshProbe(WindowProbe):
                                  patch=update, paid=[view.full_key], stored=[view.canonical_key], **tag))
             for variant, redo in (
                 ("deep_refresh", lambda v=view, s=stale: reuse_bottom(v, reused, s, tag="deep_refresh")),
-                ("shallow_refresh", lambda v=view, s=stale: recompute(v, range(v.n_b), shallow, s, tag="shallow_refresh")),
+                (
+                    "shallow_refresh",
+                    lambda v=view, s=stale: recompute(v, range(v.n_b), shallow, s, tag="shallow_refresh"),
+                ),
             ):
                 try:
                     rec = wctx.resource((variant, view.layout), redo)
                 except NotImplementedError as why:  # an attention kernel or layer type the engine cannot drive
                     raise ProbeRefusal(f"{self.name}: {variant} cannot run here: {why}") from why
-                rows.append(self.row(view, variant, view.query(rec.kv, tag=variant).logits,
-                                     bytes=rec.n_written_cells * cell_bytes(view), paid=[(variant, view.layout)],
-                                     stored=[old.full_key, view.canonical_key], recomputed_layers=sum(
-                                         1 for w in rec.written if w.numel()), **tag))
+                rows.append(
+                    self.row(
+                        view,
+                        variant,
+                        view.query(rec.kv, tag=variant).logits,
+                        bytes=rec.n_written_cells * cell_bytes(view),
+                        paid=[(variant, view.layout)],
+                        stored=[old.full_key, view.canonical_key],
+                        recomputed_layers=sum(1 for w in rec.written if w.numel()),
+                        **tag,
+                    )
+                )
         return rows

@@ -38,7 +38,9 @@ if TYPE_CHECKING:
 
 def same(a: ChunkKV, b: ChunkKV) -> bool:
     """Every layer and channel bit for bit equal."""
-    return all(torch.equal(x, y) for la, lb in zip(a.layers, b.layers, strict=True) for x, y in zip(la, lb, strict=True))
+    return all(
+        torch.equal(x, y) for la, lb in zip(a.layers, b.layers, strict=True) for x, y in zip(la, lb, strict=True)
+    )
 
 
 def query_live(view: WindowView, live, tag: str) -> ForwardOut:
@@ -74,15 +76,28 @@ class RevertProbe(WindowProbe):
         positions = view.native_positions(view.b)
         tag = {"setting": f"rank={self.rank}"}
         rows = self.reference_rows(view, **tag)
-        rows.append(self.row(view, "patch", on.logits, patch=patch, paid=[view.full_key],
-                             stored=[view.canonical_key], **tag))
-        for variant, kv, reference, applied in (("revert", view.relocated, view.blind, None),
-                                                ("readd", patched, on, patch)):
+        rows.append(
+            self.row(view, "patch", on.logits, patch=patch, paid=[view.full_key], stored=[view.canonical_key], **tag)
+        )
+        for variant, kv, reference, applied in (
+            ("revert", view.relocated, view.blind, None),
+            ("readd", patched, on, patch),
+        ):
             overwrite(wctx.adapter, live, start, kv)
             exact_kv = same(wctx.adapter.read(live, start, stop, positions), kv)
             out = query_live(view, live, variant)
-            rows.append(self.row(view, variant, out.logits, bytes=0 if applied is None else None, patch=applied,
-                                 stored=[view.canonical_key, view.full_key],
-                                 exact_kv=exact_kv, exact_logits=torch.equal(out.logits, reference.logits),
-                                 bytes_written=kv.nbytes(), **tag))
+            rows.append(
+                self.row(
+                    view,
+                    variant,
+                    out.logits,
+                    bytes=0 if applied is None else None,
+                    patch=applied,
+                    stored=[view.canonical_key, view.full_key],
+                    exact_kv=exact_kv,
+                    exact_logits=torch.equal(out.logits, reference.logits),
+                    bytes_written=kv.nbytes(),
+                    **tag,
+                )
+            )
         return rows

@@ -75,7 +75,9 @@ class SurvivorProbe(WindowProbe):
         """The survivor's window slot (0-based) in a window of k; the evicted slot 0 is refused."""
         s = self.survivor % k if -k <= self.survivor < k else None
         if s is None or s == 0:
-            raise ProbeRefusal(f"{self.name}: survivor slot {self.survivor} is not a surviving chunk of a {k}-chunk window")
+            raise ProbeRefusal(
+                f"{self.name}: survivor slot {self.survivor} is not a surviving chunk of a {k}-chunk window"
+            )
         return s
 
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
@@ -106,13 +108,25 @@ class SurvivorProbe(WindowProbe):
             [energy_rank(blocks[0].s, self.energy) if rel[l][c] > floor[c] else 0 for c, blocks in enumerate(chans)]
             for l, chans in enumerate(patch.factors)
         ]
-        measures = {"setting": f"survivor={s}", "survivor_slot": s, "kl_keep": kl_keep,
-                    "removal_rel_norm": json.dumps(rel), "removal_e90": json.dumps(e90)}
+        measures = {
+            "setting": f"survivor={s}",
+            "survivor_slot": s,
+            "kl_keep": kl_keep,
+            "removal_rel_norm": json.dumps(rel),
+            "removal_e90": json.dumps(e90),
+        }
         rows = [
             *self.reference_rows(view, **measures),
             self.row(view, "keep_as_is", keep_logits, bytes=0, stored=[before.full_key], **measures),
-            self.row(view, "removal_patch", removal_logits, patch=removal_m,
-                     paid=[view.full_key], stored=[before.full_key], **measures),
+            self.row(
+                view,
+                "removal_patch",
+                removal_logits,
+                patch=removal_m,
+                paid=[view.full_key],
+                stored=[before.full_key],
+                **measures,
+            ),
         ]
         for r in rows:
             r["eta_keep"] = eta(r["kl"], kl_keep, wctx.eta_floor)
