@@ -177,3 +177,14 @@ agent: ## agent traces through recompute / prefix / relocate / kamera / placemen
 	$(call render,$(agent_exp))
 	$(if $(or $(filter paper,$(SCALE)),$(ARGS)),,$(call sweep,agent_bound_tiny))
 	$(if $(or $(filter paper,$(SCALE)),$(ARGS)),,$(call render,agent_bound_tiny))
+
+# make basis runs in two passes (docs/reproduction.md): basis-fit records each item's Δ directions (basis_pass=energy)
+# and fits each model's pooled bases on the training half; then basis's own sweep (basis_pass=eta, set below and read
+# last by Hydra, so basis-fit's energy wins there) applies each item's basis patch and runs the query, and renders.
+.PHONY: basis-fit
+basis-fit: ## the shared basis's first pass: deficit_basis records and the pooled bases fit on them (make basis runs it first)
+	$(PYTHON) -m kamera.sweep --check experiment=basis$(suffix) $(launch) $(ARGS) basis_pass=energy
+	$(PYTHON) -m kamera.run -m experiment=basis$(suffix) $(launch) $(ARGS) basis_pass=energy
+	$(PYTHON) -m experiments.basis --fit experiment=basis$(suffix) $(ARGS) basis_pass=energy
+basis: basis-fit
+basis: override ARGS += basis_pass=eta

@@ -145,7 +145,7 @@ def test_bad_names_and_missing_paths_fail_before_any_forward(tmp_path, monkeypat
         "bench.name=nope": "unknown benchmark 'nope'; valid names: ['binding_words', 'egoschema'",
         "bench=mm_niah_reasoning": "KAMERA_DATA is not set",
         "model=qwen2_5_vl_7b": "hf download Qwen/Qwen2.5-VL-7B-Instruct",
-        "probes=[nope]": "conf/probe has: deficit_basis, deficit_heads, deficit_norms",
+        "probes=[nope]": "conf/probe has: deficit_basis, deficit_basis_patch, deficit_heads",
     }
     for override, message in cases.items():
         with pytest.raises(JobError) as err:
