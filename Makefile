@@ -81,7 +81,7 @@ engine-venv: ## the engine tier's own venv at ENGINE_VENV: torch + torchvision, 
 	python3 -m venv $(ENGINE_VENV)
 	. $(ENGINE_VENV)/bin/activate && bash scripts/install_engine.sh $(ENGINE_KIND)
 
-test-engine: ## the engine tier in ENGINE_VENV: vLLM with the kamera KV connector on 4 tiny families (make engine-venv first; ~1 min)
+test-engine: ## the engine tier in ENGINE_VENV: vLLM with the kamera KV connector on 4 tiny families and engine jobs (make engine-venv first; ~2-3 min)
 	$(ENGINE_VENV)/bin/python -m pytest -m engine tests/engine
 
 # SCALE=paper: the paper's Fig. 12 backbones (conf/experiment/fig12.yaml) go through the connector's preflight

@@ -24,6 +24,27 @@ def test_verify_passes_on_a_served_family_and_fails_when_the_connector_does_not_
     assert "FAIL  relocation at layer 0" in said and "FAIL  full rank = re-prefill: KV" not in said
 
 
+def test_verify_bf16_on_a_checkpoint_path_checks_the_exact_rotation_and_fails_on_a_wrong_delta(monkeypatch, capsys,
+                                                                                              tmp_path):
+    """``--model DIR`` (a checkpoint by path), bfloat16: relocation is within one bf16 ULP of the exact float64 R(δ) of
+    the stored page on every element and layer; the distance to vLLM's own bf16 prefill is printed, not gated. The
+    mutation: the connector turns B by δ + 1."""
+    from kamera.engine import plan
+    from kamera.engine.checkpoint import CHECKPOINTS
+    from kamera.engine.verify import main
+
+    model = CHECKPOINTS["qwen2"](tmp_path / "ckpt", dtype="bfloat16")
+    assert main(["--model", str(model), "--dtype", "bfloat16", "--store", str(tmp_path / "ok")]) == 0
+    said = capsys.readouterr().out
+    assert "PASS  relocation = exact R(δ) of the stored page" in said and "8 passed, 0 failed" in said
+    assert "PASS  relocation vs vLLM's bf16 prefill, layer 0 (reported)" in said and f"verify: {model}" in said
+    real = plan.relocate
+    monkeypatch.setattr(plan, "relocate",  # keys turned by δ + 1, positions placed right
+                        lambda chunk, delta: ChunkKV(chunk.specs, real(chunk, delta + 1).layers, chunk.positions + delta))
+    assert main(["--model", str(model), "--dtype", "bfloat16", "--store", str(tmp_path / "broken")]) == 1
+    assert "FAIL  relocation = exact R(δ) of the stored page" in capsys.readouterr().out
+
+
 def test_the_connector_takes_vllms_current_constructor_contract():
     """vLLM's factory (0.32 CPU and 0.33 alike, ``kv_connector/factory.py``) refuses an external connector whose
     constructor lacks ``kv_cache_config``; it then calls ``cls(config, role, kv_cache_config)``."""
