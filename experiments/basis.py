@@ -147,10 +147,14 @@ def energy_cells(fit: pd.DataFrame, held: pd.DataFrame, ranks: list[int]) -> dic
         g = got[got["r"] == r]
         if g.empty:
             continue
-        out[r] = [f"{fit['item_id'].nunique()} / {len(g)}", ci_cell(g["own"].tolist()), ci_cell(g["pooled"].tolist()),
-                  ci_cell((g["pooled"] / g["own"]).tolist()),
-                  *(ci_cell((q["pooled"] / q["own"]).tolist()) for q in (rotary[f][rotary[f]["r"] == r] for f in FRAMES)),
-                  f"{g['chance'].mean():.2f}"]
+        out[r] = [
+            f"{fit['item_id'].nunique()} / {len(g)}",
+            ci_cell(g["own"].tolist()),
+            ci_cell(g["pooled"].tolist()),
+            ci_cell((g["pooled"] / g["own"]).tolist()),
+            *(ci_cell((q["pooled"] / q["own"]).tolist()) for q in (rotary[f][rotary[f]["r"] == r] for f in FRAMES)),
+            f"{g['chance'].mean():.2f}",
+        ]
     return out
 
 
@@ -164,9 +168,16 @@ def patch_etas(patch: pd.DataFrame | None, floor: float) -> dict[int, list[str]]
         by = {f: g[g["key_frame"] == f].sort_values("item_id") for f in FRAMES}
         first = by[FRAMES[0]]
         own = [eta(a, b, floor) for a, b in zip(first["kl_own"], first["kl_blind"], strict=True)]
-        cells = [ci_cell([x for x in xs if not np.isnan(x)]) for xs in
-                 [own, *([eta(a, b, floor) for a, b in zip(by[f]["kl_basis"], by[f]["kl_blind"], strict=True)]
-                         for f in FRAMES)]]
+        cells = [
+            ci_cell([x for x in xs if not np.isnan(x)])
+            for xs in [
+                own,
+                *(
+                    [eta(a, b, floor) for a, b in zip(by[f]["kl_basis"], by[f]["kl_blind"], strict=True)]
+                    for f in FRAMES
+                ),
+            ]
+        ]
         out[int(r)] = [f"{first['kl_blind'].median():.2g}", *cells]
     return out
 
@@ -180,8 +191,11 @@ def fit(records: pd.DataFrame, paths: dict[str, Path]) -> list[Path]:
         if not train or not held:
             raise SystemExit(f"{model}: fewer than two clusters of deficit_basis records; nothing to fit and hold out")
         r_max = int(m["k"].min())
-        arrays = {f"{layer}/{channel}/{f}": w for f in FRAMES
-                  for (layer, channel), w in pooled_bases(in_frame(m[m["item_id"].isin(train)], f), r_max).items()}
+        arrays = {
+            f"{layer}/{channel}/{f}": w
+            for f in FRAMES
+            for (layer, channel), w in pooled_bases(in_frame(m[m["item_id"].isin(train)], f), r_max).items()
+        }
         path = paths[model]
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as out:
@@ -195,39 +209,54 @@ def across_tasks(m: pd.DataFrame, r: int) -> dict[tuple[str, int], list[str]]:
     on every item of the first and scored on every item of the second, at rank ``r``; none where the model ran one
     task."""
     task = m["bench"].astype(str) + " · " + m["subset"].astype(str)
-    return {(f"{m['model'].iloc[0]} · {fit} → {held}", r): cells
-            for fit, held in permutations(sorted(task.unique()), 2)
-            for cells in energy_cells(m[task == fit], m[task == held], [r]).values()}
+    return {
+        (f"{m['model'].iloc[0]} · {fit} → {held}", r): cells
+        for fit, held in permutations(sorted(task.unique()), 2)
+        for cells in energy_cells(m[task == fit], m[task == held], [r]).values()
+    }
 
 
-def render(probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None, floor: float = ETA_FLOOR) -> tuple[str, list[Path]]:
+def render(
+    probes: pd.DataFrame, group: str, stem: Path, footer: str = "", paper: dict | None = None, floor: float = ETA_FLOOR
+) -> tuple[str, list[Path]]:
     values, tag = paper_or(paper, "basis"), partial_tag(footer)
     records = one_label(of_probe(probes, "deficit_basis"), "deficit_basis")
     if records.empty:
         raise SystemExit(f"{group} has no deficit_basis records (probes=[deficit_basis])")
     patch = of_probe(probes, "deficit_basis_patch")  # one configuration per model (each names its model's fit)
-    patch = pd.concat([one_label(g, f"deficit_basis_patch on {m}") for m, g in patch.groupby("model")]) if len(
-        patch) else patch
+    patch = (
+        pd.concat([one_label(g, f"deficit_basis_patch on {m}") for m, g in patch.groupby("model")])
+        if len(patch)
+        else patch
+    )
     table = frame(records, values, patch, floor)
     if table.empty:
         raise SystemExit(f"{group}: no model has two clusters of deficit_basis records to fit on and hold out")
-    notes = ["Share of a held-out item's ‖Δ‖² (all layer-channels) that a rank-r basis keeps: the item's own top-r "
-             "SVD (the best any rank-r basis can do for it) and a per-layer-channel basis pooled over the training "
-             "half's items (top-r eigenvectors of Σ V diag(s²) Vᵀ); clusters split by a seeded permutation; mean "
-             f"[95% bootstrap CI] over held-out items; keys in the {FRAME} frame. K pooled / own: the rotary channel "
-             "(K, MLA k_pe) alone, its keys as cached (native) or un-rotated per token by R(−p) (the keys before "
-             "RoPE). Chance: a random rank-r basis (r / width). η (make basis's second pass): the held-out items' "
-             "own rank-r SVD patch and the basis patch Δ W_r W_rᵀ (the pooled basis, coefficients from the item) "
-             f"applied and the query run, η = 1 − KL / KL_blind over items with KL_blind > {floor:g}; blind reuse's "
-             "η is 0 by definition. Lines ``model · fit → held``: the basis fit on every item of one task "
-             "(benchmark · subset) and scored on every item of another, at the largest rank (transfer across "
-             "content / task)."]
+    notes = [
+        "Share of a held-out item's ‖Δ‖² (all layer-channels) that a rank-r basis keeps: the item's own top-r "
+        "SVD (the best any rank-r basis can do for it) and a per-layer-channel basis pooled over the training "
+        "half's items (top-r eigenvectors of Σ V diag(s²) Vᵀ); clusters split by a seeded permutation; mean "
+        f"[95% bootstrap CI] over held-out items; keys in the {FRAME} frame. K pooled / own: the rotary channel "
+        "(K, MLA k_pe) alone, its keys as cached (native) or un-rotated per token by R(−p) (the keys before "
+        "RoPE). Chance: a random rank-r basis (r / width). η (make basis's second pass): the held-out items' "
+        "own rank-r SVD patch and the basis patch Δ W_r W_rᵀ (the pooled basis, coefficients from the item) "
+        f"applied and the query run, η = 1 − KL / KL_blind over items with KL_blind > {floor:g}; blind reuse's "
+        "η is 0 by definition. Lines ``model · fit → held``: the basis fit on every item of one task "
+        "(benchmark · subset) and scored on every item of another, at the largest rank (transfer across "
+        "content / task)."
+    ]
     if any(m in values.get("models", []) for m in table.index.get_level_values(0)):
         notes.append(values["note"])
-    return table_outputs(table, stem, f"Shared basis ({group}{tag}) — a pooled basis against each item's own SVD",
-                         latex_text(f"A pooled per-layer basis against the held-out item's own SVD ({group}{tag})."),
-                         f"tab:{group}", footer, ["\n".join(notes)], math=False)
+    return table_outputs(
+        table,
+        stem,
+        f"Shared basis ({group}{tag}) — a pooled basis against each item's own SVD",
+        latex_text(f"A pooled per-layer basis against the held-out item's own SVD ({group}{tag})."),
+        f"tab:{group}",
+        footer,
+        ["\n".join(notes)],
+        math=False,
+    )
 
 
 def fit_main(argv: list[str]) -> None:
@@ -246,8 +275,14 @@ def main(argv: list[str] | None = None) -> None:
     if "--fit" in args:
         fit_main([a for a in args if a != "--fit"])
         return
-    cli(__doc__, "basis", lambda exp: render(exp.probes, exp.name, exp.stem("table"), exp.footer, exp.paper,
-                                             float(exp.jobs[0].cfg.eta_floor)), args)
+    cli(
+        __doc__,
+        "basis",
+        lambda exp: render(
+            exp.probes, exp.name, exp.stem("table"), exp.footer, exp.paper, float(exp.jobs[0].cfg.eta_floor)
+        ),
+        args,
+    )
 
 
 if __name__ == "__main__":

@@ -171,7 +171,9 @@ def arm_labels(entries: object) -> list[str]:
 def arm_order(arms: list[str] | None, experiment: str) -> list[str]:
     """The order a renderer lists arms in: ``arms`` (the experiment's ``arms:`` as its jobs ran them,
     :attr:`Experiment.arms`), else conf/experiment/<experiment>.yaml's: the one list of an experiment's arms."""
-    return list(arms) if arms is not None else arm_labels(OmegaConf.load(EXPERIMENTS / f"{experiment}.yaml").get("arms"))
+    if arms is not None:
+        return list(arms)
+    return arm_labels(OmegaConf.load(EXPERIMENTS / f"{experiment}.yaml").get("arms"))
 
 
 def paper_or(paper: dict | None, experiment: str) -> dict:
@@ -206,14 +208,23 @@ class Experiment:
 
 def parse(description: str, default_experiment: str, argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("overrides", nargs="*", help=f"Hydra overrides of the sweep (default experiment={default_experiment})")
+    ap.add_argument(
+        "overrides", nargs="*", help=f"Hydra overrides of the sweep (default experiment={default_experiment})"
+    )
     ap.add_argument("--allow-partial", action="store_true", help="render incomplete jobs too; the output says partial")
-    ap.add_argument("--allow-mixed-versions", action="store_true",
-                    help="render rows of one arm in one cell made by different code versions (refused by default)")
+    ap.add_argument(
+        "--allow-mixed-versions",
+        action="store_true",
+        help="render rows of one arm in one cell made by different code versions (refused by default)",
+    )
     ap.add_argument("--out", default=None, help="output stem (default: <paths.tables or paths.figures>/<experiment>)")
     modes = ["disabled", "offline", "online"]
-    ap.add_argument("--tracking", default=os.environ.get("KAMERA_TRACKING") or "disabled", choices=modes,
-                    help="also log the outputs to wandb (default: $KAMERA_TRACKING, else disabled)")
+    ap.add_argument(
+        "--tracking",
+        default=os.environ.get("KAMERA_TRACKING") or "disabled",
+        choices=modes,
+        help="also log the outputs to wandb (default: $KAMERA_TRACKING, else disabled)",
+    )
     args = ap.parse_intermixed_args(argv)
     if args.tracking not in modes:  # argparse checks choices on given values only, not on the default
         ap.error(f"KAMERA_TRACKING must be one of {', '.join(modes)}, got {args.tracking!r}")
@@ -225,12 +236,23 @@ def parse(description: str, default_experiment: str, argv: list[str] | None = No
 def load(description: str, default_experiment: str, argv: list[str] | None = None) -> Experiment:
     """The experiment's jobs and rows; SystemExit naming every incomplete job unless --allow-partial."""
     args = parse(description, default_experiment, argv)
-    return collect(args.overrides, args.allow_partial, args.allow_mixed_versions, Path(args.out) if args.out else None,
-                   args.tracking)
+    return collect(
+        args.overrides,
+        args.allow_partial,
+        args.allow_mixed_versions,
+        Path(args.out) if args.out else None,
+        args.tracking,
+    )
 
 
-def collect(overrides: list[str], allow_partial: bool = False, allow_mixed_versions: bool = False,
-            out: Path | None = None, tracking: str = "disabled", jobs: list[JobView] | None = None) -> Experiment:
+def collect(
+    overrides: list[str],
+    allow_partial: bool = False,
+    allow_mixed_versions: bool = False,
+    out: Path | None = None,
+    tracking: str = "disabled",
+    jobs: list[JobView] | None = None,
+) -> Experiment:
     """The jobs of the sweep ``overrides`` describes and their rows (:func:`load`'s refusals; ``jobs``: already
     expanded)."""
     try:
@@ -241,8 +263,11 @@ def collect(overrides: list[str], allow_partial: bool = False, allow_mixed_versi
         raise SystemExit(f"{' '.join(overrides)} expands to no job")
     cfg = jobs[0].cfg
     unique = list({j.key: j for j in jobs}.values())  # a sweep listing one job twice counts it once
-    incomplete = [f"{' '.join(j.overrides)}: {'corrupt: ' + j.error if j.error else j.state.summary()}"
-                  for j in unique if j.error or not j.state.complete]
+    incomplete = [
+        f"{' '.join(j.overrides)}: {'corrupt: ' + j.error if j.error else j.state.summary()}"
+        for j in unique
+        if j.error or not j.state.complete
+    ]
     if incomplete and not allow_partial:
         raise SystemExit(
             f"{cfg.group}: {len(incomplete)} of {len(unique)} job(s) incomplete (run the sweep, see python -m "
@@ -255,16 +280,31 @@ def collect(overrides: list[str], allow_partial: bool = False, allow_mixed_versi
         raise SystemExit(str(err)) from None
     mixed = [line for column, found in frames.items() for line in mixed_versions(found, column)]
     if mixed and not allow_mixed_versions:
-        raise SystemExit(f"{cfg.group}: rows of one arm in one cell come from different code versions (rerun the "
-                         "sweep to recompute the stale ones, or render with --allow-mixed-versions):\n- "
-                         + "\n- ".join(mixed))
+        raise SystemExit(
+            f"{cfg.group}: rows of one arm in one cell come from different code versions (rerun the "
+            "sweep to recompute the stale ones, or render with --allow-mixed-versions):\n- " + "\n- ".join(mixed)
+        )
     rows, probes = once_per_cell(frames["arm"], "arm"), once_per_cell(frames["probe"], "probe")
     if rows.empty and probes.empty:
         raise SystemExit(f"{cfg.group}: no stored rows for its {len(unique)} job(s) under {cfg.paths.results}")
     paper = paper_prose(OmegaConf.to_container(cfg.paper, resolve=True)) if cfg.get("paper") is not None else {}
-    return Experiment(cfg.group, unique, rows, probes, incomplete, footer(readable, incomplete),
-                      Path(cfg.paths.tables), Path(cfg.paths.figures), out, tracking, paper, arm_labels(cfg.get("arms")),
-                      list(overrides), allow_partial, allow_mixed_versions)
+    return Experiment(
+        cfg.group,
+        unique,
+        rows,
+        probes,
+        incomplete,
+        footer(readable, incomplete),
+        Path(cfg.paths.tables),
+        Path(cfg.paths.figures),
+        out,
+        tracking,
+        paper,
+        arm_labels(cfg.get("arms")),
+        list(overrides),
+        allow_partial,
+        allow_mixed_versions,
+    )
 
 
 def companion(exp: Experiment, key: str) -> Experiment | None:
@@ -274,7 +314,10 @@ def companion(exp: Experiment, key: str) -> Experiment | None:
     name = exp.jobs[0].cfg.get(key) if exp.jobs else None
     if not name:
         return None
-    overrides = [f"experiment={name}", *(o for o in exp.overrides if o.split("=", 1)[0].lstrip("+~").startswith("paths."))]
+    overrides = [
+        f"experiment={name}",
+        *(o for o in exp.overrides if o.split("=", 1)[0].lstrip("+~").startswith("paths.")),
+    ]
     try:
         jobs = sweep_jobs(overrides)
     except (SweepError, ValueError) as err:
@@ -311,8 +354,9 @@ def once_per_cell(frames: list[tuple[JobView, pd.DataFrame]], column: str) -> pd
         if frame.empty:
             continue
         cell = cell_key(job)
-        keys = list(zip(frame["item_id"].astype(str), frame[column].astype(str), frame["knobs"].astype(str),
-                        strict=True))
+        keys = list(
+            zip(frame["item_id"].astype(str), frame[column].astype(str), frame["knobs"].astype(str), strict=True)
+        )
         new = {k for k in keys if (cell, *k) not in seen}
         seen |= {(cell, *k) for k in new}
         kept.append(frame[[k in new for k in keys]])
@@ -336,9 +380,13 @@ def mixed_versions(frames: list[tuple[JobView, pd.DataFrame]], column: str) -> l
     lines = []
     for (cell, label), by_stamp in found.items():
         if len(by_stamp) > 1:
-            lines.append(f"{label} ({cells[cell]}): " + "; ".join(
-                " ".join(f"{c} {v}" for c, v in zip(STAMP, stamp, strict=True)) + " in " + ", ".join(sorted(paths))
-                for stamp, paths in sorted(by_stamp.items())))
+            lines.append(
+                f"{label} ({cells[cell]}): "
+                + "; ".join(
+                    " ".join(f"{c} {v}" for c, v in zip(STAMP, stamp, strict=True)) + " in " + ", ".join(sorted(paths))
+                    for stamp, paths in sorted(by_stamp.items())
+                )
+            )
     return lines
 
 
@@ -381,14 +429,20 @@ def _commit(commit: str, dirty: bool | None) -> str:
 def publish(exp: Experiment, paths: list[Path]) -> None:
     """Print where the outputs went and, with tracking on, attach them to a wandb run of the experiment."""
     print("wrote " + ", ".join(str(p) for p in paths))
-    tracker = Tracker.start(exp.tracking, "kamera", exp.name, f"render-{exp.name}", {"experiment": exp.name},
-                            Path("outputs") / "wandb")
+    tracker = Tracker.start(
+        exp.tracking, "kamera", exp.name, f"render-{exp.name}", {"experiment": exp.name}, Path("outputs") / "wandb"
+    )
     tracker.log_files(paths)
     tracker.finish()
 
 
-def ci_cell(values, seed: int = 0, clusters: list | None = None, fmt: Callable[[float], str] = "{:.2f}".format,
-            stat: Callable[[np.ndarray], float] = np.mean) -> str:
+def ci_cell(
+    values,
+    seed: int = 0,
+    clusters: list | None = None,
+    fmt: Callable[[float], str] = "{:.2f}".format,
+    stat: Callable[[np.ndarray], float] = np.mean,
+) -> str:
     """'0.59 [0.46, 0.71]': the statistic (mean by default) and its seeded 95% bootstrap interval, over
     items or over ``clusters`` (one label per value, see :func:`cluster_labels`); '–' when no value."""
     mean, lo, hi = bootstrap_ci(list(values), stat, seed=seed, clusters=clusters)
@@ -407,8 +461,16 @@ def save_figure(fig: plt.Figure, stem: Path, footer: str = "", place: str | None
     the figure already carries it (:func:`footer_below`, drawn inside the style context)."""
     if footer and place == "axes":
         ax = fig.axes[0]
-        ax.annotate("\n".join(textwrap.wrap(footer, 110)), xy=(0.5, 0), xycoords=ax.xaxis.label, xytext=(0, -4),
-                    textcoords="offset points", ha="center", va="top", fontsize=3.5)
+        ax.annotate(
+            "\n".join(textwrap.wrap(footer, 110)),
+            xy=(0.5, 0),
+            xycoords=ax.xaxis.label,
+            xytext=(0, -4),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontsize=3.5,
+        )
     elif footer and place == "figure":
         fig.text(0.5, 0.0, "\n".join(textwrap.wrap(footer, 160)), ha="center", va="top", fontsize=4)
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -418,8 +480,12 @@ def save_figure(fig: plt.Figure, stem: Path, footer: str = "", place: str | None
     # (kamera.job.store.staged): a kill mid-render leaves the previous good PDF and PNG as they were, and no temp file.
     try:
         with staged(pdf) as pdf_tmp, staged(png) as png_tmp:
-            fig.savefig(pdf_tmp, format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None,
-                                                         "Creator": None}, **opts)
+            fig.savefig(
+                pdf_tmp,
+                format="pdf",
+                metadata={"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None},
+                **opts,
+            )
             fig.savefig(png_tmp, format="png", metadata={"Software": None}, dpi=300, **opts)
     finally:
         plt.close(fig)
@@ -435,8 +501,9 @@ def footer_below(fig: plt.Figure, footer: str) -> None:
 
 
 # ----- what every renderer shares ----------------------------------------------------------------------
-def cli(doc: str, default: str, draw: Callable[[Experiment], tuple[str, list[Path]]],
-        argv: list[str] | None = None) -> None:
+def cli(
+    doc: str, default: str, draw: Callable[[Experiment], tuple[str, list[Path]]], argv: list[str] | None = None
+) -> None:
     """A renderer's ``main``: load the experiment's rows, ``draw`` them, print the markdown, publish. SIGTERM ends it
     through its cleanup (no hidden temp file left); a file it cannot write (a full disk) is one line."""
     with terminate_as_exit():
@@ -473,14 +540,19 @@ def cluster_labels(rows: pd.DataFrame) -> list[str]:
     return [k if isinstance(k, str) and k else f"item:{i}" for k, i in zip(keys, rows["item_id"], strict=True)]
 
 
-def interval(rows: pd.DataFrame, column: str, stat: Callable[[np.ndarray], float] = np.mean,
-             seed: int = 0) -> tuple[float, float, float]:
+def interval(
+    rows: pd.DataFrame, column: str, stat: Callable[[np.ndarray], float] = np.mean, seed: int = 0
+) -> tuple[float, float, float]:
     """(statistic, low, high) of ``rows[column]``: the cluster bootstrap over the rows' items (NaNs dropped)."""
     return bootstrap_ci(rows[column].astype(float).tolist(), stat, seed=seed, clusters=cluster_labels(rows))
 
 
-def row_cell(rows: pd.DataFrame, column: str, fmt: Callable[[float], str] = "{:.2f}".format,
-             stat: Callable[[np.ndarray], float] = np.mean) -> str:
+def row_cell(
+    rows: pd.DataFrame,
+    column: str,
+    fmt: Callable[[float], str] = "{:.2f}".format,
+    stat: Callable[[np.ndarray], float] = np.mean,
+) -> str:
     """:func:`ci_cell` of ``rows[column]`` with the rows' clusters."""
     return ci_cell(rows[column].astype(float).tolist(), clusters=cluster_labels(rows), fmt=fmt, stat=stat)
 
@@ -505,6 +577,7 @@ def params(rows: pd.DataFrame) -> pd.Series:
 def natural_order(labels, first: list[str] = ()) -> list[str]:
     """The labels of ``first`` (and their knob variants, ``shallow_reprefill[reuse_layers=1]``) in its order,
     then the rest in natural order (patch_r8 < patch_r16 < patch_full)."""
+
     def key(label: str) -> list:
         return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(label).replace("_full", "_r1000000"))]
 
@@ -515,8 +588,11 @@ def natural_order(labels, first: list[str] = ()) -> list[str]:
 
 def markdown_rows(header: list[str], rows: list[list]) -> list[str]:
     """Markdown table lines: the header, the separator and one line per row (cells as ``str``)."""
-    return ["| " + " | ".join(map(str, header)) + " |", "|---" * len(header) + "|",
-            *["| " + " | ".join(map(str, r)) + " |" for r in rows]]
+    return [
+        "| " + " | ".join(map(str, header)) + " |",
+        "|---" * len(header) + "|",
+        *["| " + " | ".join(map(str, r)) + " |" for r in rows],
+    ]
 
 
 def document(lines: list[str], footer: str = "") -> str:
@@ -535,12 +611,34 @@ def markdown_table(frame: pd.DataFrame, title: str, footer: str = "", notes: lis
     return document([head, "", *markdown_rows([*index, *names], body), *[f"\n{n}" for n in notes]], footer)
 
 
-LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+LATEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 # the symbols tables print, as math a pdflatex document needs no package for (– and — pass as UTF-8 text)
-LATEX_SYMBOLS = {"η": r"$\eta$", "Δ": r"$\Delta$", "≈": r"$\approx$", "∼": r"$\sim$", "−": r"$-$", "×": r"$\times$",
-                 "≤": r"$\leq$", "≥": r"$\geq$", "≡": r"$\equiv$", "·": r"$\cdot$", "→": r"$\to$", "ℓ": r"$\ell$",
-                 "§": r"\S{}"}
+LATEX_SYMBOLS = {
+    "η": r"$\eta$",
+    "Δ": r"$\Delta$",
+    "≈": r"$\approx$",
+    "∼": r"$\sim$",
+    "−": r"$-$",
+    "×": r"$\times$",
+    "≤": r"$\leq$",
+    "≥": r"$\geq$",
+    "≡": r"$\equiv$",
+    "·": r"$\cdot$",
+    "→": r"$\to$",
+    "ℓ": r"$\ell$",
+    "§": r"\S{}",
+}
 
 
 def latex_text(text: str) -> str:
@@ -555,8 +653,14 @@ def latex_table(frame: pd.DataFrame, caption: str, label: str, footer: str = "",
     kept and symbols stay UTF-8 (Tables 1–3, App. D / E)."""
     styler = (frame.rename_axis(None) if math else frame).style.format(escape="latex")
     styler = styler.format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
-    tex = styler.to_latex(hrules=True, caption=latex_text(caption) if math else caption, label=label,
-                          column_format="l" + "c" * len(frame.columns), multicol_align="c", position_float="centering")
+    tex = styler.to_latex(
+        hrules=True,
+        caption=latex_text(caption) if math else caption,
+        label=label,
+        column_format="l" + "c" * len(frame.columns),
+        multicol_align="c",
+        position_float="centering",
+    )
     if math:
         tex = "".join(LATEX_SYMBOLS.get(c, c) for c in tex)
     return f"% {footer}\n{tex}" if footer else tex
@@ -567,8 +671,9 @@ def require_rows(rows: pd.DataFrame, group: str) -> None:
         raise SystemExit(f"{group} has no rows")
 
 
-def arm_table(columns: dict[tuple[str, str], dict[str, str]], counts: dict[tuple[str, str], str],
-              arms: list[str]) -> pd.DataFrame:
+def arm_table(
+    columns: dict[tuple[str, str], dict[str, str]], counts: dict[tuple[str, str], str], arms: list[str]
+) -> pd.DataFrame:
     """Arms × (model, column) cells ('–' where an arm has none), with a last row ``n`` of counts."""
     frame = pd.DataFrame(columns).reindex(arms).fillna("–")
     frame.loc["n"] = pd.Series(counts)
@@ -577,9 +682,18 @@ def arm_table(columns: dict[tuple[str, str], dict[str, str]], counts: dict[tuple
     return frame
 
 
-def table_outputs(frame: pd.DataFrame, stem: Path, title: str, caption: str, label: str, footer: str = "",
-                  notes: list[str] = (), math: bool = True, subtitle: str = "",
-                  index_label: str | None = None) -> tuple[str, list[Path]]:
+def table_outputs(
+    frame: pd.DataFrame,
+    stem: Path,
+    title: str,
+    caption: str,
+    label: str,
+    footer: str = "",
+    notes: list[str] = (),
+    math: bool = True,
+    subtitle: str = "",
+    index_label: str | None = None,
+) -> tuple[str, list[Path]]:
     """A table's markdown (:func:`markdown_table`; ``index_label`` names its first column where the frame's
     index has no name) and booktabs LaTeX (:func:`latex_table`), written to <stem>.md and <stem>.tex."""
     md = markdown_table(frame.rename_axis(index_label) if index_label else frame, title, footer, notes, subtitle)
@@ -587,8 +701,9 @@ def table_outputs(frame: pd.DataFrame, stem: Path, title: str, caption: str, lab
     return md, [write_text(stem.with_suffix(".md"), md), write_text(stem.with_suffix(".tex"), tex)]
 
 
-def figure_outputs(fig: plt.Figure, md: str, stem: Path, footer: str = "",
-                   place: str | None = "axes") -> tuple[str, list[Path]]:
+def figure_outputs(
+    fig: plt.Figure, md: str, stem: Path, footer: str = "", place: str | None = "axes"
+) -> tuple[str, list[Path]]:
     """A figure's <stem>.pdf (byte-stable) and .png with the footer (:func:`save_figure`'s ``place``), and its
     data table <stem>.md."""
     return md, [*save_figure(fig, stem, footer, place), write_text(stem.with_suffix(".md"), md)]
@@ -618,9 +733,11 @@ def docs_table(text: str) -> str:
         missing = [k for k in ("title", "summary") if not paper.get(k)]
         if missing:
             raise SystemExit(f"conf/experiment/{name}.yaml: its paper: block lacks {', '.join(missing)}")
-        table.append(f"| {paper['title']} | `{name}` | `{name}`, `{name}_tiny` | {paper['summary']} | "
-                     f"{status.get(name, 'not run yet')} |")
-    return "\n".join([*lines[:rows[0]], *table, *lines[rows[-1] + 1:]])
+        table.append(
+            f"| {paper['title']} | `{name}` | `{name}`, `{name}_tiny` | {paper['summary']} | "
+            f"{status.get(name, 'not run yet')} |"
+        )
+    return "\n".join([*lines[: rows[0]], *table, *lines[rows[-1] + 1 :]])
 
 
 README_ROW = re.compile(r"^\| (?P<title>[^|]*) \| `make (?P<name>[a-z0-9_]+)` \| [^|]* \| (?P<tiny>[^|]*) \| [^|]* \|$")
@@ -647,9 +764,11 @@ def readme_table(text: str) -> str:
     table = []
     for name in names:
         hours = (OmegaConf.load(EXPERIMENTS / f"{name}.yaml").get("cost") or {}).get("h100_hours")
-        table.append(f"| {paper_values(name)['title']} | `make {name}` | {outputs_of(name)} | {tiny.get(name, '–')} | "
-                     f"{'–' if hours is None else f'{hours:g}'} |")
-    return "\n".join([*lines[:rows[0]], *table, *lines[rows[-1] + 1:]])
+        table.append(
+            f"| {paper_values(name)['title']} | `make {name}` | {outputs_of(name)} | {tiny.get(name, '–')} | "
+            f"{'–' if hours is None else f'{hours:g}'} |"
+        )
+    return "\n".join([*lines[: rows[0]], *table, *lines[rows[-1] + 1 :]])
 
 
 def docs(check: bool = False) -> int:

@@ -1,7 +1,7 @@
 """Figure 12, measured in the harness: position is fixed by R(δ), conditioning by the patch, and reuse
 matches the re-prefill answers.
 
-    python -m experiments.fig12 experiment=fig12_tiny       # make fig12 (SCALE=paper: 4 backbones, Video-MME, EgoSchema)
+    python -m experiments.fig12 experiment=fig12_tiny   # make fig12 (SCALE=paper: 4 backbones, Video-MME, EgoSchema)
 
 (a) per backbone, next-token KL to re-prefill of the chunk spliced without re-rotation
 (``unrotated``), with R(δ) only (``blind``) and with rank-8 / rank-64 patches, from rows
@@ -118,8 +118,13 @@ def relocation_panel(records: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     keys = ["model", "dtype", "scheme", "distance"]
     first = err[err["layer"] == FLOOR_LAYER].groupby([*keys, "item_id"])["value"].max()
     worst = err.groupby([*keys, "item_id"])["value"].max()
-    out = pd.DataFrame({"layer0": first.groupby(level=keys).median(), "worst_layer": worst.groupby(level=keys).median(),
-                        "items": worst.groupby(level=keys).size()}).reset_index()
+    out = pd.DataFrame(
+        {
+            "layer0": first.groupby(level=keys).median(),
+            "worst_layer": worst.groupby(level=keys).median(),
+            "items": worst.groupby(level=keys).size(),
+        }
+    ).reset_index()
     floor = records[(records["quantity"] == "bf16_floor") & (records["layer"] == FLOOR_LAYER)]["value"]
     return out.sort_values(keys).reset_index(drop=True), float(floor.median()) if len(floor) else float("nan")
 
@@ -133,8 +138,14 @@ def kl_floor(rows: pd.DataFrame) -> pd.Series:
     return rows[rows["arm"] == KL_FLOOR_ARM].groupby("model")["kl"].median()
 
 
-def plot(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFrame, title: str,
-         kl_floors: pd.Series | None = None) -> plt.Figure:
+def plot(
+    kl: pd.DataFrame,
+    reloc: pd.DataFrame,
+    floor: float,
+    agree: pd.DataFrame,
+    title: str,
+    kl_floors: pd.Series | None = None,
+) -> plt.Figure:
     with plt.style.context(str(STYLE)):
         fig, (a, b, c) = plt.subplots(1, 3, figsize=(7.0, 3.4))
         if kl.empty:
@@ -145,13 +156,21 @@ def plot(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFram
             width = 0.8 / len(arms)
             for i, arm in enumerate(arms):
                 v = kl[kl["arm"] == arm].set_index("model")["kl_mean"]
-                a.bar(np.arange(len(models)) + i * width, [max(v.get(m, np.nan), 1e-12) for m in models], width,
-                      label=arm)
+                a.bar(
+                    np.arange(len(models)) + i * width, [max(v.get(m, np.nan), 1e-12) for m in models], width, label=arm
+                )
             floors = pd.Series(dtype=float) if kl_floors is None else kl_floors
             for j, m in enumerate(models):
                 if m in floors.index:
-                    a.hlines(max(float(floors[m]), 1e-12), j - width / 2, j + 0.8 - width / 2, colors="k",
-                             linestyles=":", linewidth=0.9, label="dtype floor (full-rank patch)" if j == 0 else None)
+                    a.hlines(
+                        max(float(floors[m]), 1e-12),
+                        j - width / 2,
+                        j + 0.8 - width / 2,
+                        colors="k",
+                        linestyles=":",
+                        linewidth=0.9,
+                        label="dtype floor (full-rank patch)" if j == 0 else None,
+                    )
             a.set_yscale("log")
             a.set_xticks(np.arange(len(models)) + 0.4 - width / 2, models, rotation=30, ha="right", fontsize=4.5)
             a.set_ylabel("KL to re-prefill (mean)")
@@ -163,8 +182,14 @@ def plot(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFram
             colour = {m: f"C{i}" for i, m in enumerate(sorted(reloc["model"].unique()))}
             dashes = {d: style for d, style in zip(sorted(reloc["dtype"].unique()), ("--", "-", "-."), strict=False)}
             for (model, dtype), g in reloc.groupby(["model", "dtype"], sort=True):
-                b.plot(g["distance"], g["layer0"].clip(lower=1e-12), marker="o", markersize=2, color=colour[model],
-                       linestyle=dashes[dtype])
+                b.plot(
+                    g["distance"],
+                    g["layer0"].clip(lower=1e-12),
+                    marker="o",
+                    markersize=2,
+                    color=colour[model],
+                    linestyle=dashes[dtype],
+                )
             schemes = reloc.groupby("model")["scheme"].first()
             handles = [plt.Line2D([], [], color=colour[m], label=f"{m} ({schemes[m]})") for m in colour]
             handles += [plt.Line2D([], [], color="0.3", linestyle=st, label=d) for d, st in dashes.items()]
@@ -192,10 +217,22 @@ def plot(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFram
                     right.plot(xs, [100 * g["agreement"].get(k, np.nan) for k in groups], "kv", markersize=2.5)
             chance = agree.groupby(["model", "bench"])["chance"].first()
             for i, k in enumerate(groups):
-                c.hlines(chance[k], i - width / 2, i + 0.8 - width / 2, color="0.3", linestyle=":", linewidth=0.8,
-                         label="chance" if i == 0 else None)
-            c.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, [f"{m} · {x}" for m, x in groups], rotation=30,
-                         ha="right", fontsize=4.5)
+                c.hlines(
+                    chance[k],
+                    i - width / 2,
+                    i + 0.8 - width / 2,
+                    color="0.3",
+                    linestyle=":",
+                    linewidth=0.8,
+                    label="chance" if i == 0 else None,
+                )
+            c.set_xticks(
+                np.arange(len(groups)) + 0.4 - width / 2,
+                [f"{m} · {x}" for m, x in groups],
+                rotation=30,
+                ha="right",
+                fontsize=4.5,
+            )
             c.set_ylim(0, 1)
             c.set_ylabel("MC accuracy")
             right.set_ylim(0, 105)
@@ -208,35 +245,79 @@ def plot(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFram
     return fig
 
 
-def to_markdown(kl: pd.DataFrame, reloc: pd.DataFrame, floor: float, agree: pd.DataFrame, title: str,
-                paper: dict, kl_floors: pd.Series | None = None) -> list[str]:
-    lines = [f"**{title}** — the harness's own splice (the paper measures inside SGLang)", "",
-             "*(a) next-token KL to re-prefill; dtype floor = median KL of the full-rank patch in the model's dtype "
-             "(what rounding alone leaves: bf16 at paper scale), the dotted line*", ""]
+def to_markdown(
+    kl: pd.DataFrame,
+    reloc: pd.DataFrame,
+    floor: float,
+    agree: pd.DataFrame,
+    title: str,
+    paper: dict,
+    kl_floors: pd.Series | None = None,
+) -> list[str]:
+    lines = [
+        f"**{title}** — the harness's own splice (the paper measures inside SGLang)",
+        "",
+        "*(a) next-token KL to re-prefill; dtype floor = median KL of the full-rank patch in the model's dtype "
+        "(what rounding alone leaves: bf16 at paper scale), the dotted line*",
+        "",
+    ]
     if kl.empty:
         lines.append(f"no rows of {', '.join(FIG12A_ARMS)}")
     else:
         floors = pd.Series(dtype=float) if kl_floors is None else kl_floors
-        body = [[r.model, r.arm, str(int(r.n)), cell(r.kl_mean, ".2e"), cell(r.kl_median, ".2e"), cell(r.argmax_flip, ".2f"),
-                 cell(floors.get(r.model, float("nan")), ".2e"), paper.get("kl", {}).get(r.arm, "–")]
-                for r in kl.itertuples(index=False)]
-        lines += markdown_rows(["model", "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor", "paper KL"],
-                               body)
+        body = [
+            [
+                r.model,
+                r.arm,
+                str(int(r.n)),
+                cell(r.kl_mean, ".2e"),
+                cell(r.kl_median, ".2e"),
+                cell(r.argmax_flip, ".2f"),
+                cell(floors.get(r.model, float("nan")), ".2e"),
+                paper.get("kl", {}).get(r.arm, "–"),
+            ]
+            for r in kl.itertuples(index=False)
+        ]
+        lines += markdown_rows(
+            ["model", "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor", "paper KL"], body
+        )
     lines += ["", f"*(b) relative error of relocated keys (median over items); bf16 floor {cell(floor, '.2e')}*", ""]
     if reloc.empty:
         lines.append("no relocation records")
     else:
-        body = [[r.model, r.scheme, r.dtype, str(int(r.distance)), str(int(r.items)), cell(r.layer0, ".2e"),
-                 cell(r.worst_layer, ".2e")] for r in reloc.itertuples(index=False)]
+        body = [
+            [
+                r.model,
+                r.scheme,
+                r.dtype,
+                str(int(r.distance)),
+                str(int(r.items)),
+                cell(r.layer0, ".2e"),
+                cell(r.worst_layer, ".2e"),
+            ]
+            for r in reloc.itertuples(index=False)
+        ]
         lines += markdown_rows(["model", "scheme", "dtype", "δ", "items", "layer 0", "worst layer"], body)
     lines += ["", "*(c) multiple-choice accuracy and per-item agreement with re-prefill*", ""]
     if agree.empty:
         lines.append(f"no multiple-choice rows of {REFERENCE} and {', '.join(FIG12C_ARMS)}")
     else:
-        body = [[r.model, r.bench, r.arm, str(r.n), cell(r.accuracy, ".3f"), cell(100 * r.agreement, ".1f"),
-                 cell(r.chance, ".2f"), paper.get("agreement", "–") if r.arm != REFERENCE else "–"]
-                for r in agree.itertuples(index=False)]
-        lines += markdown_rows(["model", "bench", "arm", "n", "accuracy", "agreement %", "chance", "paper agreement"], body)
+        body = [
+            [
+                r.model,
+                r.bench,
+                r.arm,
+                str(r.n),
+                cell(r.accuracy, ".3f"),
+                cell(100 * r.agreement, ".1f"),
+                cell(r.chance, ".2f"),
+                paper.get("agreement", "–") if r.arm != REFERENCE else "–",
+            ]
+            for r in agree.itertuples(index=False)
+        ]
+        lines += markdown_rows(
+            ["model", "bench", "arm", "n", "accuracy", "agreement %", "chance", "paper agreement"], body
+        )
     return [*lines, "", paper["note"]]
 
 
@@ -264,7 +345,9 @@ def engine_records(exp: Experiment) -> EngineRecords | None:
     timing = probes[probes["probe"] == TIMING] if len(probes) else pd.DataFrame()
     libraries = dict.fromkeys(
         ", ".join(f"{d} {v}" for d, v in ((j.shard.meta().get("identity") or {}).get("libraries") or {}).items())
-        for j in eng.jobs if j.shard is not None)
+        for j in eng.jobs
+        if j.shard is not None
+    )
     footer = f"engine jobs {eng.name}: {eng.footer}; engine libraries {' / '.join(x for x in libraries if x) or '–'}"
     from kamera.job import results_root
 
@@ -273,8 +356,9 @@ def engine_records(exp: Experiment) -> EngineRecords | None:
 
 def engine_labelled(rows: pd.DataFrame) -> pd.DataFrame:
     """Engine rows with ``model`` as the panels label them: ``model · dtype · source``."""
-    return rows.assign(model=[f"{m} · {d} · {s}" for m, d, s in zip(rows["model"], rows["dtype"], rows["source"],
-                                                                       strict=True)])
+    return rows.assign(
+        model=[f"{m} · {d} · {s}" for m, d, s in zip(rows["model"], rows["dtype"], rows["source"], strict=True)]
+    )
 
 
 def ulp_panel(rows: pd.DataFrame) -> pd.DataFrame:
@@ -282,9 +366,16 @@ def ulp_panel(rows: pd.DataFrame) -> pd.DataFrame:
     re-prefill's, every layer, and within one at layer 0; and the maximum over items and elements of the ULP distance
     (at each token-head vector's largest magnitude), every layer and layer 0."""
     g = rows.groupby(["model", "arm"], sort=False)
-    out = pd.DataFrame({"n": g.size(), "le1": g["ulp_le1"].mean(), "le1_l0": g["ulp_le1_l0"].mean(),
-                        "le4": g["ulp_le4"].mean(), "max": g["ulp_max"].max(),
-                        "max_l0": g["ulp_max_l0"].max()}).reset_index()
+    out = pd.DataFrame(
+        {
+            "n": g.size(),
+            "le1": g["ulp_le1"].mean(),
+            "le1_l0": g["ulp_le1_l0"].mean(),
+            "le4": g["ulp_le4"].mean(),
+            "max": g["ulp_max"].max(),
+            "max_l0": g["ulp_max_l0"].max(),
+        }
+    ).reset_index()
     return in_order(out, ENGINE_ARMS)
 
 
@@ -295,58 +386,128 @@ def ulp_max_panel(rows: pd.DataFrame) -> pd.DataFrame:
     for (model, arm), g in rows.groupby(["model", "arm"], sort=False):
         per_item = [json.loads(x) for x in g["ulp_max_by_layer"]]
         for channel in per_item[0]:
-            out.append({"model": model, "arm": arm, "channel": channel,
-                        "max_by_layer": [max(v) for v in zip(*(d[channel] for d in per_item), strict=True)]})
+            out.append(
+                {
+                    "model": model,
+                    "arm": arm,
+                    "channel": channel,
+                    "max_by_layer": [max(v) for v in zip(*(d[channel] for d in per_item), strict=True)],
+                }
+            )
     frame = pd.DataFrame(out)
     return in_order(frame, ENGINE_ARMS) if out else frame
 
 
 def timing_panel(timing: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, dtype): median over items of the time to first token of vLLM's prefill and of the spliced request, and
-    of the connector's compose and write time per claimed token (µs)."""
+    """Per (model, dtype): median over items of the time to first token of vLLM's prefill and of the spliced request,
+    and of the connector's compose and write time per claimed token (µs)."""
     g = timing.groupby(["model", "dtype"], sort=True)
-    per_token = timing.assign(compose_us=1e6 * timing["compose_s"] / timing["claimed_tokens"],
-                              write_us=1e6 * timing["write_s"] / timing["claimed_tokens"]).groupby(["model", "dtype"], sort=True)
-    return pd.DataFrame({"n": g.size(), "prompt": g["prompt_tokens"].first(), "claimed": g["claimed_tokens"].first(),
-                         "ttft_prefill_ms": 1e3 * g["ttft_prefill_s"].median(), "ttft_splice_ms": 1e3 * g["ttft_splice_s"].median(),
-                         "compose_us": per_token["compose_us"].median(), "write_us": per_token["write_us"].median()}).reset_index()
+    per_token = timing.assign(
+        compose_us=1e6 * timing["compose_s"] / timing["claimed_tokens"],
+        write_us=1e6 * timing["write_s"] / timing["claimed_tokens"],
+    ).groupby(["model", "dtype"], sort=True)
+    return pd.DataFrame(
+        {
+            "n": g.size(),
+            "prompt": g["prompt_tokens"].first(),
+            "claimed": g["claimed_tokens"].first(),
+            "ttft_prefill_ms": 1e3 * g["ttft_prefill_s"].median(),
+            "ttft_splice_ms": 1e3 * g["ttft_splice_s"].median(),
+            "compose_us": per_token["compose_us"].median(),
+            "write_us": per_token["write_us"].median(),
+        }
+    ).reset_index()
 
 
 def engine_panels(records: EngineRecords) -> dict[str, pd.DataFrame]:
     """The engine panels from an experiment's live-engine jobs."""
     rows = engine_labelled(records.rows)
-    return {"kl": kl_panel(rows), "floor": kl_floor(rows), "ulp": ulp_panel(rows), "ulp_max": ulp_max_panel(rows),
-            "agree": agreement_panel(rows),
-            "timing": timing_panel(records.timing) if len(records.timing) else pd.DataFrame()}
+    return {
+        "kl": kl_panel(rows),
+        "floor": kl_floor(rows),
+        "ulp": ulp_panel(rows),
+        "ulp_max": ulp_max_panel(rows),
+        "agree": agreement_panel(rows),
+        "timing": timing_panel(records.timing) if len(records.timing) else pd.DataFrame(),
+    }
 
 
 def engine_markdown(panels: dict[str, pd.DataFrame], records: EngineRecords) -> list[str]:
     kl, ulp, agree = panels["kl"], panels["ulp"], panels["agree"]
     floors = panels["floor"]
-    lines = ["", "**Fig. 12 inside vLLM** — the chunk spliced through the KV connector (``vllm``) beside kamera's own "
-             "splice on the same weights and items (``own``)", "",
-             "*(a) next-token KL to re-prefill; dtype floor = median KL of the full-rank patch (``patch_full``) in the "
-             "model's dtype through the same path, the dotted line*", ""]
-    lines += markdown_rows(["model · dtype · source", "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor"],
-                           [[r.model, r.arm, str(int(r.n)), cell(r.kl_mean, ".2e"), cell(r.kl_median, ".2e"),
-                             cell(r.argmax_flip, ".2f"), cell(floors.get(r.model, float("nan")), ".2e")]
-                            for r in kl.itertuples(index=False)])
-    lines += ["", "*(b) B's K / V against the re-prefill's, in bf16 ULPs: the share within one ULP of each element's "
-              "own value (mean over items), and the largest distance at each token-head vector's largest magnitude "
-              "(max over items)*", ""]
-    lines += markdown_rows(["model · dtype · source", "arm", "n", "≤ 1 ULP, all layers", "≤ 1 ULP, layer 0",
-                            "≤ 4 ULP, all layers", "max ULP, all layers", "max ULP, layer 0"],
-                           [[r.model, r.arm, str(int(r.n)), cell(r.le1, ".4f"), cell(r.le1_l0, ".4f"), cell(r.le4, ".4f"),
-                             cell(r.max, ".3g"), cell(r.max_l0, ".3g")] for r in ulp.itertuples(index=False)])
+    lines = [
+        "",
+        "**Fig. 12 inside vLLM** — the chunk spliced through the KV connector (``vllm``) beside kamera's own "
+        "splice on the same weights and items (``own``)",
+        "",
+        "*(a) next-token KL to re-prefill; dtype floor = median KL of the full-rank patch (``patch_full``) in the "
+        "model's dtype through the same path, the dotted line*",
+        "",
+    ]
+    lines += markdown_rows(
+        ["model · dtype · source", "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor"],
+        [
+            [
+                r.model,
+                r.arm,
+                str(int(r.n)),
+                cell(r.kl_mean, ".2e"),
+                cell(r.kl_median, ".2e"),
+                cell(r.argmax_flip, ".2f"),
+                cell(floors.get(r.model, float("nan")), ".2e"),
+            ]
+            for r in kl.itertuples(index=False)
+        ],
+    )
+    lines += [
+        "",
+        "*(b) B's K / V against the re-prefill's, in bf16 ULPs: the share within one ULP of each element's "
+        "own value (mean over items), and the largest distance at each token-head vector's largest magnitude "
+        "(max over items)*",
+        "",
+    ]
+    lines += markdown_rows(
+        [
+            "model · dtype · source",
+            "arm",
+            "n",
+            "≤ 1 ULP, all layers",
+            "≤ 1 ULP, layer 0",
+            "≤ 4 ULP, all layers",
+            "max ULP, all layers",
+            "max ULP, layer 0",
+        ],
+        [
+            [
+                r.model,
+                r.arm,
+                str(int(r.n)),
+                cell(r.le1, ".4f"),
+                cell(r.le1_l0, ".4f"),
+                cell(r.le4, ".4f"),
+                cell(r.max, ".3g"),
+                cell(r.max_l0, ".3g"),
+            ]
+            for r in ulp.itertuples(index=False)
+        ],
+    )
     if len(panels["ulp_max"]):
         lines += ["", "*(b) the maximum bf16 ULP distance per layer and channel (max over items; layers 0, 1, …)*", ""]
-        lines += markdown_rows(["model · dtype · source", "arm", "channel", "max ULP by layer"],
-                               [[r.model, r.arm, r.channel, " · ".join(cell(v, ".3g") for v in r.max_by_layer)]
-                                for r in panels["ulp_max"].itertuples(index=False)])
+        lines += markdown_rows(
+            ["model · dtype · source", "arm", "channel", "max ULP by layer"],
+            [
+                [r.model, r.arm, r.channel, " · ".join(cell(v, ".3g") for v in r.max_by_layer)]
+                for r in panels["ulp_max"].itertuples(index=False)
+            ],
+        )
     lines += ["", "*(c) multiple-choice accuracy and per-item agreement with re-prefill*", ""]
-    lines += markdown_rows(["model · dtype · source", "arm", "n", "accuracy", "agreement %", "chance"],
-                           [[r.model, r.arm, str(r.n), cell(r.accuracy, ".3f"), cell(100 * r.agreement, ".1f"),
-                             cell(r.chance, ".2f")] for r in agree.itertuples(index=False)])
+    lines += markdown_rows(
+        ["model · dtype · source", "arm", "n", "accuracy", "agreement %", "chance"],
+        [
+            [r.model, r.arm, str(r.n), cell(r.accuracy, ".3f"), cell(100 * r.agreement, ".1f"), cell(r.chance, ".2f")]
+            for r in agree.itertuples(index=False)
+        ],
+    )
     timing = timing_lines(panels["timing"]) if len(panels["timing"]) else []
     return lines + timing + clock_lines(records.clock)
 
@@ -363,21 +524,49 @@ def clock_lines(path: Path) -> list[str]:
 
 def timing_lines(timing: pd.DataFrame) -> list[str]:
     """The engine's timing table (:func:`timing_panel`): Fig. 11(b)'s second source, printed by Fig. 11 and Fig. 12."""
-    lines = ["", "*time to first token in vLLM (Fig. 11(b), second source; median over items) and the connector's cost*",
-             ""]
-    return lines + markdown_rows(["model", "dtype", "items", "prompt", "claimed", "TTFT prefill ms", "TTFT splice ms",
-                                  "compose µs / token", "write µs / token"],
-                                 [[r.model, r.dtype, str(int(r.n)), str(int(r.prompt)), str(int(r.claimed)),
-                                   cell(r.ttft_prefill_ms, ".2f"), cell(r.ttft_splice_ms, ".2f"), cell(r.compose_us, ".2f"),
-                                   cell(r.write_us, ".2f")] for r in timing.itertuples(index=False)])
+    lines = [
+        "",
+        "*time to first token in vLLM (Fig. 11(b), second source; median over items) and the connector's cost*",
+        "",
+    ]
+    return lines + markdown_rows(
+        [
+            "model",
+            "dtype",
+            "items",
+            "prompt",
+            "claimed",
+            "TTFT prefill ms",
+            "TTFT splice ms",
+            "compose µs / token",
+            "write µs / token",
+        ],
+        [
+            [
+                r.model,
+                r.dtype,
+                str(int(r.n)),
+                str(int(r.prompt)),
+                str(int(r.claimed)),
+                cell(r.ttft_prefill_ms, ".2f"),
+                cell(r.ttft_splice_ms, ".2f"),
+                cell(r.compose_us, ".2f"),
+                cell(r.write_us, ".2f"),
+            ]
+            for r in timing.itertuples(index=False)
+        ],
+    )
 
 
 def engine_plot(panels: dict[str, pd.DataFrame], title: str) -> plt.Figure:
     kl, ulp, agree = panels["kl"], panels["ulp"], panels["agree"]
     with plt.style.context(str(STYLE)):
         fig, (a, b, c) = plt.subplots(1, 3, figsize=(7.0, 3.2))
-        for ax, frame, column, arms in ((a, kl, "kl_mean", FIG12A_ARMS), (b, ulp, "le1", (REFERENCE, *FIG12A_ARMS, "patch_r256")),
-                                        (c, agree, "agreement", FIG12C_ARMS)):
+        for ax, frame, column, arms in (
+            (a, kl, "kl_mean", FIG12A_ARMS),
+            (b, ulp, "le1", (REFERENCE, *FIG12A_ARMS, "patch_r256")),
+            (c, agree, "agreement", FIG12C_ARMS),
+        ):
             if frame.empty:
                 blank(ax, "no rows")
                 continue
@@ -386,14 +575,26 @@ def engine_plot(panels: dict[str, pd.DataFrame], title: str) -> plt.Figure:
             width = 0.8 / max(len(labels), 1)
             for i, label in enumerate(labels):
                 v = frame[frame["model"] == label].set_index("arm")[column]
-                ax.bar(np.arange(len(arms)) + i * width, [max(v.get(x, np.nan), 1e-12) for x in arms], width,
-                       label=label, hatch="//" if label.endswith("own") else None)
+                ax.bar(
+                    np.arange(len(arms)) + i * width,
+                    [max(v.get(x, np.nan), 1e-12) for x in arms],
+                    width,
+                    label=label,
+                    hatch="//" if label.endswith("own") else None,
+                )
             ax.set_xticks(np.arange(len(arms)) + 0.4 - width / 2, arms, rotation=30, ha="right", fontsize=4.5)
         labels = sorted(kl["model"].unique()) if not kl.empty else []
         for i, label in enumerate(labels):  # each label's dtype floor across its bars, dotted
             if label in panels["floor"].index:
-                a.hlines(max(float(panels["floor"][label]), 1e-12), -0.1, len(FIG12A_ARMS) - 0.2, colors=f"C{i}",
-                         linestyles=":", linewidth=0.8, label="dtype floor (full-rank patch)" if i == 0 else None)
+                a.hlines(
+                    max(float(panels["floor"][label]), 1e-12),
+                    -0.1,
+                    len(FIG12A_ARMS) - 0.2,
+                    colors=f"C{i}",
+                    linestyles=":",
+                    linewidth=0.8,
+                    label="dtype floor (full-rank patch)" if i == 0 else None,
+                )
         a.set_yscale("log")
         a.set_ylabel("KL to re-prefill (mean)")
         a.set_title("(a) KL inside vLLM")
@@ -413,13 +614,21 @@ def engine_outputs(records: EngineRecords, group: str, stem: Path) -> tuple[str,
     """The engine panels of ``records`` as <stem>.{pdf,png,md}: their markdown and paths."""
     panels = engine_panels(records)
     md = document(engine_markdown(panels, records), records.footer)
-    _, paths = figure_outputs(engine_plot(panels, f"Fig. 12 inside vLLM ({group})"), md, stem, records.footer,
-                              place="figure")
+    _, paths = figure_outputs(
+        engine_plot(panels, f"Fig. 12 inside vLLM ({group})"), md, stem, records.footer, place="figure"
+    )
     return md, paths
 
 
-def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, footer: str = "",
-           paper: dict | None = None, engine: EngineRecords | None = None) -> tuple[str, list[Path]]:
+def render(
+    rows: pd.DataFrame,
+    probes: pd.DataFrame,
+    group: str,
+    stem: Path,
+    footer: str = "",
+    paper: dict | None = None,
+    engine: EngineRecords | None = None,
+) -> tuple[str, list[Path]]:
     rows = labelled(rows)
     kl, agree = kl_panel(rows), agreement_panel(rows)
     reloc, floor = relocation_panel(one_label(of_probe(probes, "relocation"), "relocation"))
@@ -428,8 +637,9 @@ def render(rows: pd.DataFrame, probes: pd.DataFrame, group: str, stem: Path, foo
     title = f"Fig. 12 ({group}{partial_tag(footer)})"
     floors = kl_floor(rows)
     lines = to_markdown(kl, reloc, floor, agree, title, paper_or(paper, "fig12"), floors)
-    md, paths = figure_outputs(plot(kl, reloc, floor, agree, title, floors), document(lines, footer), stem, footer,
-                               place="figure")
+    md, paths = figure_outputs(
+        plot(kl, reloc, floor, agree, title, floors), document(lines, footer), stem, footer, place="figure"
+    )
     if engine is None:
         return md, paths
     engine_md, extra = engine_outputs(engine, group, suffixed(stem, "_engine"))

@@ -127,7 +127,8 @@ class Session:
         return canonical_key(self.digests[chunk]) in self.store
 
     def canonical(self, chunk: int) -> ChunkKV:
-        """KV(c|∅) from this policy's store, else prefilled (counted; the tensor is the item's shared one) and stored."""
+        """KV(c|∅) from this policy's store, else prefilled (counted; the tensor is the item's shared one) and
+        stored."""
         key = canonical_key(self.digests[chunk])
         kv = self.store.get(key)
         if kv is None:

@@ -60,7 +60,8 @@ class Entry:
 
 
 class Store:
-    """Entries by key with a byte ``capacity`` (None: unbounded) and an ``eviction`` rule; counts bytes and evictions."""
+    """Entries by key with a byte ``capacity`` (None: unbounded) and an ``eviction`` rule; counts bytes and
+    evictions."""
 
     def __init__(self, capacity: int | None = None, eviction: str = "lru") -> None:
         if eviction not in EVICTIONS:

@@ -176,7 +176,8 @@ def read_jsonl(path: str | Path, n: int) -> Trace:
 def make_trace(
     kind: str, n: int, knobs: dict, seed: int = 0, item: int = 0, path: str | None = None
 ) -> Trace:
-    """The trace of pool item ``item``: a generator's (seeded by ``seed`` and the item) or the JSONL file at ``path``."""
+    """The trace of pool item ``item``: a generator's (seeded by ``seed`` and the item) or the JSONL file at
+    ``path``."""
     if path:
         return read_jsonl(path, n)
     if kind not in GENERATORS:

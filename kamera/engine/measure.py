@@ -86,7 +86,8 @@ def served_spans(session, item: dict) -> tuple[tuple[list[int], ...], list, list
 def engine_item(session, item: dict, arms: dict[str, dict | None]) -> tuple[dict[str, dict], dict]:
     """One item through vLLM: each arm's measures (label → :func:`answer`, :func:`ulp_stats`, ``seconds``) and one
     timing record. ``arms`` maps a label to how B is served: None for the re-prefill (no splice), else the segment's
-    knobs (``{}``: R(δ) only; ``{"rotate": False}``: not re-rotated; ``{"rank": m}``: patched at rank m, None = full)."""
+    knobs (``{}``: R(δ) only; ``{"rotate": False}``: not re-rotated; ``{"rank": m}``: patched at rank m,
+    None = full)."""
     i = item["item_id"]
     (p, a, b, query), images, b_images = served_spans(session, item)
     full = p + a + b + query
@@ -97,32 +98,59 @@ def engine_item(session, item: dict, arms: dict[str, dict | None]) -> tuple[dict
     canon, _ = session.page(f"{i}.canon")
     conditioned = full_page.slice(pa, pb)
     delta = int(full_page.positions[..., pa].reshape(-1)[0] - canon.positions[..., len(p)].reshape(-1)[0])
-    patch = Patch.form(deficit(conditioned, relocate(canon.slice(len(p), len(p) + len(b)), delta)),
-                       dtype=conditioned.dtype)
+    patch = Patch.form(
+        deficit(conditioned, relocate(canon.slice(len(p), len(p) + len(b)), delta)), dtype=conditioned.dtype
+    )
     save_patch(session.store, f"{i}.patch", patch, session.model)
     reference = ref.logprobs.float()
     out = {}
     for label, how in arms.items():
         if how is None:
-            out[label] = {**answer(reference, reference, item["gold"], True), "seconds": ref.seconds,
-                          **ulp_stats(conditioned, conditioned)}
+            out[label] = {
+                **answer(reference, reference, item["gold"], True),
+                "seconds": ref.seconds,
+                **ulp_stats(conditioned, conditioned),
+            }
             continue
         seg = {"key": f"{i}.canon", "span": [len(p), len(p) + len(b)], "start": pa}
         seg |= {"rotate": False} if how.get("rotate") is False else {}
         seg |= {"patch": f"{i}.patch", "rank": how["rank"]} if "rank" in how else {}
-        got = session.run(full, {"capture": f"{i}.{label}", "tag": f"{i}.{label}",
-                                 "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg]}, images=images)
+        got = session.run(
+            full,
+            {
+                "capture": f"{i}.{label}",
+                "tag": f"{i}.{label}",
+                "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg],
+            },
+            images=images,
+        )
         written, _ = session.page(f"{i}.{label}")
-        out[label] = {**answer(got.logprobs.float(), reference, item["gold"], False), "seconds": got.seconds,
-                      **ulp_stats(written.slice(pa, pb), conditioned)}
+        out[label] = {
+            **answer(got.logprobs.float(), reference, item["gold"], False),
+            "seconds": got.seconds,
+            **ulp_stats(written.slice(pa, pb), conditioned),
+        }
     # timing without captures: vLLM's prefill of the prompt vs the query after a rank-64 splice
     prefill = session.run(full, images=images)
-    seg = {"key": f"{i}.canon", "span": [len(p), len(p) + len(b)], "start": pa, "patch": f"{i}.patch",
-           "rank": TIMING_RANK}
-    spliced = session.run(full, {"tag": f"{i}.timing", "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg]},
-                          images=images)
+    seg = {
+        "key": f"{i}.canon",
+        "span": [len(p), len(p) + len(b)],
+        "start": pa,
+        "patch": f"{i}.patch",
+        "rank": TIMING_RANK,
+    }
+    spliced = session.run(
+        full, {"tag": f"{i}.timing", "segments": [{"key": f"{i}.full", "span": [0, pa]}, seg]}, images=images
+    )
     rec = next(r for r in reversed(session.timings()) if r["tag"] == f"{i}.timing")
-    timing = {"prompt_tokens": len(full), "claimed_tokens": rec["tokens"], "spliced_tokens": len(b),
-              "ttft_prefill_s": prefill.seconds, "ttft_splice_s": spliced.seconds, "compose_s": rec["compose_s"],
-              "write_s": rec["write_s"], "delta": delta}
+    timing = {
+        "prompt_tokens": len(full),
+        "claimed_tokens": rec["tokens"],
+        "spliced_tokens": len(b),
+        "ttft_prefill_s": prefill.seconds,
+        "ttft_splice_s": spliced.seconds,
+        "compose_s": rec["compose_s"],
+        "write_s": rec["write_s"],
+        "delta": delta,
+    }
     return out, timing

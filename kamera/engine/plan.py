@@ -26,7 +26,8 @@ PARAMS = "kamera"  # the key of kv_transfer_params a kamera request uses
 
 @dataclass(frozen=True)
 class Segment:
-    """Tokens ``[a, b)`` of page ``key`` placed at ``start`` (re-rotated unless ``rotate`` is False, patched if ``patch``)."""
+    """Tokens ``[a, b)`` of page ``key`` placed at ``start`` (re-rotated unless ``rotate`` is False, patched if
+    ``patch``)."""
 
     key: str
     a: int
@@ -48,10 +49,19 @@ def segments(params: dict | None) -> list[Segment]:
     for i, s in enumerate(spec.get("segments") or []):
         unknown = set(s) - {"key", "span", "start", "rotate", "patch", "rank"}
         if unknown or "key" not in s or "span" not in s:
-            raise EngineError(f"segment {i} needs key and span (and may give start, rotate, patch, rank), got {sorted(s)}")
+            raise EngineError(
+                f"segment {i} needs key and span (and may give start, rotate, patch, rank), got {sorted(s)}"
+            )
         a, b = (int(x) for x in s["span"])
-        seg = Segment(str(s["key"]), a, b, int(s.get("start", at)), bool(s.get("rotate", True)), s.get("patch"),
-                      None if s.get("rank") is None else int(s["rank"]))
+        seg = Segment(
+            str(s["key"]),
+            a,
+            b,
+            int(s.get("start", at)),
+            bool(s.get("rotate", True)),
+            s.get("patch"),
+            None if s.get("rank") is None else int(s["rank"]),
+        )
         if not 0 <= a < b:
             raise EngineError(f"segment {i} has an empty or negative span [{a}, {b})")
         if seg.start != at:
@@ -61,9 +71,16 @@ def segments(params: dict | None) -> list[Segment]:
     return out
 
 
-def check_plan(segs: list[Segment], prompt: list[int] | torch.Tensor, store: Path, model: str,
-               specs: tuple[ChannelSpec, ...], max_model_len: int, positions: torch.Tensor | None = None,
-               media: list[dict] | None = None) -> int:
+def check_plan(
+    segs: list[Segment],
+    prompt: list[int] | torch.Tensor,
+    store: Path,
+    model: str,
+    specs: tuple[ChannelSpec, ...],
+    max_model_len: int,
+    positions: torch.Tensor | None = None,
+    media: list[dict] | None = None,
+) -> int:
     """The number of tokens the plan claims, after checking every page and patch exists, is this model's and fits.
 
     Raises :class:`EngineError` / :class:`~kamera.engine.store.StoreError` for a missing chunk, another
@@ -78,20 +95,24 @@ def check_plan(segs: list[Segment], prompt: list[int] | torch.Tensor, store: Pat
     if len(prompt) > max_model_len:
         raise EngineError(f"prompt of {len(prompt)} tokens is past the engine's max_model_len {max_model_len}")
     if segs and n >= len(prompt):
-        raise EngineError(f"the splice claims {n} of {len(prompt)} prompt tokens; at least the last one must be computed")
+        raise EngineError(
+            f"the splice claims {n} of {len(prompt)} prompt tokens; at least the last one must be computed"
+        )
     for s in segs:
         page, ids = load_page(store, s.key, model, specs)
         if s.b > page.n_tokens:
             raise EngineError(f"segment span [{s.a}, {s.b}) is past page {s.key!r} of {page.n_tokens} tokens")
-        if not torch.equal(ids[s.a:s.b], prompt[s.start:s.start + s.n]):
+        if not torch.equal(ids[s.a : s.b], prompt[s.start : s.start + s.n]):
             raise EngineError(f"page {s.key!r} tokens [{s.a}, {s.b}) differ from the prompt's tokens at {s.start}")
         if positions is not None:
             segment_delta(s, page.positions, positions)
         if media is not None:
             had, want = windows(page_media(store, s.key), s.a, s.b), windows(media, s.start, s.start + s.n)
             if had != want:
-                raise EngineError(f"page {s.key!r} tokens [{s.a}, {s.b}) hold media {had or 'none'}, the prompt's tokens "
-                                  f"at {s.start} {want or 'none'}")
+                raise EngineError(
+                    f"page {s.key!r} tokens [{s.a}, {s.b}) hold media {had or 'none'}, the prompt's tokens "
+                    f"at {s.start} {want or 'none'}"
+                )
         if s.patch is not None:
             patch = load_patch(store, s.patch, model, specs)
             if patch.n_tokens != s.n:
@@ -102,14 +123,16 @@ def check_plan(segs: list[Segment], prompt: list[int] | torch.Tensor, store: Pat
 def segment_delta(s: Segment, page_positions: torch.Tensor, positions: torch.Tensor) -> int:
     """δ that moves the segment's page positions onto the prompt's at its place: one number for every token and
     (M-RoPE) every row, else EngineError (R(δ) is a rotation by one δ; a chunk whose rows move apart is not it)."""
-    had = page_positions[..., s.a:s.b].to(torch.int64)
-    want = positions[..., s.start:s.start + s.n].to(torch.int64)
+    had = page_positions[..., s.a : s.b].to(torch.int64)
+    want = positions[..., s.start : s.start + s.n].to(torch.int64)
     if had.shape != want.shape:
         raise EngineError(f"page {s.key!r} positions have shape {tuple(had.shape)}, the prompt's {tuple(want.shape)}")
     delta = want - had
     if not torch.equal(delta, delta.reshape(-1)[:1].expand_as(delta)):
-        raise EngineError(f"segment {s.key!r} [{s.a}, {s.b}) at {s.start} does not move rigidly: its position rows shift "
-                          f"by {sorted(set(delta.reshape(-1).tolist()))[:4]}…, R(δ) needs one δ")
+        raise EngineError(
+            f"segment {s.key!r} [{s.a}, {s.b}) at {s.start} does not move rigidly: its position rows shift "
+            f"by {sorted(set(delta.reshape(-1).tolist()))[:4]}…, R(δ) needs one δ"
+        )
     return int(delta.reshape(-1)[0])
 
 
@@ -120,9 +143,17 @@ def media_of(features: list[Any] | None) -> list[dict]:
     for f in sorted(features or [], key=lambda f: f.mm_position.offset):
         digest = str(f.identifier)
         if len(digest) < 32:
-            raise EngineError(f"{f.modality} digest {digest!r} is too short to key cached KV by (a full digest is needed)")
-        out.append({"modality": f.modality, "digest": digest, "offset": int(f.mm_position.offset),
-                    "length": int(f.mm_position.length)})
+            raise EngineError(
+                f"{f.modality} digest {digest!r} is too short to key cached KV by (a full digest is needed)"
+            )
+        out.append(
+            {
+                "modality": f.modality,
+                "digest": digest,
+                "offset": int(f.mm_position.offset),
+                "length": int(f.mm_position.length),
+            }
+        )
     return out
 
 
@@ -136,8 +167,9 @@ def windows(media: list[dict], a: int, b: int) -> list[tuple]:
     return out
 
 
-def compose(segs: list[Segment], store: Path, model: str, specs: tuple[ChannelSpec, ...],
-            positions: torch.Tensor | None = None) -> ChunkKV:
+def compose(
+    segs: list[Segment], store: Path, model: str, specs: tuple[ChannelSpec, ...], positions: torch.Tensor | None = None
+) -> ChunkKV:
     """The claimed KV at the prompt's first n positions (``positions``: [n] or [3, n], default 0..n−1): each
     segment's page slice moved by R(δ) (or not), patched at its rank (MLA: k_pe at ⌈m/4⌉, kamera's rank rule,
     :func:`kamera.core.family_rank_view`)."""

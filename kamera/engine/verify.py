@@ -183,12 +183,14 @@ def checks(session) -> list[Check]:
     r = max(rel(x, y) for a, b in zip(b_full.layers, ref_b.layers, strict=True) for x, y in zip(a, b, strict=True))
     kv_bound = 1e-5 if fp32 else 2 * BF16_EPS
     out.append(Check("full rank = re-prefill: KV (rel. error)", r, f"< {kv_bound:.1e}", r < kv_bound))
-    k_full, k_blind = kl(pr.ref.logprobs.float(), full.logprobs.float()), kl(pr.ref.logprobs.float(), blind.logprobs.float())
+    ref = pr.ref.logprobs.float()
+    k_full, k_blind = kl(ref, full.logprobs.float()), kl(ref, blind.logprobs.float())
     bound = 1e-9 if fp32 else k_blind / 10
     out.append(Check("full rank = re-prefill: next-token KL", k_full, f"< {bound:.1e}", k_full < bound))
     zero, b_zero = pr.splice("rank0", patch="patch", rank=0)
     same = torch.equal(zero.logprobs, blind.logprobs) and all(
-        torch.equal(x, y) for a, b in zip(b_zero.layers, b_blind.layers, strict=True) for x, y in zip(a, b, strict=True))
+        torch.equal(x, y) for a, b in zip(b_zero.layers, b_blind.layers, strict=True) for x, y in zip(a, b, strict=True)
+    )
     out.append(Check("rank 0 = blind (bit for bit)", 0.0 if same else 1.0, "identical", same))
     out.append(Check("blind reuse: next-token KL (reported)", k_blind, "—", True))
     return out

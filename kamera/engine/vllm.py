@@ -115,12 +115,15 @@ def learn_layout(layer: torch.nn.Module, kv_cache: torch.Tensor, block: int, spe
                  kv_cache, slots)
         got += scale * kv_cache[block].reshape(-1).to(torch.float64).round().to(torch.int64).cpu()
     if not torch.equal(torch.sort(got).values, codes):
-        raise EngineError("the attention backend's cache block is not a permutation of its channels; cannot read it back")
+        raise EngineError(
+            "the attention backend's cache block is not a permutation of its channels; cannot read it back"
+        )
     return got
 
 
-def read_block_kv(kv_cache: torch.Tensor, layout: torch.Tensor, block_ids: list[int], n: int,
-                  specs: tuple[ChannelSpec, ...]) -> tuple[torch.Tensor, ...]:
+def read_block_kv(
+    kv_cache: torch.Tensor, layout: torch.Tensor, block_ids: list[int], n: int, specs: tuple[ChannelSpec, ...]
+) -> tuple[torch.Tensor, ...]:
     """The two channels [n, heads, dim] of the first ``n`` tokens held in ``block_ids`` (cache dtype, on CPU)."""
     flat = kv_cache[torch.as_tensor(block_ids, device=kv_cache.device)].reshape(len(block_ids), -1).cpu()
     src = torch.empty_like(flat)
@@ -219,8 +222,9 @@ class KameraConnector(KVConnectorBase_V1):
         if segs and num_computed_tokens:
             raise EngineError(f"{num_computed_tokens} tokens already computed: turn prefix caching off")
         try:
-            n = check_plan(segs, request.prompt_token_ids, self.store, self.model, self.specs, self.max_model_len,
-                           positions, media)
+            n = check_plan(
+                segs, request.prompt_token_ids, self.store, self.model, self.specs, self.max_model_len, positions, media
+            )
         except (EngineError, StoreError) as err:  # kv_load_failure_policy="recompute": exact prefill, and it is said
             self._record({"tag": params.get("tag"), "request": request.request_id, "fallback": str(err)})
             segs, n = [], 0
@@ -239,12 +243,27 @@ class KameraConnector(KVConnectorBase_V1):
             request, segs, positions, media = held
             params = request.kv_transfer_params[PARAMS]
             prompt = list(new.prompt_token_ids or [])
-            if params.get("capture") and scheduler_output.num_scheduled_tokens[new.req_id] + new.num_computed_tokens < len(prompt):
+            if params.get("capture") and scheduler_output.num_scheduled_tokens[
+                new.req_id
+            ] + new.num_computed_tokens < len(prompt):
                 raise EngineError("a capture needs its whole prompt in one step: raise max_num_batched_tokens")
             encoder = len(scheduler_output.scheduled_encoder_inputs.get(new.req_id, []))
-            meta.work.append(_Work(new.req_id, prompt, list(new.block_ids[0]), segs, params.get("capture"),
-                                   params.get("tag"), positions, media, encoder))
-        if meta.work:  # start_load_kv before the forward (a capture learns the layout there), as hisparse/connector.py does
+            meta.work.append(
+                _Work(
+                    new.req_id,
+                    prompt,
+                    list(new.block_ids[0]),
+                    segs,
+                    params.get("capture"),
+                    params.get("tag"),
+                    positions,
+                    media,
+                    encoder,
+                )
+            )
+        if (
+            meta.work
+        ):  # start_load_kv before the forward (a capture learns the layout there), as hisparse/connector.py does
             scheduler_output.has_sync_kv_loads = True
         return meta
 
@@ -289,12 +308,21 @@ class KameraConnector(KVConnectorBase_V1):
             width = self.block_size * sum(s.width for s in self.specs)
             for l, _, layer in layers:
                 if layer.kv_cache[0].numel() != width:
-                    raise EngineError(f"a cache block holds {layer.kv_cache[0].numel()} elements, not the scheduler's "
-                                      f"{self.block_size} tokens of {'/'.join(s.name for s in self.specs)}")
+                    raise EngineError(
+                        f"a cache block holds {layer.kv_cache[0].numel()} elements, not the scheduler's "
+                        f"{self.block_size} tokens of {'/'.join(s.name for s in self.specs)}"
+                    )
                 write_kv(layer, page.layers[l], layer.kv_cache, slots)
             t2 = time.perf_counter()
-            self._record({"tag": w.tag, "tokens": page.n_tokens, "compose_s": t1 - t0, "write_s": t2 - t1,
-                          "encoder_inputs": w.encoder_inputs})
+            self._record(
+                {
+                    "tag": w.tag,
+                    "tokens": page.n_tokens,
+                    "compose_s": t1 - t0,
+                    "write_s": t2 - t1,
+                    "encoder_inputs": w.encoder_inputs,
+                }
+            )
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Nothing to wait for: :meth:`start_load_kv` writes every layer before the forward."""
@@ -345,9 +373,9 @@ class EngineSession:
     A multimodal model (M-RoPE families) loads its tokenizer and processor (vLLM's multimodal processor needs
     them) and keeps vLLM's processor cache on: only then does vLLM key each image by its content hash (the
     ``identifier`` a page's media record; without the cache it numbers the images of a request instead), and
-    the engine core restores a cached image's data before the scheduler sees the request. Prompts are given **expanded** (one image token per image
-    embedding, :meth:`expand`); :meth:`run` submits one image token per image, vLLM expands it, and the
-    expansion must give back the prompt.
+    the engine core restores a cached image's data before the scheduler sees the request. Prompts are given
+    **expanded** (one image token per image embedding, :meth:`expand`); :meth:`run` submits one image token per
+    image, vLLM expands it, and the expansion must give back the prompt.
 
     MLA models run with vLLM's rotary custom op off (``custom_ops=["-rotary_embedding"]``, its torch
     ``forward_native`` instead): the CPU build's ``torch.ops._C.rotary_embedding`` (``RotaryEmbedding.
@@ -358,8 +386,15 @@ class EngineSession:
     (1e-6 with the op off).
     """
 
-    def __init__(self, model: str | Path, store: str | Path, dtype: str = "float32", max_model_len: int = 2048,
-                 block_size: int = 32, kv_cache_gib: int = 1) -> None:
+    def __init__(
+        self,
+        model: str | Path,
+        store: str | Path,
+        dtype: str = "float32",
+        max_model_len: int = 2048,
+        block_size: int = 32,
+        kv_cache_gib: int = 1,
+    ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         from transformers import AutoConfig
@@ -375,12 +410,26 @@ class EngineSession:
         self.model = model_id(self.path, dtype)
         self.max_model_len = max_model_len
         self.vocab = int(getattr(self.config, "text_config", self.config).vocab_size)
-        kv = KVTransferConfig(kv_connector="KameraConnector", kv_connector_module_path=__name__, kv_role="kv_both",
-                              kv_connector_extra_config={"store": str(self.store), "model": self.model},
-                              kv_load_failure_policy="recompute")
-        self.llm = LLM(model=self.path, dtype=dtype, enforce_eager=True, enable_prefix_caching=False,
-                       max_model_len=max_model_len, block_size=block_size, max_num_batched_tokens=max_model_len,
-                       max_logprobs=self.vocab, kv_transfer_config=kv, seed=0, **self.engine_args(self.config))
+        kv = KVTransferConfig(
+            kv_connector="KameraConnector",
+            kv_connector_module_path=__name__,
+            kv_role="kv_both",
+            kv_connector_extra_config={"store": str(self.store), "model": self.model},
+            kv_load_failure_policy="recompute",
+        )
+        self.llm = LLM(
+            model=self.path,
+            dtype=dtype,
+            enforce_eager=True,
+            enable_prefix_caching=False,
+            max_model_len=max_model_len,
+            block_size=block_size,
+            max_num_batched_tokens=max_model_len,
+            max_logprobs=self.vocab,
+            kv_transfer_config=kv,
+            seed=0,
+            **self.engine_args(self.config),
+        )
 
     @staticmethod
     def engine_args(hf_config: Any) -> dict:
@@ -400,8 +449,9 @@ class EngineSession:
         if not images:
             return list(ids)
         if not mrope(self.config):
-            raise EngineError(f"{self.config.model_type} takes no images here: the connector serves images of "
-                              "M-RoPE families only")
+            raise EngineError(
+                f"{self.config.model_type} takes no images here: the connector serves images of M-RoPE families only"
+            )
         image_id = int(self.config.image_token_id)
         if ids.count(image_id) != len(images):
             raise EngineError(f"{ids.count(image_id)} image tokens for {len(images)} images")
@@ -410,8 +460,14 @@ class EngineSession:
         sizes = iter(int(g.prod()) // merge for g in proc(images=list(images), return_tensors="pt")["image_grid_thw"])
         return [t for i in ids for t in ([image_id] * next(sizes) if i == image_id else [i])]
 
-    def run(self, prompt: list[int], kamera: dict | None = None, images: list[Any] | None = None,
-            fallback_ok: bool = False, top: int | None = None) -> Output:
+    def run(
+        self,
+        prompt: list[int],
+        kamera: dict | None = None,
+        images: list[Any] | None = None,
+        fallback_ok: bool = False,
+        top: int | None = None,
+    ) -> Output:
         """One greedy step on ``prompt`` (expanded, :meth:`expand`) and its ``images`` with the kamera parameters
         ``kamera`` (capture and / or segments). A splice the scheduler refuses is served by vLLM's prefill:
         EngineError naming why, or (``fallback_ok``) an Output that says so. ``top``: how many next-token
@@ -423,19 +479,27 @@ class EngineSession:
         segs = segments(params)
         check_plan(segs, prompt, self.store, self.model, self.specs, self.max_model_len)
         extra = {"kv_transfer_params": params} if params else None
-        sp = SamplingParams(max_tokens=1, temperature=0.0, logprobs=self.vocab if top is None else top, extra_args=extra)
+        sp = SamplingParams(
+            max_tokens=1, temperature=0.0, logprobs=self.vocab if top is None else top, extra_args=extra
+        )
         request: dict[str, Any] = {"prompt_token_ids": list(prompt)}
         if images:
             image_id = int(self.config.image_token_id)
-            request = {"prompt_token_ids": [t for i, t in enumerate(prompt) if t != image_id or i == 0 or prompt[i - 1] != image_id],
-                       "multi_modal_data": {"image": list(images)}}
+            request = {
+                "prompt_token_ids": [
+                    t for i, t in enumerate(prompt) if t != image_id or i == 0 or prompt[i - 1] != image_id
+                ],
+                "multi_modal_data": {"image": list(images)},
+            }
         seen = len(self.timings())
         t0 = time.perf_counter()
         out = self.llm.generate([request], sp, use_tqdm=False)[0]
         seconds = time.perf_counter() - t0
         if list(out.prompt_token_ids) != list(prompt):
-            raise EngineError(f"vLLM expanded the prompt to {len(out.prompt_token_ids)} tokens, not the given {len(prompt)}: "
-                              "give it expanded (EngineSession.expand)")
+            raise EngineError(
+                f"vLLM expanded the prompt to {len(out.prompt_token_ids)} tokens, not the given {len(prompt)}: "
+                "give it expanded (EngineSession.expand)"
+            )
         lp = torch.full((self.vocab,), float("-inf"), dtype=torch.float64)
         for tok, entry in out.outputs[0].logprobs[0].items():
             lp[tok] = entry.logprob

@@ -67,7 +67,9 @@ class DeficitBasisPatchProbe(Probe):
                                  "python -m experiments.basis --fit experiment=<basis experiment>)")
             widest = min(int(w.shape[1]) for w in self.bases.values())
             if max(self.ranks) > widest:
-                raise ValueError(f"deficit_basis_patch: ranks {self.ranks} exceed the {widest} directions of {self.fit}")
+                raise ValueError(
+                    f"deficit_basis_patch: ranks {self.ranks} exceed the {widest} directions of {self.fit}"
+                )
 
     @cached_property
     def bases(self) -> dict[str, np.ndarray]:
@@ -90,8 +92,9 @@ class DeficitBasisPatchProbe(Probe):
             return deficit[key][1][:r].T
         layer, _, frame = key
         if (found := self.bases.get(basis_key(layer, name, frame))) is None:
-            raise ValueError(f"deficit_basis_patch: {self.fit} has no basis {basis_key(layer, name, frame)} "
-                             "(fit on another model?)")
+            raise ValueError(
+                f"deficit_basis_patch: {self.fit} has no basis {basis_key(layer, name, frame)} (fit on another model?)"
+            )
         return torch.from_numpy(found[:, :r])
 
     def patched(self, ctx: ReuseContext, deficit: dict, frame: str, r: int, own: bool) -> torch.Tensor:
@@ -121,9 +124,23 @@ class DeficitBasisPatchProbe(Probe):
         blind = kl(ctx.reprefill_logits, ctx.blind.logits, what="re-prefill ‖ blind")
         out = []
         for r in self.ranks:
-            own = kl(ctx.reprefill_logits, self.patched(ctx, deficit, "native", r, True),
-                     what=f"re-prefill ‖ own rank-{r} patch")
-            out.extend({"r": r, "key_frame": frame, "kl_blind": blind, "kl_own": own,
-                        "kl_basis": kl(ctx.reprefill_logits, self.patched(ctx, deficit, frame, r, False),
-                                       what=f"re-prefill ‖ basis rank-{r} patch ({frame})")} for frame in FRAMES)
+            own = kl(
+                ctx.reprefill_logits,
+                self.patched(ctx, deficit, "native", r, True),
+                what=f"re-prefill ‖ own rank-{r} patch",
+            )
+            out.extend(
+                {
+                    "r": r,
+                    "key_frame": frame,
+                    "kl_blind": blind,
+                    "kl_own": own,
+                    "kl_basis": kl(
+                        ctx.reprefill_logits,
+                        self.patched(ctx, deficit, frame, r, False),
+                        what=f"re-prefill ‖ basis rank-{r} patch ({frame})",
+                    ),
+                }
+                for frame in FRAMES
+            )
         return out

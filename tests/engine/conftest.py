@@ -29,8 +29,9 @@ def engine(checkpoint, tmp_path_factory):
         if dtype not in live:
             for other in list(live):
                 live.pop(other).close()
-            live[dtype] = EngineSession(checkpoint, tmp_path_factory.mktemp(f"store-{checkpoint.name}-{dtype}"), dtype=dtype,
-                                        max_model_len=512)
+            live[dtype] = EngineSession(
+                checkpoint, tmp_path_factory.mktemp(f"store-{checkpoint.name}-{dtype}"), dtype=dtype, max_model_len=512
+            )
         return live[dtype]
 
     yield get

@@ -105,7 +105,9 @@ def test_full_rank_patch_is_the_re_prefill(engine, item):
         assert rel(k, k_ref) < 1e-5 and rel(v, v_ref) < 1e-5
     assert kl(ref.logprobs.float(), out.logprobs.float()) < 1e-9
     blind = splice(s, item, "blind")
-    assert kl(ref.logprobs.float(), blind.logprobs.float()) > 1e3 * max(kl(ref.logprobs.float(), out.logprobs.float()), 1e-15)
+    assert kl(ref.logprobs.float(), blind.logprobs.float()) > 1e3 * max(
+        kl(ref.logprobs.float(), out.logprobs.float()), 1e-15
+    )
 
 
 def test_rank_zero_is_blind_reuse(engine, item):
@@ -132,7 +134,10 @@ def test_bad_requests_are_refused_before_anything_runs(engine, item, tmp_path):
     with pytest.raises(EngineError, match="at least the last one must be computed"):
         s.run(prompt(item)[:pb], {"segments": [{"key": "full", "span": [0, pb]}]})
     with pytest.raises(EngineError, match="must tile the prompt"):
-        s.run(prompt(item), {"segments": [{"key": "full", "span": [0, pa]}, {"key": "canon", "span": [0, 5], "start": pa + 1}]})
+        s.run(
+            prompt(item),
+            {"segments": [{"key": "full", "span": [0, pa]}, {"key": "canon", "span": [0, 5], "start": pa + 1}]},
+        )
     ok = s.run(prompt(item), {"segments": [{"key": "full", "span": [0, pa]}]})  # the engine still serves
     assert ok.num_cached_tokens == pa
 

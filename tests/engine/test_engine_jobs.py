@@ -33,11 +33,17 @@ def test_an_engine_job_runs_through_the_runner_and_a_rerun_computes_nothing(tmp_
     path = runner.run(own(tmp_path, "n_items=2"))
     rows = pd.read_parquet(path)
     assert sorted(rows["arm"].unique()) == sorted(ARMS) and len(rows) == 14 and set(rows["source"]) == {"own"}
-    assert set(rows["version"]) == {es.VERSION} and set(rows["model"]) == {"tiny_qwen2"} and set(rows["bench"]) == {"engine_mc"}
+    assert (
+        set(rows["version"]) == {es.VERSION}
+        and set(rows["model"]) == {"tiny_qwen2"}
+        and set(rows["bench"]) == {"engine_mc"}
+    )
     by = rows.set_index(["item_id", "arm"])
     assert (by.xs("reprefill", level="arm")["kl"] == 0).all() and (by.xs("patch_r256", level="arm")["kl"] < 1e-9).all()
     assert (by.xs("blind", level="arm")["kl"] > 1e-3).all()  # relocation alone leaves the deficit
-    assert (by.xs("patch_r256", level="arm")["ulp_max"] < 1).all() and (by.xs("blind", level="arm")["ulp_max_l0"] < 1).all()
+    assert (by.xs("patch_r256", level="arm")["ulp_max"] < 1).all() and (
+        by.xs("blind", level="arm")["ulp_max_l0"] < 1
+    ).all()
     assert runner.run(own(tmp_path, "n_items=2")) == path
     assert len(json.loads(path.with_suffix(".json").read_text())["runs"]) == 1 and len(pd.read_parquet(path)) == 14
 
@@ -55,17 +61,32 @@ def test_the_engine_key_is_its_own_and_a_vllm_jobs_key_follows_the_libraries(tmp
     assert "libraries" not in identity(cfg, shape_of(cfg).select(cfg, 2))  # the own splice: config, checkpoint, data
 
 
-@pytest.mark.parametrize("overrides, why", [
-    (("testbed=engine_own_tiny_qwen2", "model=tiny_qwen2_5_vl"), "kamera's own splice of token-id items has no image path"),
-    (("testbed=engine_own_tiny_qwen2", "arms=[blind,cacheblend]"), "arms: cacheblend: the connector serves reprefill"),
-    (("testbed=engine_own_tiny_qwen2", "arms=[{patch_r8:{layers:deep_half}}]"), "its default layers only"),
-    (("testbed=engine_own_tiny_qwen2", "bench=synthetic"), "bench=synthetic: an engine job runs an engine benchmark"),
-    (("testbed=engine_own_tiny_qwen2", "probes=[relocation]"), "an engine job runs arms only"),
-    (("testbed=engine_own_tiny_qwen2", "arms=[]"), "arms=[]: an engine job needs at least one arm"),
-    (("testbed=engine_own_tiny_qwen2", "canonical_context=none"), "an engine job's canonical KV(B|∅) is [prefix · B]'s"),
-    (("testbed=engine_vllm_tiny_qwen2", "model=tiny_deepseek_v2"), "caches a latent row of 160"),
-    (("bench=engine_mc",), "bench=engine_mc is an engine benchmark: choose engine=vllm or engine=own"),
-])
+@pytest.mark.parametrize(
+    "overrides, why",
+    [
+        (
+            ("testbed=engine_own_tiny_qwen2", "model=tiny_qwen2_5_vl"),
+            "kamera's own splice of token-id items has no image path",
+        ),
+        (
+            ("testbed=engine_own_tiny_qwen2", "arms=[blind,cacheblend]"),
+            "arms: cacheblend: the connector serves reprefill",
+        ),
+        (("testbed=engine_own_tiny_qwen2", "arms=[{patch_r8:{layers:deep_half}}]"), "its default layers only"),
+        (
+            ("testbed=engine_own_tiny_qwen2", "bench=synthetic"),
+            "bench=synthetic: an engine job runs an engine benchmark",
+        ),
+        (("testbed=engine_own_tiny_qwen2", "probes=[relocation]"), "an engine job runs arms only"),
+        (("testbed=engine_own_tiny_qwen2", "arms=[]"), "arms=[]: an engine job needs at least one arm"),
+        (
+            ("testbed=engine_own_tiny_qwen2", "canonical_context=none"),
+            "an engine job's canonical KV(B|∅) is [prefix · B]'s",
+        ),
+        (("testbed=engine_vllm_tiny_qwen2", "model=tiny_deepseek_v2"), "caches a latent row of 160"),
+        (("bench=engine_mc",), "bench=engine_mc is an engine benchmark: choose engine=vllm or engine=own"),
+    ],
+)
 def test_what_an_engine_job_cannot_run_is_one_line_before_any_weights_load(tmp_path, overrides, why):
     problems = preflight(job_config(tmp_path, *overrides))
     assert any(why in p for p in problems), problems
@@ -76,8 +97,10 @@ def test_an_engine_vllm_job_without_vllm_is_refused_by_name(tmp_path, monkeypatc
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     cfg = job_config(tmp_path, *OWN[:1], "testbed=engine_vllm_tiny_qwen3_vl", "n_items=1")
-    assert preflight(cfg) == ["engine=vllm: vLLM is not installed in this env; run the job in the engine venv "
-                              "(make engine-venv; ~/.cache/kamera/venv-engine/bin/python -m kamera.run …)"]
+    assert preflight(cfg) == [
+        "engine=vllm: vLLM is not installed in this env; run the job in the engine venv "
+        "(make engine-venv; ~/.cache/kamera/venv-engine/bin/python -m kamera.run …)"
+    ]
 
 
 def test_kill_9_mid_job_keeps_the_finished_items_and_the_rerun_does_only_the_rest(tmp_path):
@@ -125,7 +148,12 @@ def test_make_status_and_the_renderer_read_the_engine_jobs(tmp_path, capsys):
     from kamera.sweep.status import main as status
 
     runner.run(own(tmp_path, "n_items=2"))
-    args = ["experiment=fig12_engine_tiny", "testbed=engine_own_tiny_qwen2", "n_items=2", f"paths.results={tmp_path}/raw"]
+    args = [
+        "experiment=fig12_engine_tiny",
+        "testbed=engine_own_tiny_qwen2",
+        "n_items=2",
+        f"paths.results={tmp_path}/raw",
+    ]
     assert status(args) == 0
     said = capsys.readouterr().out
     assert f"{GROUP}: 1/2 job(s) done" in said and "done 2/2" in said and "testbed=engine_own_tiny_qwen2" in said

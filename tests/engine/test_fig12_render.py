@@ -22,29 +22,66 @@ def rows(source: str, scale: float) -> list[dict]:
         for arm, kl in ARMS.items():
             pred = i % 4 if arm in ("reprefill", "patch_r256") or i else (i + 1) % 4  # item 0 flips below full rank
             worst = {"k": [kl * 100 * (i + 1), 2.0], "v": [0.0, 3.0 * i]}  # ULP maxima per layer, channel
-            out.append({"source": source, "model": "tiny", "dtype": "float32", "bench": "b", "subset": "", "seed": 0,
-                        "item_id": f"i{i}", "arm": arm, "kl": kl * scale, "recovered": True, "pred": pred, "gold": 0,
-                        "correct": pred == 0, "n_choices": 4, "seconds": 0.1, "ulp_le1": 1.0 - kl, "ulp_le1_l0": 1.0,
-                        "ulp_le4": 1.0, "ulp_max": max(max(v) for v in worst.values()), "ulp_max_l0": kl * 100 * (i + 1),
-                        "ulp_max_by_layer": json.dumps(worst)})
+            out.append(
+                {
+                    "source": source,
+                    "model": "tiny",
+                    "dtype": "float32",
+                    "bench": "b",
+                    "subset": "",
+                    "seed": 0,
+                    "item_id": f"i{i}",
+                    "arm": arm,
+                    "kl": kl * scale,
+                    "recovered": True,
+                    "pred": pred,
+                    "gold": 0,
+                    "correct": pred == 0,
+                    "n_choices": 4,
+                    "seconds": 0.1,
+                    "ulp_le1": 1.0 - kl,
+                    "ulp_le1_l0": 1.0,
+                    "ulp_le4": 1.0,
+                    "ulp_max": max(max(v) for v in worst.values()),
+                    "ulp_max_l0": kl * 100 * (i + 1),
+                    "ulp_max_by_layer": json.dumps(worst),
+                }
+            )
     return out
 
 
 def timing(n: int = 1, dtype: str = "float32") -> pd.DataFrame:
-    return pd.DataFrame([{"model": "tiny", "dtype": dtype, "item_id": f"i{i}", "probe": "timing", "prompt_tokens": 100,
-                          "claimed_tokens": 90 if n == 1 else 80, "spliced_tokens": 50,
-                          "ttft_prefill_s": 0.02 if n == 1 else 0.004 * (i + 1), "ttft_splice_s": 0.01 if n == 1 else 0.002,
-                          "compose_s": 9e-4 if n == 1 else 8e-4, "write_s": 9e-5 if n == 1 else 8e-5} for i in range(n)])
+    return pd.DataFrame(
+        [
+            {
+                "model": "tiny",
+                "dtype": dtype,
+                "item_id": f"i{i}",
+                "probe": "timing",
+                "prompt_tokens": 100,
+                "claimed_tokens": 90 if n == 1 else 80,
+                "spliced_tokens": 50,
+                "ttft_prefill_s": 0.02 if n == 1 else 0.004 * (i + 1),
+                "ttft_splice_s": 0.01 if n == 1 else 0.002,
+                "compose_s": 9e-4 if n == 1 else 8e-4,
+                "write_s": 9e-5 if n == 1 else 8e-5,
+            }
+            for i in range(n)
+        ]
+    )
 
 
 def test_engine_panels_split_the_sources_and_read_every_quantity(tmp_path):
-    records = EngineRecords(pd.DataFrame(rows("vllm", 1.0) + rows("own", 2.0)), timing(), "engine jobs g: footer",
-                            tmp_path / "clock.md")
+    records = EngineRecords(
+        pd.DataFrame(rows("vllm", 1.0) + rows("own", 2.0)), timing(), "engine jobs g: footer", tmp_path / "clock.md"
+    )
     panels = engine_panels(records)
     kl = panels["kl"].set_index(["model", "arm"])["kl_mean"]
     assert kl[("tiny · float32 · vllm", "blind")] == 2e-2 and kl[("tiny · float32 · own", "blind")] == 4e-2
     agree = panels["agree"].set_index(["model", "arm"])["agreement"]
-    assert agree[("tiny · float32 · vllm", "patch_r8")] == 0.75 and agree[("tiny · float32 · vllm", "patch_r256")] == 1.0
+    assert (
+        agree[("tiny · float32 · vllm", "patch_r8")] == 0.75 and agree[("tiny · float32 · vllm", "patch_r256")] == 1.0
+    )
     ulp = panels["ulp"].set_index(["model", "arm"])
     assert ulp.loc[("tiny · float32 · own", "unrotated"), "le1"] == 1.0 - 3e-2
     assert ulp.loc[("tiny · float32 · vllm", "unrotated"), "max"] == 12.0  # the last item: K at layer 0, 3 · 4
@@ -56,15 +93,22 @@ def test_engine_panels_split_the_sources_and_read_every_quantity(tmp_path):
     assert round(t["write_us"], 6) == 1.0 and round(t["compose_us"], 6) == 10.0
     md = "\n".join(engine_markdown(panels, records))
     assert "| tiny · float32 · vllm | patch_r64 | 4 | 1.00e-06 | 1.00e-06 | 0.00 | 1.00e-10 |" in md
-    assert "| tiny · float32 · own | blind | 4 | 4.00e-02 | 4.00e-02 | 0.00 | 2.00e-10 |" in md and "write µs / token" in md
+    assert (
+        "| tiny · float32 · own | blind | 4 | 4.00e-02 | 4.00e-02 | 0.00 | 2.00e-10 |" in md
+        and "write µs / token" in md
+    )
     assert "| tiny · float32 · vllm | blind | k | 8 · 2 |" in md and "max ULP, layer 0" in md
 
 
 def test_fig11_prints_the_engines_ttft_as_a_second_source(tmp_path):
-    spec = importlib.util.spec_from_file_location("figure_records", Path(__file__).parents[1] / "diagnostics" / "figure_records.py")
+    spec = importlib.util.spec_from_file_location(
+        "figure_records", Path(__file__).parents[1] / "diagnostics" / "figure_records.py"
+    )
     records = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(records)
-    engine = EngineRecords(pd.DataFrame(), timing(3, "bfloat16"), "engine jobs g: rows: 1 job(s)", tmp_path / "clock.md")
+    engine = EngineRecords(
+        pd.DataFrame(), timing(3, "bfloat16"), "engine jobs g: rows: 1 job(s)", tmp_path / "clock.md"
+    )
     plain, _ = fig11.render(records.fig11_rows(), records.fig11_probes(), "g", tmp_path / "plain")
     md, _ = fig11.render(records.fig11_rows(), records.fig11_probes(), "g", tmp_path / "with", engine=engine)
     assert "second source" not in plain and md.startswith(plain.split("\n_rows")[0].rstrip()[:200])

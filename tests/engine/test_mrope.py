@@ -1,5 +1,5 @@
-"""M-RoPE through the connector: the tiny Qwen2.5-VL (sectioned bands 8/12/12) and Qwen3-VL (interleaved bands, deepstack)
-with an image in A and an image at the head of B.
+"""M-RoPE through the connector: the tiny Qwen2.5-VL (sectioned bands 8/12/12) and Qwen3-VL (interleaved bands,
+deepstack) with an image in A and an image at the head of B.
 
 Every splice claims [prefix · A · B]: both images' tokens are cached, so vLLM's vision encoder never runs for the
 request (the connector records how many encoder inputs vLLM scheduled), and vLLM places the query after them with
@@ -42,8 +42,12 @@ def vl(request, tmp_path_factory):
     text = lambda n: torch.randint(16, 400, (n,), generator=g).tolist()  # noqa: E731
     img = [tiny.VSTART, tiny.IMAGE, tiny.VEND]
     a_img, b_img, other = image(1, (100, 90)), image(2, (60, 120)), image(5, (60, 120))
-    parts = {"prefix": (text(5), []), "A": (text(9) + img + text(11), [a_img]), "B": (img + text(23), [b_img]),
-             "query": (text(6), [])}
+    parts = {
+        "prefix": (text(5), []),
+        "A": (text(9) + img + text(11), [a_img]),
+        "B": (img + text(23), [b_img]),
+        "query": (text(6), []),
+    }
     item = {role: s.expand(ids, ims) for role, (ids, ims) in parts.items()}
     item["a_img"], item["b_img"], item["other"] = a_img, b_img, other
     yield s, item
@@ -60,7 +64,8 @@ def full_prompt(item):
 
 
 def prepared(vl):
-    """vLLM's full prefill captured as 'full', [prefix · B] as 'canon', B's patch stored; δ from the pages' positions."""
+    """vLLM's full prefill captured as 'full', [prefix · B] as 'canon', B's patch stored; δ from the pages'
+    positions."""
     from kamera.engine.store import save_patch
 
     s, item = vl
@@ -77,8 +82,11 @@ def prepared(vl):
 def splice(s, item, capture, images=None, **b):
     p, pa, pb = spans(item)
     seg = {"key": "canon", "span": [p, p + pb - pa], "start": pa, **b}
-    return s.run(full_prompt(item), {"capture": capture, "tag": capture, "segments": [{"key": "full", "span": [0, pa]}, seg]},
-                 images=images or [item["a_img"], item["b_img"]])
+    return s.run(
+        full_prompt(item),
+        {"capture": capture, "tag": capture, "segments": [{"key": "full", "span": [0, pa]}, seg]},
+        images=images or [item["a_img"], item["b_img"]],
+    )
 
 
 def b_kv(s, item, key):
@@ -95,7 +103,7 @@ def test_pages_carry_vllms_three_row_positions_and_b_moves_rigidly(vl):
     p, pa, pb = spans(item)
     canon = s.page("canon")[0]
     assert full.positions.shape == (3, len(full_prompt(item)))
-    moved = full.positions[:, pa:pb] - canon.positions[:, p:pb - pa + p]
+    moved = full.positions[:, pa:pb] - canon.positions[:, p : pb - pa + p]
     assert torch.equal(moved, torch.full_like(moved, delta))  # one δ on every row and token
     assert delta < pa - p  # A's image advances the rows by its grid side, not its token count
     assert not torch.equal(full.positions[0], full.positions[1])  # the image rows differ: real 3-D positions
@@ -104,8 +112,11 @@ def test_pages_carry_vllms_three_row_positions_and_b_moves_rigidly(vl):
 def test_round_trip_is_exact_and_the_encoder_never_runs_for_cached_images(vl):
     s, item, ref, full, _ = prepared(vl)
     _, _, pb = spans(item)
-    out = s.run(full_prompt(item), {"capture": "again", "tag": "again", "segments": [{"key": "full", "span": [0, pb]}]},
-                images=[item["a_img"], item["b_img"]])
+    out = s.run(
+        full_prompt(item),
+        {"capture": "again", "tag": "again", "segments": [{"key": "full", "span": [0, pb]}]},
+        images=[item["a_img"], item["b_img"]],
+    )
     assert out.num_cached_tokens == pb
     for a, b in zip(full.slice(0, pb).layers, s.page("again")[0].slice(0, pb).layers, strict=True):
         assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
@@ -132,7 +143,9 @@ def test_full_rank_is_the_re_prefill_and_rank_zero_is_blind(vl):
     blind = splice(s, item, "blind")
     zero = splice(s, item, "rank0", patch="patch", rank=0)
     assert torch.equal(zero.logprobs, blind.logprobs)
-    assert kl(ref.logprobs.float(), blind.logprobs.float()) > 1e3 * max(kl(ref.logprobs.float(), out.logprobs.float()), 1e-15)
+    assert kl(ref.logprobs.float(), blind.logprobs.float()) > 1e3 * max(
+        kl(ref.logprobs.float(), out.logprobs.float()), 1e-15
+    )
 
 
 def test_another_image_under_the_same_tokens_falls_back_to_exact_prefill(vl):
@@ -141,6 +154,9 @@ def test_another_image_under_the_same_tokens_falls_back_to_exact_prefill(vl):
     s, item, _, _, _ = prepared(vl)
     with pytest.raises(EngineError, match=r"fell back to vLLM's prefill: page 'canon' .* hold media"):
         splice(s, item, "wrong", images=[item["a_img"], item["other"]])
-    ok = s.run(full_prompt(item), {"segments": [{"key": "full", "span": [0, spans(item)[1]]}], "tag": "ok"},
-               images=[item["a_img"], item["other"]])
+    ok = s.run(
+        full_prompt(item),
+        {"segments": [{"key": "full", "span": [0, spans(item)[1]]}], "tag": "ok"},
+        images=[item["a_img"], item["other"]],
+    )
     assert ok.num_cached_tokens == spans(item)[1]  # A's page (image a) still serves: the engine goes on

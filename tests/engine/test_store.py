@@ -65,15 +65,25 @@ def test_mla_pages_are_the_latent_and_k_pe_with_k_pe_rotated_on_interleaved_pair
         load_page(tmp_path, "mla", MODEL, SPECS)
 
 
-@pytest.mark.parametrize("config, why", [
-    (tf.DeepseekV3Config(**tiny.MLA_TEXT), "is MLA but not DeepSeek-V2"),
-    (tf.DeepseekV2Config(**tiny.MLA_TEXT), "caches a latent row of 160 .* vLLM's MLA takes 320, 512, 576 only"),
-    (tiny.qwen3_omni_config(), "Qwen3-Omni thinker's audio tokens"),
-    (tiny.kimi_config(), "Kimi-K2.5 .* not wired"),
-    (tf.Qwen2Config(**tiny.TEXT, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 12, 12]}),
-     "has M-RoPE sections"),
-    (tf.Qwen2Config(**tiny.TEXT, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}), "RoPE 'linear'"),
-])
+@pytest.mark.parametrize(
+    "config, why",
+    [
+        (tf.DeepseekV3Config(**tiny.MLA_TEXT), "is MLA but not DeepSeek-V2"),
+        (tf.DeepseekV2Config(**tiny.MLA_TEXT), "caches a latent row of 160 .* vLLM's MLA takes 320, 512, 576 only"),
+        (tiny.qwen3_omni_config(), "Qwen3-Omni thinker's audio tokens"),
+        (tiny.kimi_config(), "Kimi-K2.5 .* not wired"),
+        (
+            tf.Qwen2Config(
+                **tiny.TEXT, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 12, 12]}
+            ),
+            "has M-RoPE sections",
+        ),
+        (
+            tf.Qwen2Config(**tiny.TEXT, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}),
+            "RoPE 'linear'",
+        ),
+    ],
+)
 def test_families_the_connector_cannot_splice_are_a_preflight_error(config, why):
     with pytest.raises(EngineError, match=why):
         preflight(config)
@@ -122,8 +132,10 @@ def test_media_windows_name_the_full_digest_and_the_offset_inside_the_image():
 
     from kamera.engine.plan import media_of, windows
 
-    feature = lambda digest, offset, n: SimpleNamespace(modality="image", identifier=digest,  # noqa: E731
-                                                         mm_position=SimpleNamespace(offset=offset, length=n))
+    def feature(digest, offset, n):
+        position = SimpleNamespace(offset=offset, length=n)
+        return SimpleNamespace(modality="image", identifier=digest, mm_position=position)
+
     media = media_of([feature("b" * 64, 20, 16), feature("a" * 64, 4, 12)])
     assert [m["offset"] for m in media] == [4, 20]
     assert windows(media, 10, 24) == [("image", "a" * 64, 0, 6, 6), ("image", "b" * 64, 10, 0, 4)]

@@ -18,14 +18,17 @@ def test_verify_passes_on_a_served_family_and_fails_when_the_connector_does_not_
     said = capsys.readouterr().out
     assert "7 passed, 0 failed" in said and "FAIL" not in said.replace("0 failed", "")
     # the mutation: the connector places B without R(δ) (positions moved, keys not rotated)
-    monkeypatch.setattr(plan, "relocate", lambda chunk, delta: ChunkKV(chunk.specs, chunk.layers, chunk.positions + delta))
+    monkeypatch.setattr(
+        plan, "relocate", lambda chunk, delta: ChunkKV(chunk.specs, chunk.layers, chunk.positions + delta)
+    )
     assert main(["--family", "qwen2", "--store", str(tmp_path / "broken")]) == 1
     said = capsys.readouterr().out
     assert "FAIL  relocation at layer 0" in said and "FAIL  full rank = re-prefill: KV" not in said
 
 
-def test_verify_bf16_on_a_checkpoint_path_checks_the_exact_rotation_and_fails_on_a_wrong_delta(monkeypatch, capsys,
-                                                                                              tmp_path):
+def test_verify_bf16_on_a_checkpoint_path_checks_the_exact_rotation_and_fails_on_a_wrong_delta(
+    monkeypatch, capsys, tmp_path
+):
     """``--model DIR`` (a checkpoint by path), bfloat16: relocation is within one bf16 ULP of the exact float64 R(δ) of
     the stored page on every element and layer; the distance to vLLM's own bf16 prefill is printed, not gated. The
     mutation: the connector turns B by δ + 1."""
@@ -39,8 +42,11 @@ def test_verify_bf16_on_a_checkpoint_path_checks_the_exact_rotation_and_fails_on
     assert "PASS  relocation = exact R(δ) of the stored page" in said and "8 passed, 0 failed" in said
     assert "PASS  relocation vs vLLM's bf16 prefill, layer 0 (reported)" in said and f"verify: {model}" in said
     real = plan.relocate
-    monkeypatch.setattr(plan, "relocate",  # keys turned by δ + 1, positions placed right
-                        lambda chunk, delta: ChunkKV(chunk.specs, real(chunk, delta + 1).layers, chunk.positions + delta))
+    monkeypatch.setattr(
+        plan,
+        "relocate",  # keys turned by δ + 1, positions placed right
+        lambda chunk, delta: ChunkKV(chunk.specs, real(chunk, delta + 1).layers, chunk.positions + delta),
+    )
     assert main(["--model", str(model), "--dtype", "bfloat16", "--store", str(tmp_path / "broken")]) == 1
     assert "FAIL  relocation = exact R(δ) of the stored page" in capsys.readouterr().out
 
@@ -55,4 +61,9 @@ def test_the_connector_takes_vllms_current_constructor_contract():
     from kamera.engine.vllm import KameraConnector
 
     assert supports_kw(KameraConnector, "kv_cache_config")
-    assert list(inspect.signature(KameraConnector.__init__).parameters) == ["self", "vllm_config", "role", "kv_cache_config"]
+    assert list(inspect.signature(KameraConnector.__init__).parameters) == [
+        "self",
+        "vllm_config",
+        "role",
+        "kv_cache_config",
+    ]

@@ -238,10 +238,14 @@ def test_the_basis_patch_probe_reads_the_fit_the_renderer_writes(tiny, tmp_path)
     ctx = ReuseContext(adapter, standard_spans(adapter))
     full = min(ctx.n_b, min(s.width for s in adapter.specs))
     recs = make_probe("deficit_basis", k=full).run(ctx)
-    rows = pd.DataFrame([probe_record("tiny_qwen2_5_vl", f"i{i}", "deficit_basis", **r) for i in range(4) for r in recs])
+    rows = pd.DataFrame(
+        [probe_record("tiny_qwen2_5_vl", f"i{i}", "deficit_basis", **r) for i in range(4) for r in recs]
+    )
     path = tmp_path / "fit.npz"
     assert basis.fit(rows, {"tiny_qwen2_5_vl": path}) == [path]
-    got = {(r["r"], r["key_frame"]): r for r in make_probe("deficit_basis_patch", fit=str(path), ranks=[2, full]).run(ctx)}
+    got = {
+        (r["r"], r["key_frame"]): r for r in make_probe("deficit_basis_patch", fit=str(path), ranks=[2, full]).run(ctx)
+    }
     assert all(r["kl_blind"] > 1e-4 for r in got.values())
     assert got[(2, "native")]["kl_basis"] == pytest.approx(got[(2, "native")]["kl_own"], rel=1e-3)
     assert got[(full, "native")]["kl_basis"] < 1e-9 and got[(full, "unrotated")]["kl_basis"] < 1e-9
@@ -289,6 +293,7 @@ def test_basis_tiny_runs_and_renders(tmp_path):
 def test_a_basis_fit_on_one_task_is_scored_on_another():
     """Two tasks of one model: where both tasks' deficits lie in one span the basis fit on either keeps all of the
     other's (pooled / own 1), where each task has its own span it keeps nothing (0); one task: no transfer lines."""
+
     def task(subset: str, axes: list[int]) -> pd.DataFrame:
         rows = pd.DataFrame(records("qwen2_5_vl_7b", shared=True, n=4))
         eye = np.eye(WIDTH)
