@@ -59,8 +59,9 @@ def digest(obj: object) -> str:
 
 
 def now() -> str:
-    """The current UTC time, ISO 8601 to the second (what shards record)."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    """The current UTC time, ISO 8601 to the microsecond (what shards record): "the most recently run" shard is
+    chosen by it, and two jobs run within one second (a fast machine) tied at second resolution."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _move_aside(path: Path) -> str:
