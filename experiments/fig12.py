@@ -265,19 +265,7 @@ def to_markdown(
         lines.append(f"no rows of {', '.join(FIG12A_ARMS)}")
     else:
         floors = pd.Series(dtype=float) if kl_floors is None else kl_floors
-        body = [
-            [
-                r.model,
-                r.arm,
-                str(int(r.n)),
-                cell(r.kl_mean, ".2e"),
-                cell(r.kl_median, ".2e"),
-                cell(r.argmax_flip, ".2f"),
-                cell(floors.get(r.model, float("nan")), ".2e"),
-                paper.get("kl", {}).get(r.arm, "–"),
-            ]
-            for r in kl.itertuples(index=False)
-        ]
+        body = [[*kl_cells(r, floors), paper.get("kl", {}).get(r.arm, "–")] for r in kl.itertuples(index=False)]
         lines += markdown_rows(
             ["model", "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor", "paper KL"], body
         )
@@ -398,6 +386,12 @@ def ulp_max_panel(rows: pd.DataFrame) -> pd.DataFrame:
     return in_order(frame, ENGINE_ARMS) if out else frame
 
 
+def kl_cells(r, floors: pd.Series) -> list[str]:
+    """Panel (a)'s cells of one (model, arm) row: model, arm, n, KL mean and median, argmax flips, the dtype floor."""
+    return [r.model, r.arm, str(int(r.n)), cell(r.kl_mean, ".2e"), cell(r.kl_median, ".2e"),
+            cell(r.argmax_flip, ".2f"), cell(floors.get(r.model, float("nan")), ".2e")]
+
+
 def timing_panel(timing: pd.DataFrame) -> pd.DataFrame:
     """Per (model, dtype): median over items of the time to first token of vLLM's prefill and of the spliced request,
     and of the connector's compose and write time per claimed token (µs)."""
@@ -446,18 +440,7 @@ def engine_markdown(panels: dict[str, pd.DataFrame], records: EngineRecords) -> 
     ]
     lines += markdown_rows(
         ["model · dtype · source", "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor"],
-        [
-            [
-                r.model,
-                r.arm,
-                str(int(r.n)),
-                cell(r.kl_mean, ".2e"),
-                cell(r.kl_median, ".2e"),
-                cell(r.argmax_flip, ".2f"),
-                cell(floors.get(r.model, float("nan")), ".2e"),
-            ]
-            for r in kl.itertuples(index=False)
-        ],
+        [kl_cells(r, floors) for r in kl.itertuples(index=False)],
     )
     lines += [
         "",
