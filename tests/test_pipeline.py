@@ -19,25 +19,26 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from pipeline.pipeline_support import ROOT, all_rows, cli, env, finish, job_config
+from tiers import per_experiment
 
 from experiments import fig5, table3
 from kamera import job
 from kamera.job import CONF_DIR, JobError, build_specs, config_key
 from kamera.job.store import Shard, ShardLockedError, digest
 from kamera.run import runner
-from kamera.sweep import expand
+from kamera.sweep import compose_config, expand
 
 GOLDEN = Path(__file__).parent / "golden"
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 
 # ----- configs -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_experiment_composes_and_its_arms_resolve(experiment, tmp_path):
+@pytest.mark.parametrize("experiment", per_experiment(EXPERIMENTS))
+def test_every_experiment_composes_and_its_arms_resolve(experiment):
     jobs = expand([f"experiment={experiment}"])
     assert len(jobs) >= 1  # Table 6 is one model on one benchmark
     for overrides in jobs:
-        cfg = job_config(tmp_path, *overrides)
+        cfg = compose_config(overrides)
         assert cfg.group == experiment
         assert [s.label for s in build_specs("arm", cfg.arms)] == list(cfg.arms)
         assert job.validate(cfg) == []

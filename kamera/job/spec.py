@@ -8,6 +8,7 @@ every bad entry of a list is reported at once.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import inspect
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from kamera.job.lists import list_key
 from kamera.job.store import SOURCE, STAMP, Expected, Stamp
@@ -91,6 +92,19 @@ def expected_of(arms: list[Spec], probes: list[Spec]) -> Expected:
     """What a job asks of each item, as the store matches it."""
     return Expected(tuple((s.label, s.key, s.stamp) for s in arms), tuple((s.label, s.key, s.stamp) for s in probes))
 
+@functools.lru_cache(maxsize=1024)
+def _safe_yaml(text: str) -> object:
+    """``yaml.safe_load(text)``, parsed once per distinct text: :func:`conf_index` and :func:`_spec` run for every
+    entry of every job (the gate and ``--check`` build thousands), and pure-Python YAML parsing was most of that."""
+    return yaml.safe_load(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _omega_yaml(text: str) -> DictConfig | ListConfig:
+    """What ``OmegaConf.load`` gives for ``text``, parsed once per distinct text (callers only read it)."""
+    return OmegaConf.create(text)
+
+
 def conf_index(kind: str) -> dict[str, tuple[Path, dict]]:
     """Every label of conf/<kind>, with its file and the knobs it sets over the file's: a file defines its own stem, or,
     when it maps ``labels:`` (a variant family in one file, as lm-evaluation-harness writes variants by ``include:``),
@@ -99,7 +113,8 @@ def conf_index(kind: str) -> dict[str, tuple[Path, dict]]:
     index: dict[str, tuple[Path, dict]] = {}
     for path in sorted((CONF_DIR / kind).glob("*.yaml")):
         try:
-            family = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("labels") if path.is_file() else None
+            family = copy.deepcopy(_safe_yaml(path.read_text(encoding="utf-8")) or {}).get("labels") \
+                if path.is_file() else None
         except (yaml.YAMLError, AttributeError):
             family = None  # a malformed file is reported, naming it, when its label is built
         if family is not None and not (isinstance(family, dict) and all(
@@ -142,7 +157,7 @@ def _spec(kind: str, entry: object) -> Spec:
             raise ValueError(f"unknown {kind} {base!r}; conf/{kind} has: {', '.join(sorted(index))}")
         path, variant = index[base]
         try:
-            knobs = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+            knobs = OmegaConf.to_container(_omega_yaml(path.read_text(encoding="utf-8")), resolve=True)
         except yaml.YAMLError as err:  # one line naming the file and where it stops parsing
             mark = getattr(err, "problem_mark", None)
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

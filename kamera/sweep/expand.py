@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import shlex
 import shutil
 import sys
@@ -44,11 +43,12 @@ _MEMO: dict[tuple, object] = {}
 
 
 def _conf_state() -> tuple:
-    """Everything a composition reads besides its overrides: each file under conf/ (path, size, mtime_ns) and
-    the KAMERA_* environment (interpolations resolve lazily, but a key that covers them costs nothing)."""
-    files = tuple(sorted((str(p), st.st_size, st.st_mtime_ns) for p in CONF_DIR.rglob("*") if p.is_file()
-                         for st in (p.stat(),)))
-    return files, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("KAMERA_")))
+    """Everything a composition reads besides its overrides: each file under conf/ (path, size, mtime_ns). The
+    environment is not part of it: conf/ reads KAMERA_* only through ``${oc.env:…}`` interpolations, which a
+    composed config keeps unresolved and resolves when read, so a cached config follows the environment of the
+    moment it is read (tests/pipeline/test_sweep.py pins this)."""
+    return tuple(sorted((str(p), st.st_size, st.st_mtime_ns) for p in CONF_DIR.rglob("*") if p.is_file()
+                        for st in (p.stat(),)))
 
 
 def _memo(kind: str, key: tuple, make: Callable[[], T]) -> T:

@@ -19,6 +19,9 @@ from kamera.job.arm_shape import evaluate_item
 from kamera.reuse.context import ReuseContext
 from kamera.sweep import compose_config
 
+# one worker runs this module: its module-scoped fixtures are built once, not once per xdist worker
+pytestmark = pytest.mark.xdist_group("arm-costs")
+
 TOKEN_ARMS = {"epic", "mpic", "vlcache", "sink", "first_k", "oracle_topp", "quest", "cross_mass", "nystrom"}
 
 

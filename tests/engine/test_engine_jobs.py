@@ -103,6 +103,7 @@ def test_an_engine_vllm_job_without_vllm_is_refused_by_name(tmp_path, monkeypatc
     ]
 
 
+@pytest.mark.integration  # a subprocess killed with SIGKILL (docs/testing.md: the integration tier)
 def test_kill_9_mid_job_keeps_the_finished_items_and_the_rerun_does_only_the_rest(tmp_path):
     proc = cli(tmp_path, *OWN, "n_items=12", start_new_session=True)
     shard_dir = tmp_path / "raw" / GROUP

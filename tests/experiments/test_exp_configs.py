@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from tiers import per_experiment
 
 from kamera.data import load_items, make_fixture
 from kamera.job import preflight
@@ -44,7 +45,7 @@ def problems(experiment: str) -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.parametrize("experiment", PAPER)
+@pytest.mark.parametrize("experiment", per_experiment(PAPER))
 def test_paper_config_preflight_names_only_missing_adapters_and_data(experiment, checkpoints, monkeypatch):
     monkeypatch.setenv("KAMERA_MODELS", str(checkpoints))
     monkeypatch.delenv("KAMERA_DATA", raising=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from tiers import per_experiment
 
 from kamera.job import build_specs
 from kamera.models.flops import (
@@ -157,7 +158,7 @@ def test_a_cost_block_missing_what_a_job_needs_is_named(capsys):
     assert "n_items is null" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("experiment", paper_experiments())
+@pytest.mark.parametrize("experiment", per_experiment(paper_experiments()))
 def test_every_paper_experiment_states_its_estimated_cost(experiment):
     cfg = compose_config([f"experiment={experiment}"])
     stated = cfg.get("cost")

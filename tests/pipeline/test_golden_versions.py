@@ -36,6 +36,9 @@ from kamera.probes import PROBES
 from kamera.run import runner
 from kamera.window.probes import PROBES as WINDOW_PROBES
 
+# one worker runs this module: its module-scoped fixtures are built once, not once per xdist worker
+pytestmark = pytest.mark.xdist_group("golden-versions")
+
 GOLDEN = Path(__file__).with_name("golden_versions.json")
 PREFERRED = {"patch": "patch_r8"}  # a truncated rank says more than patch_full
 SKIPPED = {"ttft"}  # measures time, nothing else

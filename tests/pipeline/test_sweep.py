@@ -59,3 +59,18 @@ def test_a_command_line_value_replaces_the_experiments_sweep_axis():
         ["model=qwen2_5_vl_7b", "bench=mm_niah_reasoning", "experiment=table3"],
         ["model=qwen2_5_vl_7b", "bench=mm_niah_retrieval", "experiment=table3"],
     ]
+
+
+def test_a_cached_composition_follows_the_environment_it_is_read_in(monkeypatch):
+    """Compositions are memoised without the KAMERA_* environment in their key (kamera.sweep.expand._conf_state):
+    exact only because conf/ reads the environment lazily, so a config served from the cache must resolve to
+    the environment of the moment it is read, as a fresh composition would."""
+    monkeypatch.setenv("KAMERA_MODELS", "/models/a")
+    monkeypatch.setenv("KAMERA_RESULTS", "/results/a")
+    first = compose_config(["experiment=table3"])
+    assert (first.paths.models, first.paths.results) == ("/models/a", "/results/a")
+    monkeypatch.setenv("KAMERA_MODELS", "/models/b")
+    monkeypatch.delenv("KAMERA_RESULTS")
+    again = compose_config(["experiment=table3"])
+    assert (again.paths.models, again.paths.results) == ("/models/b", "results/raw")
+    assert (first.paths.models, first.paths.results) == ("/models/b", "results/raw")  # read now, resolved now

@@ -18,7 +18,7 @@ from kamera.job import JobError
 from kamera.job import spec as job_spec
 from kamera.job.store import Shard
 from kamera.run import runner
-from kamera.sweep import rehearse
+from kamera.sweep import compose_config, rehearse
 from kamera.sweep.cost import experiment_hours
 from kamera.sweep.status import report, sweep_jobs
 
@@ -503,12 +503,12 @@ def test_a_root_key_kamera_does_not_read_is_refused(override, named, tmp_path, m
         runner.run(cfg)
 
 
-def test_every_experiment_and_testbed_composes_without_an_unread_root_key(tmp_path):
+def test_every_experiment_and_testbed_composes_without_an_unread_root_key():
     from kamera.job.checks import unread_keys
 
     for kind in ("experiment", "testbed"):
         for name in sorted(p.stem for p in (job_spec.CONF_DIR / kind).glob("*.yaml")):
-            assert unread_keys(job_config(tmp_path, f"{kind}={name}")) == [], name
+            assert unread_keys(compose_config([f"{kind}={name}"])) == [], name
 
 
 # ----- issue 29 item 9: operational errors are one line and leave no temp file --------------------------------------

@@ -24,6 +24,9 @@ from kamera.toy.model import DEFAULT_VARIANT, WEIGHTS, WordTokenizer, build, ima
 from kamera.toy.task import KINDS, VARIANTS, TaskSpec, World
 from kamera.toy.train import Sampler, hidden, main, sequence_words
 
+# one worker runs this module: its module-scoped fixtures are built once, not once per xdist worker
+pytestmark = pytest.mark.xdist_group("toy-binding")
+
 # Held-out items per kind: the gate (make test) checks the shipped weights on a seeded subset (~2 s a variant; a
 # patch that restores nothing still fails it: blind two-hop is at chance there); make test-full and the retrain
 # check at full N (~8 s a variant).

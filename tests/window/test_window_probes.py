@@ -22,6 +22,9 @@ from kamera.window.probes import ProbeRefusal
 from kamera.window.probes.recall import recall_stream
 from kamera.window.probes.reorder import orbit_patch
 
+# one worker runs this module: its module-scoped fixtures are built once, not once per xdist worker
+pytestmark = pytest.mark.xdist_group("window-probes")
+
 FAMILIES = ("tiny_qwen2_5_vl", "tiny_kimi", "tiny_llava")
 K = 3
 TAUS = (0.0, 1 / 3, 2 / 3, 1.0)
