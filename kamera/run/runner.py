@@ -66,8 +66,13 @@ __all__ = ["run"]
 
 def _load(cfg: DictConfig, device: str) -> Adapter:
     return load_model(
-        cfg.model.name, dtype=DTYPES[cfg.model.dtype], device=device, path=cfg.model.path,
-        models_root=cfg.paths.models, attn_implementation=cfg.model.attn_implementation, seed=cfg.seed,
+        cfg.model.name,
+        dtype=DTYPES[cfg.model.dtype],
+        device=device,
+        path=cfg.model.path,
+        models_root=cfg.paths.models,
+        attn_implementation=cfg.model.attn_implementation,
+        seed=cfg.seed,
         chat=cfg.model.get("chat", "template"),  # model=hf's option (conf/model/hf.yaml)
     )
 
@@ -89,13 +94,21 @@ def run(cfg: DictConfig) -> Path:
     selection = shape.select(cfg, cfg.n_items, adapter)
     defects = defect_problems(cfg, selection)  # beyond preflight's sample: known now, before any weights load
     if defects:
-        raise JobError("cannot start this job: the data has defects (repair them; the repaired copy is a new job):"
-                       "\n- " + "\n- ".join(defects))
+        raise JobError(
+            "cannot start this job: the data has defects (repair them; the repaired copy is a new job):"
+            "\n- " + "\n- ".join(defects)
+        )
     ident = identity(cfg, selection)
     key = digest(ident)
     shard = Shard(results_root(cfg), cfg.group, key)
-    log.info("job %s (%s on %s, %d items): results → %s", key, cfg.model.name, cfg.bench.name, len(selection.items),
-             shard.path)
+    log.info(
+        "job %s (%s on %s, %d items): results → %s",
+        key,
+        cfg.model.name,
+        cfg.bench.name,
+        len(selection.items),
+        shard.path,
+    )
     shard.check()
     if not cfg.force and (why := lacking_columns(shard.path, shard.rows())):
         raise JobError(f"cannot continue job {key}: {why}")
@@ -111,8 +124,13 @@ def run(cfg: DictConfig) -> Path:
                     if not samples_path(shard).exists():  # rows stored before per-sample logs were written
                         write_samples(shard)
         except OSError as err:
-            log.warning("job %s: could not record this run in %s (%s: %s); its rows are unchanged", key, shard.dir,
-                        type(err).__name__, err.strerror or err)
+            log.warning(
+                "job %s: could not record this run in %s (%s: %s); its rows are unchanged",
+                key,
+                shard.dir,
+                type(err).__name__,
+                err.strerror or err,
+            )
         log.info("job %s is complete (%s): nothing to run", key, shard.path)
         return shard.path
     if why := unwritable(shard.dir):  # before any weights load (but the toy task's, which selects the items)
@@ -138,8 +156,14 @@ def _begin(cfg: DictConfig, shard: Shard, ident: dict, selection: Selection, run
     index = len(shard.meta().get("runs", []))
 
     def change(meta: dict) -> None:
-        meta.update(key=shard.key, config_key=config_key(cfg), group=cfg.group, identity=ident,
-                    selection=selection.record(), last_run=run["start"])
+        meta.update(
+            key=shard.key,
+            config_key=config_key(cfg),
+            group=cfg.group,
+            identity=ident,
+            selection=selection.record(),
+            last_run=run["start"],
+        )
         meta["config"] = OmegaConf.to_container(cfg, resolve=True)
         meta.setdefault("failed", {})
         meta.setdefault("refusals", [])
@@ -160,8 +184,9 @@ def _log_stale(state: JobState, specs: dict[str, Spec]) -> None:
         text = " ".join(f"{c} {v}" for c, v in zip(STAMP, at, strict=True))
         had = ", ".join(sorted(" ".join(f"{c} {v}" for c, v in zip(STAMP, st, strict=True)) for st in stamps))
         if label in state.newer:
-            log.info("%s: recomputing its records of newer code (stored at %s, this checkout is at %s)", label, had,
-                     text)
+            log.info(
+                "%s: recomputing its records of newer code (stored at %s, this checkout is at %s)", label, had, text
+            )
         else:
             why = "force=true" if at in stamps else f"stored at {had}, the code is at {text}"
             log.info("%s: recomputing its stale records (%s)", label, why)
@@ -184,11 +209,19 @@ def _warn_source_drift(shard: Shard, specs: list[Spec]) -> None:
         cls, root = type(s.plugin), Path(__file__).resolve().parents[2]
         where = Path(inspect.getfile(cls)).resolve()
         where = where.relative_to(root) if where.is_relative_to(root) else where
-        log.warning("warning: %s: its stored records at version %d were made by other source of %s (%s: "
-                    "source_digest %s, this working tree's %s); if the change alters its numbers, bump its version "
-                    "(version = %d on %s) and rerun; if it does not, rerun with force=true to restamp them",
-                    label, s.plugin.version, cls.__name__, where, "/".join(sorted(stored)), s.source,
-                    s.plugin.version + 1, cls.__name__)
+        log.warning(
+            "warning: %s: its stored records at version %d were made by other source of %s (%s: "
+            "source_digest %s, this working tree's %s); if the change alters its numbers, bump its version "
+            "(version = %d on %s) and rerun; if it does not, rerun with force=true to restamp them",
+            label,
+            s.plugin.version,
+            cls.__name__,
+            where,
+            "/".join(sorted(stored)),
+            s.source,
+            s.plugin.version + 1,
+            cls.__name__,
+        )
 
 
 def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, adapter, device: str, shape) -> None:
@@ -210,27 +243,46 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
     _log_stale(state, specs)
     adapter = adapter or _load(cfg, device)
     run_info["attention"] = adapter.lm.config._attn_implementation
-    unfit = [f"probe {s.label} cannot run on {cfg.model.name}: {why}" for s in probes
-             if (why := s.plugin.refuses(adapter))]
+    unfit = [
+        f"probe {s.label} cannot run on {cfg.model.name}: {why}" for s in probes if (why := s.plugin.refuses(adapter))
+    ]
     if unfit:  # a probe is a measurement asked for by name: its refusal stops the job before any item runs
         raise JobError("cannot run this job (drop the probe or choose another model):\n- " + "\n- ".join(unfit))
     meta = shard.meta()
     force_from = meta.get("force_from", 0)
-    family = {(r["arm"], r["knobs"]) for r in meta["refusals"]
-              if r["item_id"] is None and r["arm"] in specs and current(r, specs[r["arm"]].stamp, force_from)}
-    new = [stamped({"item_id": None, "arm": s.label, "knobs": s.key, "reason": why}, s.label)
-           for s in arms if (s.label, s.key) not in family and (why := s.plugin.refuses(adapter))]
+    family = {
+        (r["arm"], r["knobs"])
+        for r in meta["refusals"]
+        if r["item_id"] is None and r["arm"] in specs and current(r, specs[r["arm"]].stamp, force_from)
+    }
+    new = [
+        stamped({"item_id": None, "arm": s.label, "knobs": s.key, "reason": why}, s.label)
+        for s in arms
+        if (s.label, s.key) not in family and (why := s.plugin.refuses(adapter))
+    ]
     for r in new:
         log.warning("arm %s refuses %s: %s (no rows for it in this job)", r["arm"], cfg.model.name, r["reason"])
     if new:  # a refused arm's stale rows are dropped with the refusal: no row of it is read any more
-        shard.append("rows", [], replace={key for key, _ in shard.stored("rows")
-                                          if (key[1], key[2]) in {(r["arm"], r["knobs"]) for r in new}})
+        shard.append(
+            "rows",
+            [],
+            replace={
+                key for key, _ in shard.stored("rows") if (key[1], key[2]) in {(r["arm"], r["knobs"]) for r in new}
+            },
+        )
         shard.update_meta(lambda m: m["refusals"].extend(new))
     todo = shard.state(expected_of(arms, probes), cfg.retry_failed).todo
     keys = job_keys(cfg, shard.key, config_key(cfg))
     log.info("%d items selected, %d with arms or probes to run", len(selection.items), len(todo))
-    tracker = Tracker.start(cfg.tracking.mode, cfg.tracking.project, cfg.group, shard.key, meta["config"],
-                            Path(cfg.paths.outputs) / "wandb", cfg.tracking.entity)
+    tracker = Tracker.start(
+        cfg.tracking.mode,
+        cfg.tracking.project,
+        cfg.group,
+        shard.key,
+        meta["config"],
+        Path(cfg.paths.outputs) / "wandb",
+        cfg.tracking.entity,
+    )
     progress = Progress(len(todo), every_s=cfg.progress_every_s)
     item_seconds: list[float] = []
     serving = ExitStack()
@@ -243,8 +295,14 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
             stale = {(item.item_id, s.label, s.key) for s in specs.values() if s.label in left}  # replaced now
             t_item = time.perf_counter()
             try:
-                rows, records, refused = shape.evaluate_item(served, item, [s for s in arms if s.label in left],
-                                                             [s for s in probes if s.label in left], cfg, keys)
+                rows, records, refused = shape.evaluate_item(
+                    served,
+                    item,
+                    [s for s in arms if s.label in left],
+                    [s for s in probes if s.label in left],
+                    cfg,
+                    keys,
+                )
             except ItemError as err:
                 shard.append("probes", [], replace=stale)  # no stale record of a failed item stays readable
                 shard.append("rows", [], replace=stale)
@@ -255,13 +313,18 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
             shard.append("probes", [stamped(r, r["probe"]) for r in records], replace=stale)
             n = shard.append("rows", [stamped(r, r["arm"]) for r in rows], replace=stale)
             refused = [stamped(r, r["arm"]) for r in refused]
-            empty = [stamped({"item_id": item.item_id, "probe": s.label, "knobs": s.key}, s.label) for s in probes
-                     if s.label in left and not any(r["probe"] == s.label for r in records)]
+            empty = [
+                stamped({"item_id": item.item_id, "probe": s.label, "knobs": s.key}, s.label)
+                for s in probes
+                if s.label in left and not any(r["probe"] == s.label for r in records)
+            ]
             if refused or empty or item.item_id in shard.meta()["failed"]:
+
                 def change(m, refused=refused, empty=empty, i=item.item_id):
                     m["refusals"].extend(refused)
                     m["empty_probes"].extend(empty)
                     m["failed"].pop(i, None)
+
                 shard.update_meta(change)
             tracker.log({f"{r['arm']}/{m}": r[m] for r in rows for m in ("kl", "correct")}, step=progress.done)
             item_seconds.append(time.perf_counter() - t_item)
@@ -270,11 +333,19 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
     finally:
         serving.close()
         tracker.finish()
-        run_info.update(end=now(), items_run=len(item_seconds), peak_memory_bytes=peak_memory_bytes(),
-                        seconds_per_item=sum(item_seconds) / len(item_seconds) if item_seconds else None)
-        log.info("job %s: %d item(s) at %s s/item, peak memory %.2f GiB", shard.key, len(item_seconds),
-                 f"{run_info['seconds_per_item']:.2f}" if item_seconds else "–",
-                 run_info["peak_memory_bytes"] / 2**30)
+        run_info.update(
+            end=now(),
+            items_run=len(item_seconds),
+            peak_memory_bytes=peak_memory_bytes(),
+            seconds_per_item=sum(item_seconds) / len(item_seconds) if item_seconds else None,
+        )
+        log.info(
+            "job %s: %d item(s) at %s s/item, peak memory %.2f GiB",
+            shard.key,
+            len(item_seconds),
+            f"{run_info['seconds_per_item']:.2f}" if item_seconds else "–",
+            run_info["peak_memory_bytes"] / 2**30,
+        )
         fields = {k: run_info[k] for k in ("end", "attention", "items_run", "peak_memory_bytes", "seconds_per_item")}
         shard.update_meta(lambda m: m["runs"][-1].update(fields))
         log.info("job %s: per-sample log %s", shard.key, write_samples(shard))
