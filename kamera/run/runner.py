@@ -31,7 +31,9 @@ import inspect
 import logging
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -58,6 +60,14 @@ from kamera.models import Adapter, load_model
 from kamera.models.loading import peak_memory_bytes, resolve_device
 from kamera.progress import Progress
 from kamera.run.track import Tracker
+
+if TYPE_CHECKING:
+    from kamera.job.agent_shape import AgentItems
+    from kamera.job.arm_shape import ArmItems
+    from kamera.job.engine_shape import EngineItems
+    from kamera.job.window_shape import WindowItems
+
+    Shape = ArmItems | WindowItems | AgentItems | EngineItems
 
 log = logging.getLogger("kamera.run")
 
@@ -224,54 +234,60 @@ def _warn_source_drift(shard: Shard, specs: list[Spec]) -> None:
         )
 
 
-def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, adapter, device: str, shape) -> None:
+@dataclass
+class _Run:
+    """One run of a job under its shard lock: what its steps share."""
+
+    cfg: DictConfig
+    shard: Shard
+    arms: list[Spec]
+    probes: list[Spec]
+    index: int  # its index in the json's ``runs`` (what its records' ``run_index`` says)
+    info: dict  # its entry in ``runs``: provenance, then how it ended
+    seconds: list[float] = field(default_factory=list)  # each item's wall time
+    specs: dict[str, Spec] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.specs = {s.label: s for s in [*self.arms, *self.probes]}
+
+    def stamped(self, record: dict, label: str) -> dict:
+        """The record with what code made it and which run wrote it."""
+        return {**record, **self.specs[label].stamp_columns, RUN: self.index}
+
+
+def _run_locked(
+    cfg: DictConfig,
+    shard: Shard,
+    ident: dict,
+    selection: Selection,
+    arms: list[Spec],
+    probes: list[Spec],
+    adapter: Adapter | None,
+    device: str,
+    shape: Shape,
+) -> None:
     """The job's work under its shard lock: the job shape's ``evaluate_item`` (an arm item × its arms, a window item ×
     its window probes, an engine item × its arms) runs on what the shape's ``serving`` yields for the run (the
-    adapter, or a live engine session on its weights, closed when the run ends)."""
-    run_info = provenance(device, DTYPES[cfg.model.dtype], cfg.model.attn_implementation)
-    run_index = _begin(cfg, shard, ident, selection, run_info)
-    specs = {s.label: s for s in [*arms, *probes]}
-
-    def stamped(record: dict, label: str) -> dict:  # what code made a record and which run wrote it
-        return {**record, **specs[label].stamp_columns, RUN: run_index}
-
+    adapter, or a live engine session on its weights, closed when the run ends). It reads the job's state once, and
+    the json once for what it needs of it: what the run writes after that is tracked, not read back."""
+    info = provenance(device, DTYPES[cfg.model.dtype], cfg.model.attn_implementation)
+    run = _Run(cfg, shard, arms, probes, _begin(cfg, shard, ident, selection, info), info)
     state = shard.state(expected_of(arms, probes), cfg.retry_failed)
     if not state.todo:
-        run_info["end"] = now()
-        shard.update_meta(lambda m: m["runs"][-1].update(end=run_info["end"]))
+        info["end"] = now()
+        shard.update_meta(lambda m: m["runs"][-1].update(end=info["end"]))
         return  # nothing left to compute (no usable item, or defects recorded by older code): no model needed
-    _log_stale(state, specs)
+    _log_stale(state, run.specs)
     adapter = adapter or _load(cfg, device)
-    run_info["attention"] = adapter.lm.config._attn_implementation
+    info["attention"] = adapter.lm.config._attn_implementation
     unfit = [
         f"probe {s.label} cannot run on {cfg.model.name}: {why}" for s in probes if (why := s.plugin.refuses(adapter))
     ]
     if unfit:  # a probe is a measurement asked for by name: its refusal stops the job before any item runs
         raise JobError("cannot run this job (drop the probe or choose another model):\n- " + "\n- ".join(unfit))
     meta = shard.meta()
-    force_from = meta.get("force_from", 0)
-    family = {
-        (r["arm"], r["knobs"])
-        for r in meta["refusals"]
-        if r["item_id"] is None and r["arm"] in specs and current(r, specs[r["arm"]].stamp, force_from)
-    }
-    new = [
-        stamped({"item_id": None, "arm": s.label, "knobs": s.key, "reason": why}, s.label)
-        for s in arms
-        if (s.label, s.key) not in family and (why := s.plugin.refuses(adapter))
-    ]
-    for r in new:
-        log.warning("arm %s refuses %s: %s (no rows for it in this job)", r["arm"], cfg.model.name, r["reason"])
-    if new:  # a refused arm's stale rows are dropped with the refusal: no row of it is read any more
-        shard.append(
-            "rows",
-            [],
-            replace={
-                key for key, _ in shard.stored("rows") if (key[1], key[2]) in {(r["arm"], r["knobs"]) for r in new}
-            },
-        )
-        shard.update_meta(lambda m: m["refusals"].extend(new))
-    todo = shard.state(expected_of(arms, probes), cfg.retry_failed).todo
+    refused = {label for label, _ in _refuse_arms(run, adapter, meta)}
+    todo = {i: left for i, labels in state.todo.items() if (left := [x for x in labels if x not in refused])}
     keys = job_keys(cfg, shard.key, config_key(cfg))
     log.info("%d items selected, %d with arms or probes to run", len(selection.items), len(todo))
     tracker = Tracker.start(
@@ -284,68 +300,120 @@ def _run_locked(cfg, shard: Shard, ident, selection: Selection, arms, probes, ad
         cfg.tracking.entity,
     )
     progress = Progress(len(todo), every_s=cfg.progress_every_s)
-    item_seconds: list[float] = []
     serving = ExitStack()
     try:
         served = serving.enter_context(shape.serving(cfg, adapter))
-        for item in selection.items:
-            if item.item_id not in todo:
-                continue
-            left = set(todo[item.item_id])
-            stale = {(item.item_id, s.label, s.key) for s in specs.values() if s.label in left}  # replaced now
-            t_item = time.perf_counter()
-            try:
-                rows, records, refused = shape.evaluate_item(
-                    served,
-                    item,
-                    [s for s in arms if s.label in left],
-                    [s for s in probes if s.label in left],
-                    cfg,
-                    keys,
-                )
-            except ItemError as err:
-                shard.append("probes", [], replace=stale)  # no stale record of a failed item stays readable
-                shard.append("rows", [], replace=stale)
-                shard.update_meta(lambda m, i=item.item_id, e=str(err): m["failed"].__setitem__(i, e))
-                log.warning("item %s failed: %s", item.item_id, err)
-                progress.step(f"item {item.item_id} failed")
-                continue
-            shard.append("probes", [stamped(r, r["probe"]) for r in records], replace=stale)
-            n = shard.append("rows", [stamped(r, r["arm"]) for r in rows], replace=stale)
-            refused = [stamped(r, r["arm"]) for r in refused]
-            empty = [
-                stamped({"item_id": item.item_id, "probe": s.label, "knobs": s.key}, s.label)
-                for s in probes
-                if s.label in left and not any(r["probe"] == s.label for r in records)
-            ]
-            if refused or empty or item.item_id in shard.meta()["failed"]:
-
-                def change(m, refused=refused, empty=empty, i=item.item_id):
-                    m["refusals"].extend(refused)
-                    m["empty_probes"].extend(empty)
-                    m["failed"].pop(i, None)
-
-                shard.update_meta(change)
-            tracker.log({f"{r['arm']}/{m}": r[m] for r in rows for m in ("kl", "correct")}, step=progress.done)
-            item_seconds.append(time.perf_counter() - t_item)
-            progress.step(f"{n} rows in {shard.path}")
+        _item_loop(run, shape, served, selection.items, todo, set(meta["failed"]), keys, tracker, progress)
         tracker.log_table("rows", shard.rows())
     finally:
         serving.close()
         tracker.finish()
-        run_info.update(
-            end=now(),
-            items_run=len(item_seconds),
-            peak_memory_bytes=peak_memory_bytes(),
-            seconds_per_item=sum(item_seconds) / len(item_seconds) if item_seconds else None,
-        )
-        log.info(
-            "job %s: %d item(s) at %s s/item, peak memory %.2f GiB",
-            shard.key,
-            len(item_seconds),
-            f"{run_info['seconds_per_item']:.2f}" if item_seconds else "–",
-            run_info["peak_memory_bytes"] / 2**30,
-        )
-        fields = {k: run_info[k] for k in ("end", "attention", "items_run", "peak_memory_bytes", "seconds_per_item")}
-        shard.update_meta(lambda m: m["runs"][-1].update(fields))
-        log.info("job %s: per-sample log %s", shard.key, write_samples(shard))
+        _end(run)
+
+
+def _refuse_arms(run: _Run, adapter: Adapter, meta: dict) -> set[tuple[str, str]]:
+    """Record the arms that refuse the model and were not refused yet at their current versions (``meta``: the json
+    as read once this run); their (label, knobs key) pairs. A refused arm's stale rows go with its refusal, so none of
+    its rows is read any more and no item runs it (the caller drops it from the state's todo: the state it would read
+    again is that one without the refused arms)."""
+    shard, specs = run.shard, run.specs
+    force_from = meta.get("force_from", 0)
+    family = {
+        (r["arm"], r["knobs"])
+        for r in meta["refusals"]
+        if r["item_id"] is None and r["arm"] in specs and current(r, specs[r["arm"]].stamp, force_from)
+    }
+    new = [
+        run.stamped({"item_id": None, "arm": s.label, "knobs": s.key, "reason": why}, s.label)
+        for s in run.arms
+        if (s.label, s.key) not in family and (why := s.plugin.refuses(adapter))
+    ]
+    for r in new:
+        log.warning("arm %s refuses %s: %s (no rows for it in this job)", r["arm"], run.cfg.model.name, r["reason"])
+    refused = {(r["arm"], r["knobs"]) for r in new}
+    if new:
+        shard.append("rows", [], replace={key for key, _ in shard.stored("rows") if (key[1], key[2]) in refused})
+        shard.update_meta(lambda m: m["refusals"].extend(new))
+    return refused
+
+
+def _item_loop(
+    run: _Run,
+    shape: Shape,
+    served: Any,
+    items: list,
+    todo: dict[str, list[str]],
+    failed: set[str],
+    keys: dict,
+    tracker: Tracker,
+    progress: Progress,
+) -> None:
+    """Per item with anything to run: evaluate its labels left, write its rows and probe records in place of its stale
+    ones, record its refusals and empty probes and clear its old failure, or record its failure (an ItemError: its
+    stale records dropped) and go on. ``failed``: the json's failed items, kept in step with it rather than re-read."""
+    shard = run.shard
+    for item in items:
+        if item.item_id not in todo:
+            continue
+        left = set(todo[item.item_id])
+        stale = {(item.item_id, s.label, s.key) for s in run.specs.values() if s.label in left}  # replaced now
+        t_item = time.perf_counter()
+        try:
+            rows, records, refused = shape.evaluate_item(
+                served,
+                item,
+                [s for s in run.arms if s.label in left],
+                [s for s in run.probes if s.label in left],
+                run.cfg,
+                keys,
+            )
+        except ItemError as err:
+            shard.append("probes", [], replace=stale)  # no stale record of a failed item stays readable
+            shard.append("rows", [], replace=stale)
+            shard.update_meta(lambda m, i=item.item_id, e=str(err): m["failed"].__setitem__(i, e))
+            failed.add(item.item_id)
+            log.warning("item %s failed: %s", item.item_id, err)
+            progress.step(f"item {item.item_id} failed")
+            continue
+        shard.append("probes", [run.stamped(r, r["probe"]) for r in records], replace=stale)
+        n = shard.append("rows", [run.stamped(r, r["arm"]) for r in rows], replace=stale)
+        refused = [run.stamped(r, r["arm"]) for r in refused]
+        empty = [
+            run.stamped({"item_id": item.item_id, "probe": s.label, "knobs": s.key}, s.label)
+            for s in run.probes
+            if s.label in left and not any(r["probe"] == s.label for r in records)
+        ]
+        if refused or empty or item.item_id in failed:
+
+            def change(m: dict, refused: list = refused, empty: list = empty, i: str = item.item_id) -> None:
+                m["refusals"].extend(refused)
+                m["empty_probes"].extend(empty)
+                m["failed"].pop(i, None)
+
+            shard.update_meta(change)
+            failed.discard(item.item_id)
+        tracker.log({f"{r['arm']}/{m}": r[m] for r in rows for m in ("kl", "correct")}, step=progress.done)
+        run.seconds.append(time.perf_counter() - t_item)
+        progress.step(f"{n} rows in {shard.path}")
+
+
+def _end(run: _Run) -> None:
+    """Record how the run ended (end time, attention, items run, peak memory, seconds per item) in its ``runs`` entry,
+    log it, and write the job's per-sample log; also after a failed run, for what it did."""
+    info, seconds, shard = run.info, run.seconds, run.shard
+    info.update(
+        end=now(),
+        items_run=len(seconds),
+        peak_memory_bytes=peak_memory_bytes(),
+        seconds_per_item=sum(seconds) / len(seconds) if seconds else None,
+    )
+    log.info(
+        "job %s: %d item(s) at %s s/item, peak memory %.2f GiB",
+        shard.key,
+        len(seconds),
+        f"{info['seconds_per_item']:.2f}" if seconds else "–",
+        info["peak_memory_bytes"] / 2**30,
+    )
+    fields = {k: info[k] for k in ("end", "attention", "items_run", "peak_memory_bytes", "seconds_per_item")}
+    shard.update_meta(lambda m: m["runs"][-1].update(fields))
+    log.info("job %s: per-sample log %s", shard.key, write_samples(shard))
