@@ -4,8 +4,8 @@
     python -m kamera.sweep --manifest experiment=table3       # one shell-quoted line of overrides per job
 
 The job list is Hydra's own: the config is composed in multirun mode, the configured sweeper
-(``hydra.sweeper.params`` of the experiment merged with the command line's sweeps) expands it and
-validates every job, and only the launcher is replaced by one that records the jobs instead of
+(``hydra.sweeper.params`` of the experiment merged with the command line's sweeps) expands it, every
+job is checked to compose (through the memo, so callers that then compose each job do it once), and only the launcher is replaced by one that records the jobs instead of
 running them (the path of ``hydra/_internal/hydra.py:Hydra.multirun``). A manifest line is
 ``shlex.join`` of one job's overrides, so values with spaces or quotes survive
 ``SLURM/array.sbatch``. An unknown experiment, testbed or other config choice is an error that
@@ -104,9 +104,12 @@ def _expand(overrides: Sequence[str] | None) -> list[list[str]]:
                 sweeper = Plugins.instance().instantiate_sweeper(config=cfg, hydra_context=context,
                                                                  task_function=lambda _: None)
                 sweeper.launcher = recorder  # type: ignore[attr-defined]
+                sweeper.validate_batch_is_legal = lambda batch: None  # type: ignore[method-assign]  # done below
                 sweeper.sweep(arguments=OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False))
         except HydraException as err:
             raise SweepError(str(err)) from None
+    for job in recorder.jobs:  # Hydra's check that every job composes (Sweeper.validate_batch_is_legal), made through
+        compose_config(job)  # the memo: status, --check and the cost estimate then compose each job once, not twice
     return recorder.jobs
 
 
