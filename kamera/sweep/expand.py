@@ -4,12 +4,12 @@
     python -m kamera.sweep --manifest experiment=table3       # one shell-quoted line of overrides per job
 
 The job list is Hydra's own: the config is composed in multirun mode, the configured sweeper
-(``hydra.sweeper.params`` of the experiment merged with the command line's sweeps) expands it, every
-job is checked to compose (through the memo, so callers that then compose each job do it once), and only the launcher is replaced by one that records the jobs instead of
-running them (the path of ``hydra/_internal/hydra.py:Hydra.multirun``). A manifest line is
-``shlex.join`` of one job's overrides, so values with spaces or quotes survive
-``SLURM/array.sbatch``. An unknown experiment, testbed or other config choice is an error that
-lists the valid names.
+(``hydra.sweeper.params`` of the experiment merged with the command line's sweeps) expands it, every job is
+checked to compose (through the memo, so callers that then compose each job do it once), and only the launcher
+is replaced by one that records the jobs instead of running them (the path of
+``hydra/_internal/hydra.py:Hydra.multirun``). A manifest line is ``shlex.join`` of one job's overrides, so
+values with spaces or quotes survive ``SLURM/array.sbatch``. An unknown experiment, testbed or other config
+choice is an error that lists the valid names.
 """
 
 from __future__ import annotations
