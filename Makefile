@@ -51,7 +51,7 @@ PYTEST_WORKERS ?= 2
 pytest = $(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 GATE := not slow and not shaped and not integration and not engine and not full
 
-test: lint ## the fast gate: ruff + every test but the shaped, integration, engine, full and slow tiers (~5 min; budget 3)
+test: lint ## the fast gate: ruff + every test but the shaped, integration, engine, full and slow tiers (~2.5 min; budget 3)
 	$(pytest) -m "$(GATE)"
 
 test-budget: ## the gate's wall time and its ten slowest tests, printed (budget: 180 s on 2 idle cores)
