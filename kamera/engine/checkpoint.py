@@ -46,15 +46,20 @@ def save_checkpoint(model: tf.PreTrainedModel, path: Path, processor: Any | None
 
 
 def _write(
-    path: Path,
+    root: str | Path,
+    name: str,
     seed: int,
     dtype: str,
     config: tf.PretrainedConfig,
     model_class: type,
     processor: Callable[[], Any] | None = None,
 ) -> Path:
+    """The checkpoint ``<root>/<name>-seed<seed>-<dtype>``: ``model_class(config)`` seeded and in ``dtype``, with the
+    processor's files, written when absent."""
+    path = Path(root) / f"{name}-seed{seed}-{dtype}"
     if (path / "config.json").is_file():
         return path
+    config.dtype = dtype
     torch.manual_seed(seed)
     return save_checkpoint(model_class(config).to(getattr(torch, dtype)), path, processor() if processor else None)
 
@@ -82,48 +87,24 @@ def qwen_vl_processor(family: str) -> Any:
 
 def tiny_qwen2(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
     """The tiny Qwen2 checkpoint under ``root`` (written when absent), seeded and in ``dtype``."""
-    return _write(
-        Path(root) / f"tiny_qwen2-seed{seed}-{dtype}",
-        seed,
-        dtype,
-        _dtyped(tiny.qwen2_config(), dtype),
-        tf.Qwen2ForCausalLM,
-    )
+    return _write(root, "tiny_qwen2", seed, dtype, tiny.qwen2_config(), tf.Qwen2ForCausalLM)
 
 
 def tiny_deepseek_v2(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
     """The tiny DeepSeek-V2 (MLA) checkpoint under ``root`` (written when absent), seeded and in ``dtype``."""
-    return _write(
-        Path(root) / f"tiny_deepseek_v2-seed{seed}-{dtype}",
-        seed,
-        dtype,
-        _dtyped(tiny.deepseek_v2_engine_config(), dtype),
-        tf.DeepseekV2ForCausalLM,
-    )
+    return _write(root, "tiny_deepseek_v2", seed, dtype, tiny.deepseek_v2_engine_config(), tf.DeepseekV2ForCausalLM)
 
 
 def tiny_qwen2_5_vl(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
     """The tiny Qwen2.5-VL (sectioned M-RoPE 8/12/12) with its processor files, under ``root``."""
-    return _write(
-        Path(root) / f"tiny_qwen2_5_vl-seed{seed}-{dtype}",
-        seed,
-        dtype,
-        _dtyped(tiny.qwen25_config(), dtype),
-        tf.Qwen2_5_VLForConditionalGeneration,
-        lambda: qwen_vl_processor("qwen2_5_vl"),
-    )
+    return _write(root, "tiny_qwen2_5_vl", seed, dtype, tiny.qwen25_config(), tf.Qwen2_5_VLForConditionalGeneration,
+                  lambda: qwen_vl_processor("qwen2_5_vl"))
 
 
 def tiny_qwen3_vl(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
     """The tiny Qwen3-VL (interleaved M-RoPE 12/10/10, deepstack at both vision blocks) with its processor files."""
-    return _write(
-        Path(root) / f"tiny_qwen3_vl-seed{seed}-{dtype}",
-        seed,
-        dtype,
-        _dtyped(tiny.qwen3_config(), dtype),
-        tf.Qwen3VLForConditionalGeneration,
-        lambda: qwen_vl_processor("qwen3_vl"),
-    )
+    return _write(root, "tiny_qwen3_vl", seed, dtype, tiny.qwen3_config(), tf.Qwen3VLForConditionalGeneration,
+                  lambda: qwen_vl_processor("qwen3_vl"))
 
 
 # SmolLM2-135M's published config.json (HuggingFaceTB/SmolLM2-135M): a Llama with every layer and width of the real
@@ -146,13 +127,7 @@ SMOLLM2_135M = dict(
 
 def smollm2_135m(root: str | Path, seed: int = 0, dtype: str = "float32") -> Path:
     """A full-depth random SmolLM2-135M-class Llama (30 layers, hidden 576, GQA 9 / 3 heads of 64) under ``root``."""
-    cfg = tf.LlamaConfig(**SMOLLM2_135M, dtype=dtype)
-    return _write(Path(root) / f"smollm2_135m_random-seed{seed}-{dtype}", seed, dtype, cfg, tf.LlamaForCausalLM)
-
-
-def _dtyped(config: tf.PretrainedConfig, dtype: str) -> tf.PretrainedConfig:
-    config.dtype = dtype
-    return config
+    return _write(root, "smollm2_135m_random", seed, dtype, tf.LlamaConfig(**SMOLLM2_135M), tf.LlamaForCausalLM)
 
 
 CHECKPOINTS = {
