@@ -94,8 +94,9 @@ def expected_of(arms: list[Spec], probes: list[Spec]) -> Expected:
 
 @functools.lru_cache(maxsize=1024)
 def _safe_yaml(text: str) -> object:
-    """``yaml.safe_load(text)``, parsed once per distinct text: :func:`conf_index` and :func:`_spec` run for every
-    entry of every job (the gate and ``--check`` build thousands), and pure-Python YAML parsing was most of that."""
+    """``yaml.safe_load(text)``, parsed once per distinct text (callers copy what they keep): :func:`conf_index` runs
+    for every entry of every job (the gate and ``--check`` build thousands), and pure-Python YAML parsing was most of
+    that."""
     return yaml.safe_load(text)
 
 
@@ -113,7 +114,7 @@ def conf_index(kind: str) -> dict[str, tuple[Path, dict]]:
     index: dict[str, tuple[Path, dict]] = {}
     for path in sorted((CONF_DIR / kind).glob("*.yaml")):
         try:
-            family = copy.deepcopy(_safe_yaml(path.read_text(encoding="utf-8")) or {}).get("labels") \
+            family = copy.deepcopy((_safe_yaml(path.read_text(encoding="utf-8")) or {}).get("labels")) \
                 if path.is_file() else None
         except (yaml.YAMLError, AttributeError):
             family = None  # a malformed file is reported, naming it, when its label is built
