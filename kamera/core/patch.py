@@ -24,6 +24,7 @@ from typing import Literal
 import torch
 
 from kamera.core.chunk import ChannelSpec, ChunkKV, same_positions
+from kamera.core.precision import widen
 from kamera.core.rope import rotate
 from kamera.core.state import StateDeficit, StatePatch, state_deficit
 
@@ -35,8 +36,8 @@ _warned_clamps: set[tuple[int, int]] = set()
 
 @dataclass(eq=False)
 class Deficit:
-    """Δ per layer and channel: ``layers[l][c]`` is float32 [n, heads, dim]; ``positions`` is B's target frame;
-    ``state`` Δ_S of a hybrid's recurrent layers (None elsewhere)."""
+    """Δ per layer and channel: ``layers[l][c]`` is float32 (float64 for a float64 model) [n, heads, dim];
+    ``positions`` is B's target frame; ``state`` Δ_S of a hybrid's recurrent layers (None elsewhere)."""
 
     specs: tuple[ChannelSpec, ...]
     layers: list[tuple[torch.Tensor, ...]]
@@ -70,7 +71,7 @@ def deficit(conditioned: ChunkKV, relocated_canonical: ChunkKV) -> Deficit:
             f"{relocated_canonical.positions[..., :1].tolist()})"
         )
     layers = [
-        tuple(c.float() - r.float() for c, r in zip(lc, lr, strict=True))
+        tuple(widen(c) - widen(r) for c, r in zip(lc, lr, strict=True))
         for lc, lr in zip(conditioned.layers, relocated_canonical.layers, strict=True)
     ]
     state = None

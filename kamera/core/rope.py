@@ -24,6 +24,8 @@ from typing import Literal
 
 import torch
 
+from kamera.core.precision import work_dtype
+
 Layout = Literal["half", "interleaved"]
 LAYOUTS: tuple[str, ...] = ("half", "interleaved")
 _CACHED_SHIFTS = 256  # cos / sin tables kept per spec (one per δ, device and working dtype)
@@ -105,7 +107,7 @@ def rotate(x: torch.Tensor, delta: int | float, spec: RotarySpec, out: torch.Ten
         raise ValueError(f"out is {tuple(out.shape)} {out.dtype}, x is {tuple(x.shape)} {x.dtype}")
     if delta == 0:
         return out.copy_(x)
-    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    work = work_dtype(x.dtype)
     cos, sin = spec.cos_sin(delta, x.device, work)
     if x.dtype == work:
         _turn(x[..., :d], out[..., :d], cos, sin, spec.layout)

@@ -26,7 +26,7 @@ from kamera.reuse.plugin import Plugin
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-          "float16": "float16", "fp16": "float16"}
+          "float16": "float16", "fp16": "float16", "float64": "float64", "fp64": "float64"}
 
 
 class JobError(RuntimeError):

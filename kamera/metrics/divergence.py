@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
+from kamera.core.precision import widen
 from kamera.errors import ItemError
 
 ETA_FLOOR = 1e-4
@@ -37,15 +38,15 @@ def _check_logits(name: str, logits: torch.Tensor, what: str) -> None:
 def kl(p_logits: torch.Tensor, q_logits: torch.Tensor, *, what: str = "p ‖ q") -> float:
     """KL(p ‖ q) over the full vocabulary (p = reference, usually re-prefill).
 
-    Logits are read in float32 (never bf16); the sum itself runs in float64, which removes the
-    ~1e-8 rounding floor a float32 sum leaves, so exact identities show as KL ≈ 0. ``what`` names
+    Logits are read in float32 (never bf16; float64 logits as they are); the sum itself runs in float64, which
+    removes the ~1e-8 rounding floor a float32 sum leaves, so exact identities show as KL ≈ 0. ``what`` names
     the comparison and the item for the error raised on NaN or ±inf logits (e.g.
     ``"re-prefill ‖ patch_r16, item mmniah-0042"``); a −inf logit is refused too, since a
     forward's raw logits are finite and a masked vocabulary would make the KL undefined.
     """
     if p_logits.shape != q_logits.shape:
         raise ValueError(f"logit shapes differ: {tuple(p_logits.shape)} vs {tuple(q_logits.shape)}")
-    p, q = p_logits.float(), q_logits.float()
+    p, q = widen(p_logits), widen(q_logits)
     _check_logits("first (p)", p, what)
     _check_logits("second (q)", q, what)
     lp = torch.log_softmax(p.double(), dim=-1)

@@ -37,7 +37,8 @@ SENTINEL = "KAMERASENTINEL"  # a plain word every template passes through unchan
 
 # model.dtype's spellings → the torch dtype (a job's identity and rows use its canonical name, :func:`dtype_name`)
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
+          "float16": torch.float16, "fp16": torch.float16,
+          "float64": torch.float64, "fp64": torch.float64}
 
 
 def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -50,7 +51,8 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def dtype_name(dtype: str | torch.dtype) -> str:
-    """The canonical name of a dtype spelling: "float32", "bfloat16" or "float16" (fp32 and float32 are one job)."""
+    """The canonical name of a dtype spelling: "float32", "bfloat16", "float16" or "float64" (fp32 and float32 are
+    one job)."""
     return str(parse_dtype(dtype)).removeprefix("torch.")
 
 
