@@ -28,6 +28,7 @@ from PIL import Image
 from transformers import DynamicCache
 
 from kamera.core import ChannelSpec, ChunkKV, RotarySpec
+from kamera.core.precision import work_dtype
 from kamera.items.spans import Audio, Clip, Span, validate_spans
 
 log = logging.getLogger(__name__)
@@ -419,9 +420,10 @@ class Adapter:
 
     @torch.no_grad()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Next-token logits [vocab] in float32 from one final hidden state [hidden].
+        """Next-token logits [vocab] in float32 (float64 for a float64 model) from one final hidden state [hidden].
 
-        The LM head is applied in float32 whatever the model dtype (the paper's KL is float32): the
+        The LM head is applied in float32 whatever the narrower model dtype (the paper's KL is float32), in
+        float64 where the hidden state or the head is float64 (:func:`kamera.core.precision.work_dtype`): the
         hidden state is upcast and the head's rows are upcast a chunk at a time (``HEAD_CHUNK_BYTES``), so
         a bf16 head of 152k rows never needs a full float32 copy. Equal to an fp32 head on the same weights.
         A config that sets ``final_logit_softcapping`` (Gemma families) gets its cap applied as the model's own
@@ -429,15 +431,17 @@ class Adapter:
         """
         w = self.head.weight
         bias = getattr(self.head, "bias", None)
-        h = hidden.to(w.device, torch.float32)
-        if w.dtype == torch.float32:
+        work = torch.promote_types(work_dtype(w.dtype), work_dtype(hidden.dtype))
+        h = hidden.to(w.device, work)
+        if w.dtype == work:
             out = torch.mv(w, h)
         else:
-            rows = max(1, HEAD_CHUNK_BYTES["cpu" if w.device.type == "cpu" else "other"] // (4 * w.shape[1]))
-            out = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
+            size = torch.empty((), dtype=work).element_size()
+            rows = max(1, HEAD_CHUNK_BYTES["cpu" if w.device.type == "cpu" else "other"] // (size * w.shape[1]))
+            out = torch.empty(w.shape[0], dtype=work, device=w.device)
             for i in range(0, w.shape[0], rows):
-                torch.mv(w[i : i + rows].float(), h, out=out[i : i + rows])
-        out = out if bias is None else out + bias.float()
+                torch.mv(w[i : i + rows].to(work), h, out=out[i : i + rows])
+        out = out if bias is None else out + bias.to(work)
         cap = getattr(self.text_config, "final_logit_softcapping", None)
         return out if not cap else cap * torch.tanh(out / cap)
 
