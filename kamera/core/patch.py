@@ -289,7 +289,12 @@ class Patch:
         return replace(self, layers=keep)
 
     def relocate(self, delta: int) -> Patch:
-        """The same patch for B (and A) moved by δ′: rotate the feature-side factor of rotary channels."""
+        """The same patch for B (and A) moved by δ′: rotate the feature-side factor of rotary channels.
+
+        δ′ = 0 is the identity and returns this patch itself, not a copy: a copy's GEMM may round differently on
+        some BLAS paths (other alignment), and a patch replayed where it was formed is that patch."""
+        if delta == 0:
+            return self
         factors = []
         for l, chans in enumerate(self.factors):
             per_channel = []
