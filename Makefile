@@ -30,7 +30,7 @@ render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(partial)
 ENGINE ?=
 ENGINE_VENV ?= $(HOME)/.cache/kamera/venv-engine
 
-.PHONY: help test test-budget test-ci ci-pytest test-full test-shaped test-integration test-slow test-engine engine-venv engine-fig12 engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse device-rehearsal
+.PHONY: help test test-budget test-ci ci-pytest test-kernels test-full test-shaped test-integration test-slow test-engine engine-venv engine-fig12 engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse device-rehearsal
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -58,8 +58,17 @@ test-budget: ## the gate's wall time and its ten slowest tests, printed (budget:
 	@start=$$(date +%s); $(pytest) -m "$(GATE)" --durations=10 -o addopts="-q --strict-markers"; \
 	echo "make test-budget: the gate took $$(( $$(date +%s) - start )) s wall (budget 180 s on 2 idle cores; docs/testing.md)"
 
-test-ci: ci-pytest engine-venv device-rehearsal ## what CI runs: the gate, integration, shaped canaries, the device rehearsal, then the engine tier
+test-ci: ci-pytest engine-venv device-rehearsal ## what CI runs: the gate, integration, shaped canaries, the device rehearsal, then another kernel path and the engine tier
+	$(MAKE) test-kernels
 	$(MAKE) test-engine
+
+# Another CPU's rounding on this one (docs/testing.md "Golden numbers and tolerances"): ATen's scalar kernels and
+# MKL's compatible BLAS path, two threads; the tests that compare numbers (goldens, identities, arms, windows)
+KERNEL_PATH ?= ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE KAMERA_TEST_THREADS=2
+KERNEL_TESTS ?= tests/pipeline/test_golden_versions.py tests/test_core.py tests/core tests/test_operator.py \
+	tests/test_metrics.py tests/arms tests/window tests/models/test_own_checkpoint.py
+test-kernels: ## the numeric tests under another kernel path (KERNEL_PATH), so a number pinned to one CPU fails here
+	env $(KERNEL_PATH) $(pytest) -m "$(GATE)" $(KERNEL_TESTS)
 
 ci-pytest: lint
 	$(pytest) -m "not slow and not full"

@@ -20,6 +20,23 @@ from kamera.models.shaped import shaped_models
 # with N, to check that no tolerance depends on how a reduction is split across threads (docs/testing.md)
 torch.set_num_threads(int(os.environ.get("KAMERA_TEST_THREADS", "1")))
 
+# torch's own limit, not ours: on a CPU with AMX, bf16 attention packs its operands with pack_vnni2, which raises
+# under a forced capability below avx512 (ATEN_CPU_CAPABILITY=avx2 / default; seen in the bf16 floor test). A test
+# that hits exactly this error under exactly such a capability is skipped with the reason (docs/testing.md).
+FORCED_BELOW_AVX512 = os.environ.get("ATEN_CPU_CAPABILITY", "") in ("default", "avx2")
+TORCH_CANNOT_PACK = "pack_vnni2 is only supported when avx512 is supported"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    excinfo = call.excinfo
+    if FORCED_BELOW_AVX512 and report.failed and excinfo and TORCH_CANNOT_PACK in str(excinfo.value):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: torch cannot run bf16 packing under "
+                           f"ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']} on this CPU ({TORCH_CANNOT_PACK})")
+
 
 @pytest.fixture(scope="session")
 def tiny():
