@@ -10,10 +10,20 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Iterable
+from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
 
+import yaml
+
 T = TypeVar("T")
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # every plugin's, model's and experiment's config file
+
+
+def paper_block(experiment: str) -> dict:
+    """The ``paper:`` block of conf/experiment/<experiment>.yaml as written (the paper's values, in one place):
+    what a diagnostic CLI prints beside its own figures; renderers read it through ``experiments.common``."""
+    return yaml.safe_load((CONF_DIR / "experiment" / f"{experiment}.yaml").read_text()).get("paper") or {}
 
 
 def import_all(package: str, skip: Iterable[str] = ("base",)) -> list[ModuleType]:

@@ -19,7 +19,8 @@ the fused output is checked against the reference's (they must agree to float ro
 
 The model is a random Qwen2-style GQA decoder (hidden 1024, 8 layers, 8 heads of 128, 4 KV heads:
 K / V width 512, the paper's GQA-512 page), so the numbers are about the operator, not a
-checkpoint. The paper's prefill / reuse 1.8× → 29× (256 → 2048 tokens, Fig. 11b) is an H100 TTFT
+checkpoint. The paper's prefill / reuse 1.8× → 29.3× (256 → 2048 tokens, Fig. 11b; its one place is
+conf/experiment/fig11.yaml's paper: block) is an H100 TTFT
 figure; CPU numbers are printed beside it for orientation only. On CUDA every interval is timed
 with CUDA events. In bf16 the reference rotates in bf16 arithmetic, while the operator rotates in
 float32 and rounds once (exact to the storage dtype), so its ratio there also prices that
@@ -42,13 +43,12 @@ import transformers as tf
 
 from kamera.core import ChunkKV, Patch, deficit, relocate
 from kamera.core.rope import rotation_angles
+from kamera.discover import paper_block
 from kamera.items.spans import Span
 from kamera.models import DTYPES
 from kamera.models.base import place
 from kamera.models.text import TextAdapter
 from kamera.models.tokenizer import ByteTokenizer
-
-PAPER_RATIO = {256: 1.8, 2048: 29.0}  # Fig. 11b endpoints (H100, prefill-only TTFT)
 
 
 def build(device: str, dtype: torch.dtype) -> TextAdapter:
@@ -159,7 +159,7 @@ def measure(adapter: TextAdapter, clock: Clock, n: int, args: argparse.Namespace
         check_agree(p.apply(canonical, delta), ref(), adapter.dtype)
         t_ref, t_fused, fused_ratio = alternate(clock, ref, partial(p.apply, canonical, delta), args.op_repeats)
         *_, two_ratio = alternate(clock, ref, lambda p=p: p.apply(relocate(canonical, delta)), args.op_repeats)
-        paper = PAPER_RATIO.get(n) if m == args.ranks[0] else None
+        paper = paper_block("fig11")["speedup"].get(n) if m == args.ranks[0] else None
         print(f"{n:>5} {m:>4} {1e3 * t_prefill:>10.1f} {1e3 * t_ref:>7.2f} {1e3 * t_fused:>8.2f} "
               f"{fused_ratio:>8.2f}× {two_ratio:>14.2f}× {t_prefill / t_fused:>12.1f}× "
               f"{p.bytes_fraction(conditioned):>6.1%} {f'{paper:.1f}×' if paper else '':>6}", flush=True)

@@ -46,6 +46,7 @@ from PIL import Image
 
 from kamera.core import Patch, default_rotary_rank, deficit, relocate
 from kamera.diagnostics.records import cumulative
+from kamera.discover import paper_block
 from kamera.items.spans import Span
 from kamera.knobs import check_counts
 from kamera.models import load_model
@@ -60,7 +61,6 @@ from kamera.reuse.context import ReuseContext
 SIZES = (256, 512, 1024, 2048)
 RANKS = (16, 64)
 BENCH_MODEL = "bench_vl"
-PAPER = {"speedup_prefill": {256: 1.8, 2048: 29.0}, "break_even_prefill": 9}  # Fig. 11(b, c), H100
 
 
 # ----- timing ------------------------------------------------------------------------------------
@@ -247,10 +247,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         f"times in ms{'' if adapter.device.type == 'cuda' else ' — CPU timings, not the paper H100 comparison'}"
     )
     print(table(records, args.ranks))
+    paper = paper_block("fig11")
+    speedup = paper["speedup"]
     print(
         "×prefill = prefill / reuse TTFT; ×recomp = (vision + prefill) / reuse; N*pre / N*rec = break-even reuses "
-        f"against a prefill (recompute) per reuse. Paper (H100): ×prefill {PAPER['speedup_prefill'][256]}× at 256 → "
-        f"{PAPER['speedup_prefill'][2048]}× at 2048, break-even ≈ {PAPER['break_even_prefill']}."
+        f"against a prefill (recompute) per reuse. Paper (H100, Fig. 11 b, c): ×prefill {speedup[256]:g}× at 256 → "
+        f"{speedup[2048]:g}× at 2048, break-even {paper['break_even']}."
     )
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

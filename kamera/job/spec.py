@@ -19,12 +19,12 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from kamera.discover import CONF_DIR
 from kamera.job.lists import list_key
 from kamera.job.store import SOURCE, STAMP, Expected, Stamp
 from kamera.metrics import VERSION as METRICS_VERSION
 from kamera.reuse.plugin import Plugin
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "fp16": "float16", "float64": "float64", "fp64": "float64"}
 

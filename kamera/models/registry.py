@@ -19,9 +19,10 @@ from pathlib import Path
 
 import yaml
 
+from kamera.discover import CONF_DIR
 from kamera.models.entry import ModelEntry, resolve
 
-MODEL_CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
+MODEL_CONF = CONF_DIR / "model"
 PACKAGE = Path(__file__).resolve().parent.parent  # kamera/: a toy model's ``weights`` are relative to it
 
 

@@ -23,6 +23,8 @@ def test_the_script_times_every_part_and_prints_the_table(capsys, tmp_path):
     text = capsys.readouterr().out
     assert "CPU (perf_counter)" in text and "not the paper H100 comparison" in text and "N*pre" in text
     assert "2/2 segments" in text and str(out) in text
+    # the paper's Fig. 11(b) values from their one place, conf/experiment/fig11.yaml (was a second copy: 29.0)
+    assert "×prefill 1.8× at 256 → 29.3× at 2048, break-even ≈ 9" in text
     saved = json.loads(out.read_text())
     assert saved["ttft"] == records and saved["cumulative"] == json.loads(json.dumps(cumulative(records)))
     assert {tuple(sorted(r)) for r in records} == {
