@@ -30,12 +30,14 @@ channel as LMCache does (K after RoPE; on MLA the decoupled k_pe; LMCache's blen
 ``infer_model_from_vllm`` takes Llama, Qwen2 and Qwen3 only, so on MLA "key" is our reading).
 
 What the ratio counts (``count``): ``"b"`` (default) keeps ``int(r · n_B)`` of B's rows, so budget 0 is blind
-reuse; ``"context"`` keeps ``int(r · n)`` with n the tokens of [prefix · A · B] (the original repository's
-``total_len − suffix_len``: the query left out); ``"prompt"`` counts the query too (LMCache's ``total_len``,
-the whole prompt). Both codebases choose by deviation over all n rows; here prefix and A carry the full
-prefill's KV and the query is computed by every arm (deviation 0: a recompute of them changes nothing), so
-that is the top ``min(int(r · n), n_B)`` of B. ``at_least_one`` is LMCache's ``max(topk_num, 1)``.
-``conf/arm/cacheblend_lmcache.yaml`` (key, prompt, at least one, 0.15) and ``cacheblend_original.yaml``
+reuse; ``"context"`` keeps ``int(r · n)`` with n the tokens of [prefix · A · B], the cached range, as both
+codebases count it (the original repository's ``total_len − suffix_len``; LMCache's ``total_len`` of the tokens
+its blender is handed, the request's first ``lmcache_cached_tokens``: the uncached query is vLLM's to compute,
+outside the ratio); ``"prompt"`` counts the query too, which neither codebase does (a knob to show what that
+reading costs: on a long query it recomputes more of B). Both codebases choose by deviation over all n rows;
+here prefix and A carry the full prefill's KV (deviation 0: a recompute of them changes nothing), so that is
+the top ``min(int(r · n), n_B)`` of B. ``at_least_one`` is LMCache's ``max(topk_num, 1)``.
+``conf/arm/cacheblend_lmcache.yaml`` (key, context, at least one, 0.15) and ``cacheblend_original.yaml``
 (value, context, 0.16) are the two codebases' settings; ``tests/arms/
 test_parity.py`` checks the selection against each codebase's rule, restated line by line (docs/baselines.md
 §1). A third reading of gradual filtering, CONDUIT's CacheBlend baseline (``cpa2001/CONDUIT``

@@ -8,8 +8,10 @@ restatements are the selection only (which rows, how many); the recompute that f
 
 The feed: the standard item ``[prefix · A_1 · A_2 · B · query]`` of a tiny family. Prefix and A carry the full
 prefill's KV here (only B is reused), so at the check layer their fresh and cached KV agree (deviation 0), and the
-query is computed by every arm (given deviation 0 too): where an authors' rule counts or ranks over the whole
-prompt, the rows it picks outside B change nothing, and parity is over B.
+query is computed by every arm (given deviation 0 too): where an authors' rule counts or ranks over more than B,
+the rows it picks outside B change nothing, and parity is over B. What a rule counts is restated too: LMCache's
+blend is handed the cached tokens only (:func:`lmcache_blended`), so a long query (:func:`long_query_ctx`) tells a
+count over the cached range from one over the whole prompt.
 """
 
 from __future__ import annotations
@@ -19,17 +21,27 @@ import math
 import pytest
 import torch
 from arms_support import b_kv, changed_rows, shared_ctx
+from tinyfamilies import standard_spans
 
 from kamera.arms import make_arm
+from kamera.items.spans import Span
+from kamera.job.spec import build_specs
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.recompute import PartialForward
 
 
 # ----- the authors' rules, restated line by line ---------------------------------------------------------------
+def lmcache_blended(n_prompt: int, n_cached: int) -> range:
+    """LMCache 0.5.6, lmcache/integration/vllm/vllm_v1_adapter.py ``start_load_kv`` (enable_blending): the blender
+    gets ``tokens[:lmcache_cached_tokens]``, the rows LMCache holds; the rest of the prompt (the query) is vLLM's to
+    compute and never enters the blend's ratio."""
+    return range(min(n_cached, n_prompt))
+
+
 def lmcache_select(k: torch.Tensor, old_k: torch.Tensor, ratio: float) -> torch.Tensor:
     """LMCache 0.5.6 (PyPI wheel lmcache-0.5.6-cp311-…manylinux_2_28_x86_64.whl, sha256 14530ff7…9194),
     lmcache/v1/compute/blend/blender.py ``LMCBlender.process_qkv`` at a check layer: ``k`` / ``old_k`` are the
-    post-RoPE keys [tokens, heads · dim] of the whole prompt."""
+    post-RoPE keys [tokens, heads · dim] of the blended rows (:func:`lmcache_blended`)."""
     diff_k = torch.sum((k.to(torch.float32) - old_k.to(torch.float32)) ** 2, dim=[1])
     total_len = diff_k.shape[0]
     topk_num = int(total_len * ratio)
@@ -101,6 +113,13 @@ def check_layer_rows(ctx: ReuseContext, channel: int, layer: int = 1) -> tuple[t
     return torch.cat([before, fresh_b, query]), torch.cat([before, old_b, query])
 
 
+def lmcache_picks(ctx: ReuseContext, channel: int, ratio: float = 0.15) -> list[int]:
+    """The B rows LMCache's blend recomputes on this item: its rule over the cached rows [prefix · A · B]."""
+    k, old_k = check_layer_rows(ctx, channel)
+    cached = lmcache_blended(len(k), ctx.ranges[ctx.b][1])
+    return in_b(ctx, lmcache_select(k[cached].flatten(1), old_k[cached].flatten(1), ratio))
+
+
 def in_b(ctx: ReuseContext, picks) -> list[int]:
     """The B-local rows among prompt rows ``picks``."""
     b0, b1 = ctx.ranges[ctx.b]
@@ -122,16 +141,35 @@ def jaccard(a: list[int], b: list[int]) -> float:
 
 
 # ----- CacheBlend ----------------------------------------------------------------------------------------------
+def long_query_ctx(tiny, name: str) -> ReuseContext:
+    """The standard item with a query of ~200 more tokens: counting the query in the ratio (0.15 · prompt) then asks
+    for more rows of B than LMCache's 0.15 of the cached range, so a wrong count is visible before clamping."""
+    adapter = tiny(name)
+    spans = standard_spans(adapter)
+    question = " ".join(f"Consider clue {i}, then weigh it." for i in range(8))
+    return ReuseContext(adapter, [*spans[:-1], Span("query", (question, *spans[-1].parts))])
+
+
+def cacheblend_lmcache(ctx: ReuseContext) -> tuple[list[int], dict]:
+    out = build_specs("arm", ["cacheblend_lmcache"])[0].plugin.run(ctx)
+    return changed_rows(ctx, b_kv(ctx, out.out)), out.params
+
+
 @pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_deepseek_vl"])
-def test_cacheblend_lmcache_setting_picks_lmcaches_tokens(tiny, name):
-    """``conf/arm/cacheblend_lmcache.yaml``: ‖ΔK‖² after RoPE at layer 1, max(1, int(0.15 · n)) of the whole
-    prompt: the rows LMCache picks in B are the rows the arm recomputes, at every layer after the check layer."""
-    ctx = shared_ctx(tiny, name)
-    k, old_k = check_layer_rows(ctx, channel_of(ctx, rotary=True))
-    want = in_b(ctx, lmcache_select(k.flatten(1), old_k.flatten(1), 0.15))
-    got, params = chosen(ctx, "cacheblend", ratio=0.15, deviation="key", count="prompt", at_least_one=True)
+@pytest.mark.parametrize("query", ["standard", "long"])
+def test_cacheblend_lmcache_setting_picks_lmcaches_tokens(tiny, name, query):
+    """``conf/arm/cacheblend_lmcache.yaml``: ‖ΔK‖² after RoPE at layer 1, max(1, int(0.15 · n)) of the n cached
+    tokens [prefix · A · B] (the query is vLLM's, outside the ratio): the rows LMCache picks in B are the rows the
+    arm recomputes, at every layer after the check layer; with a long query the whole-prompt count is refuted."""
+    ctx = shared_ctx(tiny, name) if query == "standard" else long_query_ctx(tiny, name)
+    want = lmcache_picks(ctx, channel_of(ctx, rotary=True))
+    got, params = cacheblend_lmcache(ctx)
     assert want and got == want
-    assert params["n_recomputed"] == min(max(1, int(0.15 * ctx.ranges[-1][1])), ctx.n_b)
+    assert params["n_recomputed"] == min(max(1, int(0.15 * ctx.ranges[ctx.b][1])), ctx.n_b) == len(want)
+    if query == "long":  # the whole prompt's 15 % is more rows: the count that included the query is caught here
+        assert int(0.15 * ctx.ranges[-1][1]) > params["n_recomputed"] < ctx.n_b
+        whole_prompt, _ = chosen(ctx, "cacheblend", ratio=0.15, deviation="key", count="prompt", at_least_one=True)
+        assert len(whole_prompt) > len(want)
 
 
 @pytest.mark.parametrize("name", ["tiny_qwen2_5_vl", "tiny_kimi"])
@@ -151,12 +189,13 @@ def test_cacheblend_on_mla_scores_k_pe_where_lmcache_has_no_mla_model(tiny):
     [c_KV ‖ k_pe] (a different tensor, so possibly other tokens): the choice of tensor is ours, the rule is theirs."""
     ctx = shared_ctx(tiny, "tiny_kimi")
     k_pe, old = check_layer_rows(ctx, channel_of(ctx, rotary=True))
-    want = in_b(ctx, lmcache_select(k_pe.flatten(1), old.flatten(1), 0.15))
-    got, _ = chosen(ctx, "cacheblend", ratio=0.15, deviation="key", count="prompt", at_least_one=True)
+    want = lmcache_picks(ctx, channel_of(ctx, rotary=True))
+    got, _ = cacheblend_lmcache(ctx)
     assert got == want
     c_kv, old_c = check_layer_rows(ctx, channel_of(ctx, rotary=False))
-    whole = in_b(ctx, lmcache_select(torch.cat([c_kv.flatten(1), k_pe.flatten(1)], 1),
-                                     torch.cat([old_c.flatten(1), old.flatten(1)], 1), 0.15))
+    cached = lmcache_blended(len(k_pe), ctx.ranges[ctx.b][1])
+    whole = in_b(ctx, lmcache_select(torch.cat([c_kv[cached].flatten(1), k_pe[cached].flatten(1)], 1),
+                                     torch.cat([old_c[cached].flatten(1), old[cached].flatten(1)], 1), 0.15))
     assert len(whole) == len(want)  # same budget; which tokens is the tensor's (Jaccard printed by -s)
     print(f"tiny_kimi: k_pe vs whole-row picks, Jaccard {jaccard(whole, want):.2f}")
 
@@ -166,13 +205,12 @@ def test_cacheblend_default_deliberately_differs_from_both_codebases(tiny):
     at LMCache's ratio over B alone: fewer rows than either codebase's prompt-wide count, chosen by another tensor
     than LMCache's. The test shows the difference (counts and overlap), which docs/baselines.md states."""
     ctx = shared_ctx(tiny, "tiny_qwen2_5_vl")
-    k, old_k = check_layer_rows(ctx, channel_of(ctx, rotary=True))
-    lmcache = in_b(ctx, lmcache_select(k.flatten(1), old_k.flatten(1), 0.15))
+    lmcache = lmcache_picks(ctx, channel_of(ctx, rotary=True))
     ours, params = chosen(ctx, "cacheblend")
     assert params["n_recomputed"] == int(0.15 * ctx.n_b) < len(lmcache)
     assert jaccard(ours, lmcache) < 1
     zero, _ = chosen(ctx, "cacheblend", ratio=0.0)
-    assert zero == [] and chosen(ctx, "cacheblend", ratio=0.0, count="prompt", at_least_one=True)[0]
+    assert zero == [] and chosen(ctx, "cacheblend", ratio=0.0, count="context", at_least_one=True)[0]
 
 
 # ----- EPIC ----------------------------------------------------------------------------------------------------
@@ -209,8 +247,8 @@ def test_a_mutated_rule_is_caught(tiny):
     other rows on the same item."""
     ctx = shared_ctx(tiny, "tiny_qwen2_5_vl")
     k, old_k = check_layer_rows(ctx, channel_of(ctx, rotary=True))
-    want = in_b(ctx, lmcache_select(k.flatten(1), old_k.flatten(1), 0.15))
-    other, _ = chosen(ctx, "cacheblend", ratio=0.15, deviation="value", count="prompt", at_least_one=True)
+    want = lmcache_picks(ctx, channel_of(ctx, rotary=True))
+    other, _ = chosen(ctx, "cacheblend", ratio=0.15, deviation="value", count="context", at_least_one=True)
     assert other != want
     diff = ((k - old_k) ** 2).flatten(1).sum(1)
     b0, b1 = ctx.ranges[ctx.b]

@@ -1,7 +1,7 @@
 """Why LMCache's CacheBlend equals blind reuse on the toy's two-hop items (Table 5 tiny: flip-recover 0.00, mean KL
 blind's; docs/baselines.md §1, "On the toy binding model"): the deficit is all in layer 1 (layer 0's KV never sees
 A), and one row of B decides the answer, ranked high by its ‖ΔV‖² but low by its ‖ΔK‖², so LMCache's key rule
-(8 rows at 0.15 of the 58-token prompt) leaves it out while the same count by ‖ΔV‖² takes it; the check layer's
+(8 rows at 0.15 of the 56 cached tokens) leaves it out while the same count by ‖ΔV‖² takes it; the check layer's
 kept rows are recomputed (it is not a layer the arm skips)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_lmcache_misses_the_row_that_decides_the_toy_item(toy_ctx):
 
     lmcache = build_specs("arm", ["cacheblend_lmcache"])[0].plugin
     out = lmcache.run(ctx)
-    assert out.params["n_recomputed"] == 8 == int(0.15 * ctx.ranges[-1][1])
+    assert out.params["n_recomputed"] == 8 == int(0.15 * ctx.ranges[ctx.b][1])  # the cached tokens, query left out
     assert kl(ctx.reprefill_logits, out.out.logits) == pytest.approx(blind, rel=1e-3)  # its 8 rows change ~nothing
-    by_value = make_arm("cacheblend", ratio=0.15, deviation="value", count="prompt", at_least_one=True).run(ctx)
+    by_value = make_arm("cacheblend", ratio=0.15, deviation="value", count="context", at_least_one=True).run(ctx)
     assert by_value.params["n_recomputed"] == 8 and kl(ctx.reprefill_logits, by_value.out.logits) < 1e-9
