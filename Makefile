@@ -30,7 +30,7 @@ render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(partial)
 ENGINE ?=
 ENGINE_VENV ?= $(HOME)/.cache/kamera/venv-engine
 
-.PHONY: help test test-budget test-ci ci-pytest test-kernels test-full test-shaped test-integration test-slow test-engine engine-venv engine-fig12 engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse device-rehearsal
+.PHONY: help doctor test test-budget test-ci ci-pytest test-kernels test-full test-shaped test-integration test-slow test-engine engine-venv engine-fig12 engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse device-rehearsal
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -53,6 +53,12 @@ GATE := not slow and not shaped and not integration and not engine and not full
 
 test: lint ## the fast gate: ruff + every test but the shaped, integration, engine, full and slow tiers (~2.5 min; budget 3)
 	$(pytest) -m "$(GATE)"
+
+doctor: ## the machine facts that change numbers (CPU flags, torch capability, threads, BLAS, versions; vLLM's backend from ENGINE_VENV)
+	@$(PYTHON) -m kamera.env
+	@if [ -x $(ENGINE_VENV)/bin/python ]; then echo "--- engine venv $(ENGINE_VENV)"; \
+		VLLM_LOGGING_LEVEL=ERROR $(ENGINE_VENV)/bin/python -m kamera.engine.doctor 2>&1 | grep -v '^Triton'; \
+	else echo "--- engine venv $(ENGINE_VENV): not built (make engine-venv)"; fi
 
 test-budget: ## the gate's wall time and its ten slowest tests, printed (budget: 180 s on 2 idle cores)
 	@start=$$(date +%s); $(pytest) -m "$(GATE)" --durations=10 -o addopts="-q --strict-markers"; \

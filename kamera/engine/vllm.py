@@ -59,7 +59,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from kamera.core import ChannelSpec, ChunkKV
-from kamera.engine.family import EngineError, attention, channels, mrope
+from kamera.engine.family import EngineError, attention, attention_backend, channels, mrope
 from kamera.engine.plan import PARAMS, Segment, check_plan, compose, media_of, segments
 from kamera.engine.store import StoreError, load_page, model_id, save_page
 
@@ -417,6 +417,10 @@ class EngineSession:
             kv_connector_extra_config={"store": str(self.store), "model": self.model},
             kv_load_failure_policy="recompute",
         )
+        from vllm.platforms import current_platform
+
+        self.attention_backend = attention_backend(self.config, current_platform.is_cpu())
+        chosen = {} if self.attention_backend is None else {"attention_config": {"backend": self.attention_backend}}
         self.llm = LLM(
             model=self.path,
             dtype=dtype,
@@ -429,6 +433,7 @@ class EngineSession:
             kv_transfer_config=kv,
             seed=0,
             **self.engine_args(self.config),
+            **chosen,
         )
 
     @staticmethod

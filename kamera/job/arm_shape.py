@@ -123,7 +123,7 @@ class ArmItems:
         arms, probes = specs
         return item_forwards(shape, [s.plugin for s in arms], [s.plugin for s in probes], n_layers), shape.image_tokens
 
-    def runtime_identity(self) -> dict:
+    def runtime_identity(self, cfg: DictConfig) -> dict:
         return {}  # the harness's jobs are keyed by config, checkpoint and data alone
 
     def serving(self, cfg: DictConfig, adapter: Adapter) -> AbstractContextManager[Adapter]:

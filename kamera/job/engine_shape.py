@@ -12,8 +12,9 @@ harness; no other job's key moves):
                 probe ``timing``), ``canonical_context=prefix`` (the canonical KV(B|∅) is [prefix · B]'s)
     identity    as an arm job's, plus ``shape: engine`` and the engine; the benchmark part spells out the items'
                 generator (span sizes, id range, answer tokens); an engine=vllm job's identity also holds the
-                installed vLLM, torch and transformers versions (:meth:`EngineItems.runtime_identity`): another
-                library set is another job, never a silent reuse
+                installed vLLM, torch and transformers versions and the attention backend its session selects
+                (:meth:`EngineItems.runtime_identity`): another library set or backend is another job, never a
+                silent reuse
     versions    every row and timing record is stamped with :data:`VERSION`, this measurement's code version
                 (bump it when a change here or in :mod:`kamera.engine.measure` moves a stored number), and
                 ``metrics_version``; a record of another stamp is recomputed in place, as a plugin's is
@@ -48,7 +49,7 @@ import torch
 from omegaconf import DictConfig
 
 from kamera.engine.benches import ENGINE_BENCHES
-from kamera.engine.family import EngineError, mrope, preflight
+from kamera.engine.family import EngineError, attention_backend, mrope, preflight
 from kamera.engine.measure import answer, engine_item, items, ulp_stats
 from kamera.items.selection import Selection
 from kamera.items.spans import Span
@@ -142,6 +143,19 @@ def model_config(cfg: DictConfig) -> Any:
     return AutoConfig.from_pretrained(checkpoint_path(e.name, cfg.model.path, cfg.paths.models))
 
 
+def engine_backend(cfg: DictConfig) -> str | None:
+    """The attention backend an engine=vllm job's session selects (:func:`kamera.engine.family.attention_backend`
+    on this platform; None where vLLM is absent: such a job is refused at preflight)."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    from vllm.platforms import current_platform
+
+    try:
+        return attention_backend(model_config(cfg), current_platform.is_cpu())
+    except (EngineError, OSError, ValueError):
+        return None  # a model the engine cannot load is refused at preflight, with its reason
+
+
 class EngineItems:
     """The engine's token-id items × arms, through vLLM's connector or kamera's own splice (the module docstring)."""
 
@@ -155,9 +169,12 @@ class EngineItems:
     def identity_tag(self) -> dict:
         return {"shape": "engine", "engine": self.engine}
 
-    def runtime_identity(self) -> dict:
-        """An engine=vllm job's library versions (another vLLM, torch or transformers is another job)."""
-        return {"libraries": libraries()} if self.engine == "vllm" else {}
+    def runtime_identity(self, cfg: DictConfig) -> dict:
+        """An engine=vllm job's library versions and vLLM attention backend (another vLLM, torch, transformers or
+        backend is another job: a backend rounds differently, :func:`kamera.engine.family.attention_backend`)."""
+        if self.engine != "vllm":
+            return {}
+        return {"libraries": libraries(), "attention_backend": engine_backend(cfg)}
 
     def selects_from_model(self, cfg: DictConfig) -> bool:
         return False

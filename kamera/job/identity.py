@@ -231,9 +231,10 @@ def config_key(cfg: DictConfig) -> str:
 
 def identity(cfg: DictConfig, selection: Selection) -> dict:
     """The full identity of a job: config, checkpoint and data fingerprints, and what its item shape's runtime adds
-    (an engine job's library versions; nothing for the harness's jobs) (the shard's key is its digest)."""
+    (an engine job's library versions and attention backend; nothing for the harness's jobs); the shard's key is
+    its digest."""
     return {"config": config_identity(cfg), "checkpoint": checkpoint_fingerprint(cfg),
-            "data": data_fingerprint(selection), **shape_of(cfg).runtime_identity()}
+            "data": data_fingerprint(selection), **shape_of(cfg).runtime_identity(cfg)}
 
 
 def rehash(dirs: list[str]) -> int:

@@ -18,7 +18,8 @@ methods; no other module asks which shape a job is. Both shapes offer:
     select(cfg, n, adapter)      the items, deterministically
     bench_identity(cfg)          the benchmark part of the identity, defaults spelled out
     cost_forwards(cfg, tokens, specs, n_layers)   forwards and image tokens per item
-    runtime_identity()    what the job's runtime adds to its identity ({}: the harness; an engine's libraries)
+    runtime_identity(cfg)        what the job's runtime adds to its identity ({}: the harness; an engine's libraries
+                                 and attention backend)
     serving(cfg, adapter)        a context manager around the job's items, yielding what evaluate_item is handed
                                  (the adapter; an engine job's live engine session)
     evaluate_item(adapter, item, arms, probes, cfg, keys)   (rows, probe records, refusals)

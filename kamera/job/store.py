@@ -486,8 +486,11 @@ def code_version() -> dict:
 
 
 def provenance(device: str, dtype: str, attention: str) -> dict:
-    """Where and with what a run computes: code version, device name, dtype, attention kernel, host, Slurm ids."""
+    """Where and with what a run computes: code version, device name, dtype, attention kernel, the CPU kernel facts
+    that change float rounding (:func:`kamera.env.kernel_facts`), host, Slurm ids."""
     import torch
+
+    from kamera.env import kernel_facts
 
     if device == "auto":  # a model spread over every visible GPU (device_map="auto")
         name = " + ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
@@ -498,5 +501,6 @@ def provenance(device: str, dtype: str, attention: str) -> dict:
     slurm = {k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID") if k in os.environ}
     return {
         **code_version(), "device": device, "device_name": name, "dtype": dtype, "attention": attention,
-        "hostname": socket.gethostname(), "user": getpass.getuser(), "slurm": slurm, "start": now(),
+        "kernels": kernel_facts(), "hostname": socket.gethostname(), "user": getpass.getuser(), "slurm": slurm,
+        "start": now(),
     }

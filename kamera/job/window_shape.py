@@ -142,7 +142,7 @@ class WindowItems:
         forwards = window_forwards(shape, [s.plugin for s in specs[0]], n_layers)
         return forwards, (shape.history + shape.foreign) * shape.image_tokens
 
-    def runtime_identity(self) -> dict:
+    def runtime_identity(self, cfg: DictConfig) -> dict:
         return {}  # keyed by config, checkpoint and data alone, as an arm job
 
     def serving(self, cfg: DictConfig, adapter: Adapter) -> AbstractContextManager[Adapter]:
