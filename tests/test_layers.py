@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS: list[tuple[str, ...]] = [
     # utilities (errors, progress, knob checks); the hand-off (spans, items, selection); R(δ), ChunkKV, Δ, Patch
     # and the one discovery rule of plugin folders
-    ("kamera.errors", "kamera.env", "kamera.progress", "kamera.knobs", "kamera.discover", "kamera.items", "kamera.core"),
+    ("kamera.errors", "kamera.env", "kamera.progress", "kamera.knobs", "kamera.discover", "kamera.items",
+     "kamera.core"),
     ("kamera.metrics", "kamera.models", "kamera.data"),  # KL, η, e90; adapters, FLOPs, shaped writers; loaders
     # an item's shared forwards, partial recompute, the plugin base; the live engine's KV connector, page store,
     # families and per-item measurement (core and models only)

@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import get_args
 
@@ -75,19 +76,90 @@ def unread_keys(cfg: DictConfig) -> list[str]:
     return lines
 
 
+# the config groups whose keys are checked like the root's: a key no file of the group declares is read by no code
+CHECKED_GROUPS = ("model", "paths", "bench", "tracking")
+MAX_ITEMS = 10_000_000  # n_items above this is a typo, not a selection (null selects all items)
+
+
+@functools.cache
+def group_keys(group: str) -> frozenset[str]:
+    """The keys any conf/<group>/*.yaml file sets (its own top level): what code reads under ``<group>.``."""
+    keys: set[str] = set()
+    for path in (CONF_DIR / group).glob("*.yaml"):
+        try:
+            keys |= set(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+        except (yaml.YAMLError, TypeError):
+            continue  # a malformed file is reported when it is composed
+    return frozenset(keys - {"defaults"})
+
+
+def unread_group_keys(cfg: DictConfig) -> list[str]:
+    """One line per ``<group>.<key>`` of :data:`CHECKED_GROUPS` that no file of the group declares (``+model.bogus=1``,
+    ``+paths.bogus=1``), naming the closest key the group has: such a key would be accepted and ignored."""
+    lines = []
+    for group in CHECKED_GROUPS:
+        node = cfg.get(group)
+        if not isinstance(node, DictConfig):
+            continue
+        known = group_keys(group)
+        for key in sorted(set(node) - known):
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {group}.{close[0]}?)" if close else ""
+            lines.append(f"{group}.{key}={OmegaConf.select(cfg, f'{group}.{key}')!r}: no conf/{group}/ file has a key "
+                         f"{key!r}, so no code reads it{hint}")
+    return lines
+
+
+def added_keys_that_exist(overrides: list[str]) -> list[str]:
+    """One line per ``+key=value`` override whose key a conf/ file already declares (``'+arms=[blind]'``,
+    ``+model.dtype=bf16``): ``+`` adds a key no file has, so on a declared key it is a misreading (``key=value`` sets
+    it, and an experiment's own value may then win or clash)."""
+    lines = []
+    for o in overrides:
+        if not o.startswith("+") or o.startswith("++") or "=" not in o:
+            continue
+        key = o[1:].split("=", 1)[0]
+        group, _, sub = key.partition(".")
+        declared = key in read_keys() if not sub else group in CHECKED_GROUPS and sub.split(".")[0] in group_keys(group)
+        if declared:
+            lines.append(f"{o}: {key} is a key kamera's conf/ declares; drop the '+' ({o[1:]}): '+' adds a key no "
+                         "conf/ file has")
+    return lines
+
+
+def outputs_problem(argv: list[str]) -> str | None:
+    """Why ``python -m kamera.run <argv>`` cannot create its run folder under the outputs root (``paths.outputs``,
+    KAMERA_OUTPUTS, default ``outputs/``; Hydra writes the job's config there before kamera runs): a file in the
+    way, read-only, or a full disk; None when it can. Checked before Hydra starts, so it is one line."""
+    root = next((a.split("=", 1)[1] for a in argv if a.startswith("paths.outputs=")),
+                os.environ.get("KAMERA_OUTPUTS", "outputs"))
+    for a in argv:  # an explicit run or sweep folder wins over the root
+        if a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")):
+            root = a.split("=", 1)[1]
+    there = _existing(Path(root))
+    fix = "point KAMERA_OUTPUTS (paths.outputs) at a writable folder with free space"
+    if not there.is_dir():
+        return f"the run folder root {root} cannot be made: {there} is a file; {fix}"
+    if not os.access(there, os.W_OK | os.X_OK):
+        return f"the run folder root {root} cannot be made: {there} is read-only or not writable by this user; {fix}"
+    if shutil.disk_usage(there).free < 1 << 20:
+        return f"the run folder root {root} is on a full disk ({there}: under 1 MiB free); {fix}"
+    return None
+
+
 def validate(cfg: DictConfig) -> list[str]:
     """Type and range problems of every key a job reads, one line each (no files, no weights)."""
     import torch
 
-    p = unread_keys(cfg)
+    p = unread_keys(cfg) + unread_group_keys(cfg)
 
     def need(ok: bool, key: str, what: str) -> None:
         if not ok:
             value = OmegaConf.select(cfg, key)
             p.append(f"{key}={value!r}: {what}")
 
-    need(cfg.n_items is None or (is_int(cfg.n_items) and cfg.n_items >= 1), "n_items",
-         "must be an integer >= 1 (or null: all)")
+    need(cfg.n_items is None or (is_int(cfg.n_items) and 1 <= cfg.n_items <= MAX_ITEMS), "n_items",
+         f"must be an integer from 1 to {MAX_ITEMS:,} (or null: all items)")
     need(is_int(cfg.seed) and cfg.seed >= 0, "seed", "must be an integer >= 0")
     need(cfg.model.dtype in DTYPES, "model.dtype", f"must be one of {sorted(DTYPES)}")
     need(cfg.model.attn_implementation in ATTENTION, "model.attn_implementation", f"must be one of {list(ATTENTION)}")
@@ -128,7 +200,8 @@ def _model_problems(cfg: DictConfig) -> list[str]:
         return problems
     e = entry(cfg.model.name)
     if e.kind == "paper":
-        return checkpoint_problems(checkpoint_path(e.name, cfg.model.path, cfg.paths.models))
+        ckpt = checkpoint_path(e.name, cfg.model.path, cfg.paths.models)
+        return checkpoint_problems(ckpt) or fit_problems(cfg.model.name, ckpt)
     if e.kind == "toy" and e.weights:
         from kamera.toy.digests import weight_problems
 
@@ -190,8 +263,24 @@ def checkpoint_problems(ckpt: Path, tokenizer: bool = True) -> list[str]:
     return p
 
 
-def safetensors_tensors(path: Path) -> tuple[set[str] | None, str | None]:
-    """(the tensor names, None) of a .safetensors file whose header (:func:`kamera.job.identity.safetensors_header`)
+def fit_problems(name: str, ckpt: Path) -> list[str]:
+    """Whether a sound checkpoint directory's weights are the ones its config.json describes (issue 40, items a, b):
+    every tensor of its safetensors headers against the model class built from the config on the meta device
+    (:func:`kamera.models.weights.weight_problems`: missing, unexpected and misshapen tensors, one line each). A GGUF
+    file, a directory without safetensors weights and a model with a loader of its own are not compared."""
+    from kamera.models import own_entry
+    from kamera.models.weights import weight_problems
+
+    if not ckpt.is_dir():
+        return []
+    tensors: dict[str, list[int]] = {}
+    for f in sorted(ckpt.glob("*.safetensors")):
+        tensors.update(safetensors_tensors(f)[0] or {})
+    return weight_problems(own_entry(name, ckpt), ckpt, tensors) if tensors else []
+
+
+def safetensors_tensors(path: Path) -> tuple[dict[str, list[int]] | None, str | None]:
+    """(tensor name → shape, None) of a .safetensors file whose header (:func:`kamera.job.identity.safetensors_header`)
     parses and whose tensors end inside the file, else (None, why not)."""
     try:
         raw = safetensors_header(path)
@@ -203,11 +292,12 @@ def safetensors_tensors(path: Path) -> tuple[set[str] | None, str | None]:
         header = json.loads(raw)
         tensors = {k: v for k, v in header.items() if k != "__metadata__"}
         end = max((int(v["data_offsets"][1]) for v in tensors.values()), default=0)
+        shapes = {k: [int(n) for n in v["shape"]] for k, v in tensors.items()}
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         return None, f"its header does not parse ({type(err).__name__}: {err})"
     if 8 + len(raw) + end > path.stat().st_size:
         return None, f"truncated: its tensors end at byte {8 + len(raw) + end}, the file has {path.stat().st_size}"
-    return set(tensors), None
+    return shapes, None
 
 
 def _image_problems(cfg: DictConfig, items: list) -> list[str]:

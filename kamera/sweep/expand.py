@@ -32,6 +32,7 @@ from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from kamera.job import CONF_DIR, preflight
+from kamera.job.checks import added_keys_that_exist
 
 
 class SweepError(ValueError):
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     # one job's overrides (a sweep's `choice(…)` composes only under --multirun; the launcher is the same for all)
     problems: dict[str, list[str]] = {p: ["every job"] for p in launcher_problems(jobs[0] if jobs else args.overrides)}
     for job, cfg in composed(args.overrides):
-        for p in preflight(cfg):
+        for p in added_keys_that_exist(job) + preflight(cfg):
             problems.setdefault(p, []).append(" ".join(job))
     if not problems:
         print(f"preflight ok: {len(jobs)} job(s)")

@@ -504,11 +504,58 @@ def test_a_root_key_kamera_does_not_read_is_refused(override, named, tmp_path, m
 
 
 def test_every_experiment_and_testbed_composes_without_an_unread_root_key():
-    from kamera.job.checks import unread_keys
+    from kamera.job.checks import unread_group_keys, unread_keys
 
     for kind in ("experiment", "testbed"):
         for name in sorted(p.stem for p in (job_spec.CONF_DIR / kind).glob("*.yaml")):
-            assert unread_keys(compose_config([f"{kind}={name}"])) == [], name
+            cfg = compose_config([f"{kind}={name}"])
+            assert unread_keys(cfg) == [] and unread_group_keys(cfg) == [], name
+
+
+# ----- issue 40 hostile c, d, e: nested keys, '+' on a declared key, absurd counts, the run folder -----------------
+@pytest.mark.parametrize(("override", "named"), [
+    ("+model.bogus=1", "model.bogus=1: no conf/model/ file has a key 'bogus'"),
+    ("+paths.bogus=1", "paths.bogus=1: no conf/paths/ file has a key 'bogus'"),
+    ("+model.dtyp=bf16", "model.dtyp='bf16': no conf/model/ file has a key 'dtyp', so no code reads it (did you mean "
+                         "model.dtype?)"),
+    ("+bench.kwarg={}", "bench.kwarg={}: no conf/bench/ file has a key 'kwarg', so no code reads it (did you mean "
+                        "bench.kwargs?)"),
+    ("n_items=10000000000000000000000", "n_items=10000000000000000000000: must be an integer from 1 to 10,000,000"),
+])
+def test_a_nested_key_no_code_reads_and_an_absurd_count_are_refused(override, named, tmp_path, monkeypatch):
+    """``+model.bogus=1`` and ``+paths.bogus=1`` passed preflight and were ignored; so did n_items=1e22."""
+    cfg = job_config(tmp_path, *TINY, override)
+    assert [p for p in job.preflight(cfg) if p.startswith(named)], job.preflight(cfg)
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(JobError, match="cannot start"):
+        runner.run(cfg)
+
+
+def test_a_plus_on_a_key_the_conf_declares_is_refused_by_the_sweep_check(capsys):
+    from kamera.job.checks import added_keys_that_exist
+    from kamera.sweep.expand import main as sweep_main
+
+    assert added_keys_that_exist(["+arms=[blind]", "+model.dtype=fp32", "+foo=1", "++arms=[blind]", "arms=[x]"]) == [
+        "+arms=[blind]: arms is a key kamera's conf/ declares; drop the '+' (arms=[blind]): '+' adds a key no conf/ "
+        "file has",
+        "+model.dtype=fp32: model.dtype is a key kamera's conf/ declares; drop the '+' (model.dtype=fp32): '+' adds a "
+        "key no conf/ file has"]
+    assert sweep_main(["--check", *TINY, "+arms=[blind]"]) == 1
+    assert "- +arms=[blind]: arms is a key kamera's conf/ declares" in capsys.readouterr().err
+
+
+def test_a_run_folder_that_cannot_be_made_is_one_line_before_hydra(tmp_path, monkeypatch):
+    from kamera.job import checks
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("KAMERA_OUTPUTS", str(tmp_path / "file" / "outputs"))
+    assert checks.outputs_problem([]) == (
+        f"the run folder root {tmp_path}/file/outputs cannot be made: {tmp_path}/file is a file; point KAMERA_OUTPUTS "
+        "(paths.outputs) at a writable folder with free space")
+    assert checks.outputs_problem([f"paths.outputs={tmp_path}/ok"]) is None  # the override wins over the env
+    assert "is a file" in checks.outputs_problem([f"hydra.run.dir={tmp_path}/file/run"])
+    monkeypatch.setattr(checks.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(100, 100, 0))
+    assert "on a full disk" in checks.outputs_problem([f"paths.outputs={tmp_path}/ok"])
 
 
 # ----- issue 29 item 9: operational errors are one line and leave no temp file --------------------------------------
