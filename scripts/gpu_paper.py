@@ -55,7 +55,8 @@ from kamera.core import ChunkKV, Patch, family_rank_view, relocate
 from kamera.diagnostics.common import frobenius, relative
 from kamera.diagnostics.records import break_even
 from kamera.diagnostics.relocation import DISTANCES, prefill_alone, relocation_error, rope_scheme
-from kamera.diagnostics.ttft import PAPER, Clock
+from kamera.diagnostics.ttft import Clock
+from kamera.discover import paper_block
 from kamera.items.spans import Span
 from kamera.metrics import bf16_ulps, bf16_vector_ulps, kl
 from kamera.models import entry, load_model
@@ -270,7 +271,7 @@ def ttft(
                     "apply_ms": apply_ms,
                     "reuse_ms": reuse_ms,
                     "speedup": prefill_ms / reuse_ms,
-                    "paper_speedup": PAPER["speedup_prefill"].get(ctx.n_b),
+                    "paper_speedup": paper_block("fig11")["speedup"].get(ctx.n_b),
                     "apply_bytes": nbytes,
                     "apply_bytes_per_s": nbytes / (apply_ms / 1e3),
                     "copy_bytes_per_s": copy_bps,

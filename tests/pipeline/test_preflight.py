@@ -43,8 +43,9 @@ def test_a_typoed_experiment_fails_the_cli_without_running_a_job(tmp_path):
 
 
 BAD_VALUES = {
-    "n_items=-1": "n_items=-1: must be an integer >= 1",
-    "n_items=2.5": "n_items=2.5: must be an integer >= 1",
+    "n_items=-1": "n_items=-1: must be an integer from 1 to 10,000,000",
+    "n_items=2.5": "n_items=2.5: must be an integer from 1 to 10,000,000",
+    "n_items=10000000000000000000000": "n_items=10000000000000000000000: must be an integer from 1 to 10,000,000",
     "seed=x": "seed='x': must be an integer >= 0",
     "model.dtype=bf17": "model.dtype='bf17': must be one of",
     "canonical_context=bogus": "canonical_context='bogus': must be one of ['prefix', 'native', 'none']",
