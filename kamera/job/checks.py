@@ -200,7 +200,8 @@ def _model_problems(cfg: DictConfig) -> list[str]:
         return problems
     e = entry(cfg.model.name)
     if e.kind == "paper":
-        return checkpoint_problems(checkpoint_path(e.name, cfg.model.path, cfg.paths.models))
+        ckpt = checkpoint_path(e.name, cfg.model.path, cfg.paths.models)
+        return checkpoint_problems(ckpt) or fit_problems(cfg.model.name, ckpt)
     if e.kind == "toy" and e.weights:
         from kamera.toy.digests import weight_problems
 
@@ -262,8 +263,33 @@ def checkpoint_problems(ckpt: Path, tokenizer: bool = True) -> list[str]:
     return p
 
 
-def safetensors_tensors(path: Path) -> tuple[set[str] | None, str | None]:
-    """(the tensor names, None) of a .safetensors file whose header (:func:`kamera.job.identity.safetensors_header`)
+def fit_problems(name: str, ckpt: Path) -> list[str]:
+    """Whether a sound checkpoint directory's weights are the ones its config.json describes (issue 40, items a, b):
+    every tensor of its safetensors headers against the model class built from the config on the meta device
+    (:func:`kamera.models.weights.weight_problems`: missing, unexpected and misshapen tensors, one line each). A GGUF
+    file, a directory without safetensors weights and a model with a loader of its own are not compared."""
+    if not ckpt.is_dir():
+        return []
+    files = sorted(ckpt.glob("*.safetensors"))
+    stamp = tuple((f.name, st.st_size, st.st_mtime_ns) for f in [ckpt / "config.json", *files] if (st := f.stat()))
+    return list(_fit_problems(name, ckpt, stamp)) if files else []
+
+
+@functools.lru_cache(maxsize=32)
+def _fit_problems(name: str, ckpt: Path, stamp: tuple) -> tuple[str, ...]:
+    """:func:`fit_problems` once per checkpoint state (``stamp``: config.json's and each weight file's size and
+    mtime), so a sweep's jobs on one checkpoint compare its tensors once."""
+    from kamera.models import own_entry
+    from kamera.models.weights import weight_problems
+
+    tensors: dict[str, list[int]] = {}
+    for f in sorted(ckpt.glob("*.safetensors")):
+        tensors.update(safetensors_tensors(f)[0] or {})
+    return tuple(weight_problems(own_entry(name, ckpt), ckpt, tensors)) if tensors else ()
+
+
+def safetensors_tensors(path: Path) -> tuple[dict[str, list[int]] | None, str | None]:
+    """(tensor name → shape, None) of a .safetensors file whose header (:func:`kamera.job.identity.safetensors_header`)
     parses and whose tensors end inside the file, else (None, why not)."""
     try:
         raw = safetensors_header(path)
@@ -275,11 +301,12 @@ def safetensors_tensors(path: Path) -> tuple[set[str] | None, str | None]:
         header = json.loads(raw)
         tensors = {k: v for k, v in header.items() if k != "__metadata__"}
         end = max((int(v["data_offsets"][1]) for v in tensors.values()), default=0)
+        shapes = {k: [int(n) for n in v["shape"]] for k, v in tensors.items()}
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         return None, f"its header does not parse ({type(err).__name__}: {err})"
     if 8 + len(raw) + end > path.stat().st_size:
         return None, f"truncated: its tensors end at byte {8 + len(raw) + end}, the file has {path.stat().st_size}"
-    return set(tensors), None
+    return shapes, None
 
 
 def _image_problems(cfg: DictConfig, items: list) -> list[str]:

@@ -28,6 +28,7 @@ import transformers as tf
 
 from kamera.models.base import Adapter
 from kamera.models.entry import ModelEntry
+from kamera.models.weights import CheckpointWeightsError, loading_problem
 
 log = logging.getLogger(__name__)
 
@@ -266,14 +267,18 @@ def load_native(
     widen = stored is not None and stored.is_floating_point and torch.finfo(stored).bits < torch.finfo(dtype).bits
     # a GGUF file holds config, tokenizer and (dequantised on load) weights: transformers reads it by directory + name
     where, gguf = (ckpt.parent, {"gguf_file": ckpt.name}) if is_gguf(ckpt) else (ckpt, {})
-    model = cls.from_pretrained(
+    model, info = cls.from_pretrained(
         where,
         dtype=stored if widen else dtype,
         attn_implementation=attn_implementation,
         device_map=device,
+        output_loading_info=True,
+        ignore_mismatched_sizes=True,  # reported below, with the missing and unexpected tensors, in one line
         **gguf,
         **dict(e.load_kwargs),
     )
+    if problem := loading_problem(info, f"{e.name}: {ckpt}", e.model_class):
+        raise CheckpointWeightsError(problem)  # never a run on weights initialised at random
     if e.submodule:
         model = getattr(model, e.submodule)
     tokenizer = tf.AutoTokenizer.from_pretrained(where, **gguf)

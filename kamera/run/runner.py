@@ -58,6 +58,7 @@ from kamera.job.spec import Spec
 from kamera.job.store import RUN, SOURCE, STAMP, TABLES, JobState, Shard, current, digest, now, provenance
 from kamera.models import Adapter, load_model
 from kamera.models.loading import peak_memory_bytes, resolve_device
+from kamera.models.weights import CheckpointWeightsError
 from kamera.progress import Progress
 from kamera.run.track import Tracker
 
@@ -75,16 +76,21 @@ __all__ = ["run"]
 
 
 def _load(cfg: DictConfig, device: str) -> Adapter:
-    return load_model(
-        cfg.model.name,
-        dtype=DTYPES[cfg.model.dtype],
-        device=device,
-        path=cfg.model.path,
-        models_root=cfg.paths.models,
-        attn_implementation=cfg.model.attn_implementation,
-        seed=cfg.seed,
-        chat=cfg.model.get("chat", "template"),  # model=hf's option (conf/model/hf.yaml)
-    )
+    """The job's model; a checkpoint whose weights do not load as its config describes (missing, unexpected or
+    misshapen tensors that preflight's header check could not see) is a JobError naming them, not a run."""
+    try:
+        return load_model(
+            cfg.model.name,
+            dtype=DTYPES[cfg.model.dtype],
+            device=device,
+            path=cfg.model.path,
+            models_root=cfg.paths.models,
+            attn_implementation=cfg.model.attn_implementation,
+            seed=cfg.seed,
+            chat=cfg.model.get("chat", "template"),  # model=hf's option (conf/model/hf.yaml)
+        )
+    except CheckpointWeightsError as err:
+        raise JobError(f"cannot load the model: {err}") from err
 
 
 def run(cfg: DictConfig) -> Path:
