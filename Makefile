@@ -21,7 +21,8 @@ endef
 # PARTIAL=1 (or true / yes) adds --allow-partial; unset, empty, 0, false or no renders complete jobs only; anything else
 # is an error naming the value (PARTIAL=0 rendered partial results when any non-empty value counted).
 partial = $(if $(filter 1 true yes,$(PARTIAL)),--allow-partial,$(if $(filter-out 0 false no,$(PARTIAL)),$(error PARTIAL=$(PARTIAL): must be 1 (render incomplete jobs too) or 0)))
-render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(partial)
+# RENDER_ARGS: overrides of the render only (make demo's output folder); the sweep never sees them
+render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(RENDER_ARGS) $(partial)
 
 # The engine tier (docs/engine.md): vLLM with the kamera KV connector, in a venv of its own (ENGINE_VENV) so the
 # main env keeps its transformers and no CUDA torch companions. `make fig12 ENGINE=vllm` first runs Fig. 12's
@@ -149,9 +150,13 @@ render: ## render only, from stored rows: make render EXP=table3_tiny [ARGS=over
 status: ## every job of every experiment (or EXP): done / k of n / missing / failed, with reasons
 	$(PYTHON) -m kamera.sweep.status $(if $(EXP),experiment=$(EXP)) $(ARGS)
 
-demo: ## Table 3 and Figure 5 at tiny scale on this machine (CPU), end to end
-	$(MAKE) table3 fig5 SCALE=tiny LAUNCHER=local
-	@echo "demo outputs: results/tables/table3_tiny.md results/tables/table3_tiny.tex figures/fig5_tiny.pdf figures/fig5_tiny.png figures/fig5_tiny.md"
+# make demo renders into DEMO_DIR (git-ignored), not over the tracked tiny outputs (results/tables/table3_tiny.*,
+# figures/fig5_tiny.*, the record make table3 / fig5 / tiny-all write): their footers name the commit the rows were
+# made at, so a demo on any later commit rewrote them and every later footer said the tree was dirty (issue 40 f).
+DEMO_DIR ?= results/demo
+demo: ## Table 3 and Figure 5 at tiny scale on this machine (CPU), end to end, into DEMO_DIR (results/demo, git-ignored)
+	$(MAKE) table3 fig5 SCALE=tiny LAUNCHER=local RENDER_ARGS='paths.tables=$(DEMO_DIR) paths.figures=$(DEMO_DIR)'
+	@echo "demo outputs (git-ignored): $(DEMO_DIR)/table3_tiny.md $(DEMO_DIR)/table3_tiny.tex $(DEMO_DIR)/fig5_tiny.pdf $(DEMO_DIR)/fig5_tiny.png $(DEMO_DIR)/fig5_tiny.md"
 
 manifest: ## one override line per job of EXP (for SLURM/array.sbatch): make manifest EXP=table3
 	$(if $(EXP),,$(error EXP is not set: make manifest EXP=<conf/experiment name>))
