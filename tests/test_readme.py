@@ -39,3 +39,17 @@ def test_the_artefact_map_is_generated_from_the_configs():
     assert readme_table(text) == text, "stale: run python -m experiments.common --docs"
     section = text.split("## Every table and figure", 1)[1].split("\n## ", 1)[0]
     assert sorted(re.findall(r"^\| [^|]+ \| `make (\w+)` \|", section, re.M)) == artifacts()
+
+
+def test_every_kamera_variable_of_the_conf_and_the_makefile_is_documented():
+    """The KAMERA_* variables conf/ resolves (where a run reads and writes) are named in the README's own lines and in a
+    doc; those the Makefile passes (tests' threads, caches) in the README or a doc. KAMERA_OUTPUTS, Hydra's run
+    folders, was in conf/paths/default.yaml and the Makefile and in no README line or doc (issue 40, item g)."""
+    root = README.parent
+    docs = "\n".join(p.read_text() for p in (root / "docs").glob("*.md"))
+    conf = {m for p in (root / "conf").rglob("*.yaml") for m in re.findall(r"oc\.env:(KAMERA_\w+)", p.read_text())}
+    make = set(re.findall(r"\bKAMERA_[A-Z_]+\b", (root / "Makefile").read_text()))
+    assert "KAMERA_OUTPUTS" in conf
+    text = README.read_text()
+    assert [v for v in sorted(conf) if v not in text or v not in docs] == []
+    assert [v for v in sorted(make) if v not in text and v not in docs] == []
