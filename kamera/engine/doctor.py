@@ -1,7 +1,7 @@
-"""The engine's half of ``make doctor``: vLLM's version and platform, and per page kind the attention backend the
-connector selects (:func:`kamera.engine.family.attention_backend`) beside the one vLLM would take unasked on this
-CPU (``CpuPlatform.get_attn_backend_cls``), so a machine where the two differ (AMX: AMX_MLA, bf16 only) is seen
-before a sweep. Runs in the engine venv; needs no model.
+"""The engine's half of ``make doctor``: vLLM's version and platform, and per page kind and dtype the attention
+kernels the connector selects (:func:`kamera.engine.family.select_kernels`: backend / ISA / kernel library) beside
+the backend vLLM would take unasked on this CPU (``CpuPlatform.get_attn_backend_cls``), so a machine where the two
+differ (AMX: AMX_MLA, bf16 only) is seen before a sweep. Runs in the engine venv; needs no model.
 
     ~/.cache/kamera/venv-engine/bin/python -m kamera.engine.doctor
 """
@@ -12,37 +12,59 @@ from types import SimpleNamespace
 
 import torch
 
-from kamera.engine.family import attention_backend
+from kamera.engine.family import (
+    GQA_SERVED,
+    MLA_SERVED,
+    MROPE_SERVED,
+    EngineError,
+    head_size,
+    platform_kernels,
+)
 from kamera.env import report
 
-PAGE_KINDS = {"MLA": SimpleNamespace(kv_lora_rank=512), "GQA": SimpleNamespace()}  # a config of each page kind
+# a config of each page kind (the tiny twins' head sizes: MLA latent 512 + k_pe 64, GQA head 64)
+PAGE_KINDS = {
+    "MLA": (SimpleNamespace(kv_lora_rank=512, qk_rope_head_dim=64), MLA_SERVED),
+    "GQA": (SimpleNamespace(head_dim=64), GQA_SERVED + MROPE_SERVED),
+}
+DTYPES = ("float32", "bfloat16")  # an engine job's dtypes (kamera.job.engine_shape.DTYPES)
 
 
-def unasked(mla: bool) -> str:
+def unasked(config: SimpleNamespace, dtype: str) -> str:
     """The backend vLLM's platform picks for a page kind with no backend requested (its class name)."""
     from vllm.platforms import current_platform
     from vllm.v1.attention.selector import AttentionSelectorConfig
 
-    config = AttentionSelectorConfig(head_size=64, dtype=torch.float32, kv_cache_dtype=None, block_size=None,
-                                     use_mla=mla)
-    return current_platform.get_attn_backend_cls(None, config).rsplit(".", 1)[-1]
+    selector = AttentionSelectorConfig(
+        head_size=head_size(config),
+        dtype=getattr(torch, dtype),
+        kv_cache_dtype=None,
+        block_size=None,
+        use_mla=hasattr(config, "kv_lora_rank"),
+    )
+    return current_platform.get_attn_backend_cls(None, selector).rsplit(".", 1)[-1]
 
 
 def lines() -> list[str]:
-    """One line per page kind: selected and unasked backends."""
+    """vLLM's version, then one line per page kind x dtype: the selected kernels and vLLM's unasked backend."""
     import vllm
     from vllm.platforms import current_platform
 
     out = [f"vllm             {vllm.__version__} on {type(current_platform).__name__}"]
-    for kind, config in PAGE_KINDS.items():
-        chosen = attention_backend(config, current_platform.is_cpu())
-        out.append(f"attention {kind:<6} kamera selects {chosen or 'the platform default'}; vLLM unasked: "
-                   f"{unasked(kind == 'MLA')}")
+    for kind, (config, families) in PAGE_KINDS.items():
+        for dtype in DTYPES:
+            try:
+                chosen = platform_kernels(config, dtype).tag
+            except EngineError as err:
+                chosen = f"refused: {err}"
+            out.append(f"attention {kind} {dtype:<8} kamera selects {chosen}; vLLM unasked: {unasked(config, dtype)}")
+        out.append(f"  ({kind}: {', '.join(families)})")
     return out
 
 
 def main() -> None:
-    print(report())
+    machine = ("cpu ", "kernel flags")  # the machine's lines: make doctor printed them from the main env just above
+    print("\n".join(line for line in report().splitlines() if not line.startswith(machine)))
     print("\n".join(lines()))
 
 

@@ -26,6 +26,7 @@ softmax).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -76,13 +77,107 @@ def attention(hf_config: Any) -> str:
 # reference backend, takes every dtype (block size 16, check_and_update_config) on every x86 CPU, so the MLA twin
 # runs, and rounds, alike on CPUs with and without AMX. CPU_ATTN is the one GQA / MHA backend on CPU.
 CPU_BACKENDS = {"MLA": "CPU_MLA", "GQA": "CPU_ATTN"}
+BLOCK_SIZE = 32  # the connector's page block (EngineSession's default; MLA on CPU runs at 16, the platform's rule)
+CPU_ISA = {"aarch64": "neon", "arm64": "neon", "s390x": "vxe", "ppc64le": "vsx"}  # CPU_ATTN's ISA off x86
 
 
-def attention_backend(hf_config: Any, on_cpu: bool) -> str | None:
-    """The vLLM attention backend (an ``AttentionBackendEnum`` name) the connector's engine runs this model on:
-    on a CPU platform :data:`CPU_BACKENDS` by page kind, whatever the CPU's features; elsewhere None (the
-    platform's own choice, recorded as such). Part of an engine=vllm job's identity: it changes the numbers."""
-    return CPU_BACKENDS[attention(hf_config)] if on_cpu else None
+@dataclass(frozen=True)
+class Kernels:
+    """The attention kernels an engine session runs: the backend kamera asks vLLM for (an ``AttentionBackendEnum``
+    name; None off a CPU: the platform's own choice), the kernel ISA it computes with (CPU_ATTN's, as vLLM's
+    ``_get_attn_isa`` in v1/attention/backends/cpu_attn.py picks it: amx, vec, vec16, neon, ...; ``reference`` for
+    CPU_MLA's SDPA prefill and mla_decode_kvcache) and the vLLM kernel library it is compiled in (x86:
+    ``CpuPlatform.import_kernels`` loads _C for AVX-512 + AVX512-BF16, _C_AVX512, else _C_AVX2). Each changes the
+    numbers, so :attr:`tag` is in an engine=vllm job's identity."""
+
+    backend: str | None
+    isa: str
+    library: str = "_C"
+
+    @property
+    def tag(self) -> str:
+        return f"{self.backend}/{self.isa}/{self.library}" if self.backend else "platform default"
+
+
+def select_kernels(
+    kind: str,
+    dtype: str,
+    *,
+    on_cpu: bool,
+    features: frozenset[str] | set[str],
+    head_size: int,
+    block_size: int = BLOCK_SIZE,
+    arch: str = "x86_64",
+    bf16: bool = True,
+) -> Kernels:
+    """The attention kernels for a page ``kind`` (``"MLA"`` / ``"GQA"``) in ``dtype`` on a platform, pure: every
+    machine fact is an argument (``features``: the CPU features by their /proc/cpuinfo names, as
+    :func:`kamera.env.probed_features` reads them), so a test reaches the AMX branch on any CPU. On a CPU: MLA takes
+    CPU_MLA whatever the CPU (never AMX_MLA, which vLLM takes unasked on AMX: bf16 only, it raises on float32
+    weights, and it would round the twin apart on AMX machines); GQA / MHA takes CPU_ATTN, whose ISA is amx for
+    bf16 where the CPU has AMX tiles, vec16 for a head size that is a multiple of 16 but not of 32, else the CPU's
+    vector ISA. A combination that cannot run raises :class:`EngineError` in one line naming the CPU feature and
+    the dtype that works: bf16 where vLLM runs no bf16 on this CPU (``bf16`` False: vLLM's
+    ``CpuPlatform.supported_dtypes``, arm64 macOS without FEAT_BF16)."""
+    if not on_cpu:
+        return Kernels(None, "platform")
+    if dtype == "bfloat16" and not bf16:
+        raise EngineError(
+            f"model.dtype=bfloat16: vLLM runs no bf16 on this CPU ({arch} without FEAT_BF16; "
+            "vllm/platforms/cpu.py supported_dtypes); model.dtype=float32 runs here"
+        )
+    x86 = arch in ("x86_64", "amd64")
+    library = "_C"
+    if x86 and "avx512f" in features:
+        library = "_C" if "avx512_bf16" in features else "_C_AVX512"
+    elif x86:
+        library = "_C_AVX2"
+    if kind == "MLA":
+        return Kernels(CPU_BACKENDS["MLA"], "reference", library)
+    arm = arch in ("aarch64", "arm64")
+    if head_size % 32 != 0 and head_size % 16 == 0:
+        isa = "vec16"
+    elif x86 and "amx_tile" in features and dtype == "bfloat16" and block_size % 32 == 0:
+        isa = "amx"
+    elif arm:
+        isa = "neon"
+    elif block_size % 32 == 0:
+        isa = CPU_ISA.get(arch, "vec")
+    else:
+        isa = "vec16"
+    return Kernels(CPU_BACKENDS["GQA"], isa, library)
+
+
+def head_size(hf_config: Any) -> int:
+    """The attention head size vLLM's selector sees: the latent row (kv_lora_rank + qk_rope_head_dim) for MLA, the
+    head dim for GQA / MHA."""
+    text = _text(hf_config)
+    if attention(hf_config) == "MLA":
+        return int(getattr(text, "kv_lora_rank", 0) or 0) + int(getattr(text, "qk_rope_head_dim", 0) or 0)
+    return int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+
+
+def platform_kernels(hf_config: Any, dtype: str, block_size: int = BLOCK_SIZE) -> Kernels:
+    """:func:`select_kernels` for this model on this machine: the page kind and head size from ``hf_config``, the
+    CPU features from :func:`kamera.env.probed_features` (torch's probes, the ones vLLM reads), the platform and its
+    dtypes from vLLM's ``current_platform`` (imported here: the engine venv)."""
+    import platform
+
+    from vllm.platforms import current_platform
+
+    from kamera.env import probed_features
+
+    on_cpu = current_platform.is_cpu()
+    return select_kernels(
+        attention(hf_config),
+        dtype,
+        on_cpu=on_cpu,
+        features=frozenset(probed_features()),
+        head_size=head_size(hf_config),
+        block_size=block_size,
+        arch=platform.machine().lower(),
+        bf16=not on_cpu or torch.bfloat16 in current_platform.supported_dtypes,
+    )
 
 
 def mrope(hf_config: Any) -> bool:

@@ -59,7 +59,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from kamera.core import ChannelSpec, ChunkKV
-from kamera.engine.family import EngineError, attention, attention_backend, channels, mrope
+from kamera.engine.family import BLOCK_SIZE, EngineError, attention, channels, mrope, platform_kernels
 from kamera.engine.plan import PARAMS, Segment, check_plan, compose, media_of, segments
 from kamera.engine.store import StoreError, load_page, model_id, save_page
 
@@ -392,7 +392,7 @@ class EngineSession:
         store: str | Path,
         dtype: str = "float32",
         max_model_len: int = 2048,
-        block_size: int = 32,
+        block_size: int = BLOCK_SIZE,
         kv_cache_gib: int = 1,
     ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -417,9 +417,10 @@ class EngineSession:
             kv_connector_extra_config={"store": str(self.store), "model": self.model},
             kv_load_failure_policy="recompute",
         )
-        from vllm.platforms import current_platform
-
-        self.attention_backend = attention_backend(self.config, current_platform.is_cpu())
+        # the attention kernels chosen, not inherited (kamera.engine.family.select_kernels): on a CPU, CPU_MLA for MLA
+        # whatever the CPU (vLLM alone takes bf16-only AMX_MLA on AMX), CPU_ATTN for GQA / MHA
+        self.kernels = platform_kernels(self.config, dtype, block_size)
+        self.attention_backend = self.kernels.backend
         chosen = {} if self.attention_backend is None else {"attention_config": {"backend": self.attention_backend}}
         self.llm = LLM(
             model=self.path,

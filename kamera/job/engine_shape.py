@@ -12,9 +12,9 @@ harness; no other job's key moves):
                 probe ``timing``), ``canonical_context=prefix`` (the canonical KV(B|∅) is [prefix · B]'s)
     identity    as an arm job's, plus ``shape: engine`` and the engine; the benchmark part spells out the items'
                 generator (span sizes, id range, answer tokens); an engine=vllm job's identity also holds the
-                installed vLLM, torch and transformers versions and the attention backend its session selects
-                (:meth:`EngineItems.runtime_identity`): another library set or backend is another job, never a
-                silent reuse
+                installed vLLM, torch and transformers versions and the attention kernels its session selects,
+                backend / ISA / vLLM kernel library (:meth:`EngineItems.runtime_identity`): another library set or
+                kernel is another job, never a silent reuse
     versions    every row and timing record is stamped with :data:`VERSION`, this measurement's code version
                 (bump it when a change here or in :mod:`kamera.engine.measure` moves a stored number), and
                 ``metrics_version``; a record of another stamp is recomputed in place, as a plugin's is
@@ -49,7 +49,7 @@ import torch
 from omegaconf import DictConfig
 
 from kamera.engine.benches import ENGINE_BENCHES
-from kamera.engine.family import EngineError, attention_backend, mrope, preflight
+from kamera.engine.family import EngineError, mrope, platform_kernels, preflight
 from kamera.engine.measure import answer, engine_item, items, ulp_stats
 from kamera.items.selection import Selection
 from kamera.items.spans import Span
@@ -143,17 +143,16 @@ def model_config(cfg: DictConfig) -> Any:
     return AutoConfig.from_pretrained(checkpoint_path(e.name, cfg.model.path, cfg.paths.models))
 
 
-def engine_backend(cfg: DictConfig) -> str | None:
-    """The attention backend an engine=vllm job's session selects (:func:`kamera.engine.family.attention_backend`
-    on this platform; None where vLLM is absent: such a job is refused at preflight)."""
+def engine_kernels(cfg: DictConfig) -> str | None:
+    """The attention kernels an engine=vllm job's session runs (:attr:`kamera.engine.family.Kernels.tag`, e.g.
+    ``CPU_MLA/reference/_C``; None where vLLM is absent or the model or dtype is refused: such a job is refused at
+    preflight, with its reason)."""
     if importlib.util.find_spec("vllm") is None:
         return None
-    from vllm.platforms import current_platform
-
     try:
-        return attention_backend(model_config(cfg), current_platform.is_cpu())
+        return platform_kernels(model_config(cfg), str(cfg.model.dtype)).tag
     except (EngineError, OSError, ValueError):
-        return None  # a model the engine cannot load is refused at preflight, with its reason
+        return None
 
 
 class EngineItems:
@@ -170,11 +169,12 @@ class EngineItems:
         return {"shape": "engine", "engine": self.engine}
 
     def runtime_identity(self, cfg: DictConfig) -> dict:
-        """An engine=vllm job's library versions and vLLM attention backend (another vLLM, torch, transformers or
-        backend is another job: a backend rounds differently, :func:`kamera.engine.family.attention_backend`)."""
+        """An engine=vllm job's library versions and vLLM attention kernels, backend / ISA / kernel library
+        (another vLLM, torch, transformers or kernel is another job: each rounds differently,
+        :func:`kamera.engine.family.select_kernels`)."""
         if self.engine != "vllm":
             return {}
-        return {"libraries": libraries(), "attention_backend": engine_backend(cfg)}
+        return {"libraries": libraries(), "attention_backend": engine_kernels(cfg)}
 
     def selects_from_model(self, cfg: DictConfig) -> bool:
         return False
@@ -210,6 +210,11 @@ class EngineItems:
             preflight(config)
         except (EngineError, OSError, ValueError) as err:
             return [*p, f"model={cfg.model.name}: {str(err).splitlines()[0]}"]
+        if self.engine == "vllm" and importlib.util.find_spec("vllm") is not None:
+            try:  # the attention kernels this machine would run it on: a combination that cannot run, in one line
+                platform_kernels(config, str(cfg.model.dtype))
+            except EngineError as err:
+                p.append(f"model={cfg.model.name}: {err}")
         if self.engine == "own" and mrope(config):
             p.append(f"engine=own on {cfg.model.name}: kamera's own splice of token-id items has no image path; an "
                      "M-RoPE model's engine job is engine=vllm")
@@ -268,6 +273,9 @@ class EngineItems:
             session = EngineSession(ckpt, Path(tmp) / "store", dtype=str(cfg.model.dtype),
                                     max_model_len=MAX_MODEL_LEN)
             try:
+                if session.kernels.tag != engine_kernels(cfg):  # the identity names the kernels that compute the rows
+                    raise EngineError(f"the engine runs {session.kernels.tag}, not the {engine_kernels(cfg)} the "
+                                      "job's identity names")
                 first = items(1, cfg.seed)[0]
                 session.run(first["prefix"] + first["A"])  # warm-up (the first step compiles kernels)
                 yield session

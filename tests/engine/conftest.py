@@ -19,13 +19,16 @@ def checkpoint(request, tmp_path_factory):
 @pytest.fixture(scope="module")
 def engine(checkpoint, tmp_path_factory):
     """engine(dtype) → a live EngineSession on the tiny checkpoint (one at a time: switching dtype closes the other;
-    closed at the end of its module, so the next module's engine is the only one in the process)."""
+    closed at the end of its module, so the next module's engine is the only one in the process); ``fresh=True``
+    closes a live one of that dtype too and builds another (a session made under a monkeypatched probe)."""
     pytest.importorskip("vllm", reason="the engine extra (vLLM) is not installed: scripts/install_engine.sh")
     from kamera.engine.vllm import EngineSession
 
     live: dict = {}
 
-    def get(dtype: str):
+    def get(dtype: str, fresh: bool = False):
+        if fresh and dtype in live:
+            live.pop(dtype).close()
         if dtype not in live:
             for other in list(live):
                 live.pop(other).close()

