@@ -12,6 +12,7 @@ versions on one screen. This module imports only the standard library and torch,
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -54,6 +55,7 @@ def cpu_flags() -> list[str]:
     return [f for f in KERNEL_FLAGS if f in have]
 
 
+@functools.cache
 def _cpuinfo() -> str:
     try:
         return Path("/proc/cpuinfo").read_text()
@@ -112,15 +114,21 @@ def kernel_facts() -> dict:
     }
 
 
-def versions() -> dict[str, str]:
-    """The installed versions of :data:`VERSIONS` ("not installed" for an absent one)."""
+def installed(dists: tuple[str, ...]) -> dict[str, str]:
+    """The installed version of each of ``dists``, by distribution name, in that order (absent ones left out)."""
     out = {}
-    for dist in VERSIONS:
+    for dist in dists:
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
+            continue
     return out
+
+
+def versions() -> dict[str, str]:
+    """The installed versions of :data:`VERSIONS` ("not installed" for an absent one)."""
+    have = installed(VERSIONS)
+    return {dist: have.get(dist, "not installed") for dist in VERSIONS}
 
 
 def report(facts: dict | None = None, installed: dict | None = None) -> str:

@@ -45,6 +45,14 @@ def threads_for(threads: object, device: str) -> int | None:
         return 1 if device == "cpu" else None
     return threads  # type: ignore[return-value]
 
+def _top_keys(text: str) -> set[str]:
+    """The top-level keys of one conf/ file's text (none for a malformed file: it is reported when composed)."""
+    try:
+        return set(yaml.safe_load(text) or {})
+    except (yaml.YAMLError, TypeError):
+        return set()
+
+
 @functools.cache
 def read_keys() -> frozenset[str]:
     """The root keys of a job's config kamera reads: conf/config.yaml's own and the config groups its defaults list
@@ -56,10 +64,7 @@ def read_keys() -> frozenset[str]:
     for path in CONF_DIR.rglob("*.yaml"):
         text = path.read_text(encoding="utf-8")
         if path == CONF_DIR / "config.yaml" or "# @package _global_" in text:
-            try:
-                keys |= set(yaml.safe_load(text) or {})
-            except (yaml.YAMLError, TypeError):
-                continue  # a malformed file is reported when it is composed
+            keys |= _top_keys(text)
     return frozenset(keys - {"defaults"})
 
 
@@ -84,12 +89,7 @@ MAX_ITEMS = 10_000_000  # n_items above this is a typo, not a selection (null se
 @functools.cache
 def group_keys(group: str) -> frozenset[str]:
     """The keys any conf/<group>/*.yaml file sets (its own top level): what code reads under ``<group>.``."""
-    keys: set[str] = set()
-    for path in (CONF_DIR / group).glob("*.yaml"):
-        try:
-            keys |= set(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
-        except (yaml.YAMLError, TypeError):
-            continue  # a malformed file is reported when it is composed
+    keys = set().union(*(_top_keys(path.read_text(encoding="utf-8")) for path in (CONF_DIR / group).glob("*.yaml")))
     return frozenset(keys - {"defaults"})
 
 

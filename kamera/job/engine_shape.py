@@ -33,7 +33,6 @@ directory. Both live as long as the job's run (:meth:`EngineItems.serving`).
 from __future__ import annotations
 
 import gc
-import importlib.metadata as md
 import importlib.util
 import json
 import math
@@ -51,6 +50,7 @@ from omegaconf import DictConfig
 from kamera.engine.benches import ENGINE_BENCHES
 from kamera.engine.family import EngineError, mrope, platform_kernels, preflight
 from kamera.engine.measure import answer, engine_item, items, ulp_stats
+from kamera.env import installed
 from kamera.items.selection import Selection
 from kamera.items.spans import Span
 from kamera.job.lists import unread_lists
@@ -120,13 +120,7 @@ class EngineItem:
 
 def libraries() -> dict[str, str]:
     """The installed versions of :data:`LIBRARIES`, by distribution name (absent ones left out)."""
-    out = {}
-    for dist in LIBRARIES:
-        try:
-            out[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            continue
-    return out
+    return installed(LIBRARIES)
 
 
 def model_config(cfg: DictConfig) -> Any:
