@@ -22,7 +22,7 @@ endef
 # is an error naming the value (PARTIAL=0 rendered partial results when any non-empty value counted).
 partial = $(if $(filter 1 true yes,$(PARTIAL)),--allow-partial,$(if $(filter-out 0 false no,$(PARTIAL)),$(error PARTIAL=$(PARTIAL): must be 1 (render incomplete jobs too) or 0)))
 # RENDER_ARGS: overrides of the render only (make demo's output folder); the sweep never sees them
-render = $(PYTHON) -m experiments.common experiment=$(1) $(ARGS) $(RENDER_ARGS) $(partial)
+render = $(PYTHON) -m experiments.common experiment=$(1) $(strip $(ARGS) $(RENDER_ARGS)) $(partial)
 
 # The engine tier (docs/engine.md): vLLM with the kamera KV connector, in a venv of its own (ENGINE_VENV) so the
 # main env keeps its transformers and no CUDA torch companions. `make fig12 ENGINE=vllm` first runs Fig. 12's
