@@ -39,22 +39,25 @@ def items(n: int, seed: int = 0) -> list[dict]:
 
 
 def ulp_stats(got: ChunkKV, ref: ChunkKV) -> dict:
-    """How far B's K and V (each channel) are from ``ref`` in bf16 ULPs: the fractions of elements equal to / within
-    one / within four ULPs at their own reference value (:func:`kamera.metrics.bf16_ulps`), over every layer and over
-    layer 0 alone (which isolates relocation); and the maximum per layer and channel at the largest reference
-    magnitude of each token-head vector (:func:`kamera.metrics.bf16_vector_ulps`: an element whose reference is
-    (near) zero has no ULP scale of its own, so the maximum at its own value would measure nothing), as
-    ``ulp_max`` (every layer), ``ulp_max_l0`` and ``ulp_max_by_layer`` (JSON: channel name → one maximum per layer)."""
-    def share(layers: range) -> tuple[float, float, float]:
-        d = torch.cat([bf16_ulps(got.layers[l][c], ref.layers[l][c]).flatten() for l in layers
-                       for c in range(len(got.specs))])
-        return float((d == 0).double().mean()), float((d <= 1).double().mean()), float((d <= 4).double().mean())
+    """How far B's K and V (each channel) are from ``ref`` in bf16 ULPs, on both scales of :mod:`kamera.metrics.ulp`.
 
-    eq, le1, le4 = share(range(got.n_layers))
-    eq0, le10, le40 = share(range(1))
+    Per element (:func:`kamera.metrics.bf16_ulps`, each element at its own reference value): the fractions of
+    elements equal to / within one / within four ULPs, over every layer and over layer 0 alone (which isolates
+    relocation), and the maximum, ``ulp_max_element`` (every layer) and ``ulp_max_element_l0``. Per vector
+    (:func:`kamera.metrics.bf16_vector_ulps`, each element at the largest reference magnitude of its token-head
+    vector, so an element whose reference is near zero cannot blow it up): the maximum per layer and channel, as
+    ``ulp_max`` (every layer), ``ulp_max_l0`` and ``ulp_max_by_layer`` (JSON: channel name → one maximum per layer)."""
+    def distances(layers: range) -> torch.Tensor:
+        return torch.cat([bf16_ulps(got.layers[l][c], ref.layers[l][c]).flatten() for l in layers
+                          for c in range(len(got.specs))])
+
+    every, first = distances(range(got.n_layers)), distances(range(1))
+    eq, le1, le4 = (float(x.double().mean()) for x in (every == 0, every <= 1, every <= 4))
+    eq0, le10, le40 = (float(x.double().mean()) for x in (first == 0, first <= 1, first <= 4))
     worst = {spec.name: [float(bf16_vector_ulps(got.layers[l][c], ref.layers[l][c]).max()) for l in range(got.n_layers)]
              for c, spec in enumerate(got.specs)}
     return {"ulp_eq": eq, "ulp_le1": le1, "ulp_le4": le4, "ulp_eq_l0": eq0, "ulp_le1_l0": le10, "ulp_le4_l0": le40,
+            "ulp_max_element": float(every.max()), "ulp_max_element_l0": float(first.max()),
             "ulp_max": max(max(v) for v in worst.values()), "ulp_max_l0": max(v[0] for v in worst.values()),
             "ulp_max_by_layer": json.dumps(worst, sort_keys=True)}
 

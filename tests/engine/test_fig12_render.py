@@ -8,9 +8,12 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from experiments import fig11
-from experiments.fig12 import EngineRecords, clock_lines, engine_markdown, engine_panels
+from experiments.fig12 import EngineRecords, clock_lines, engine_markdown, engine_panels, engine_plot
+from kamera.core import ChannelSpec, ChunkKV
+from kamera.engine.measure import ulp_stats
 
 ARMS = {"reprefill": 0.0, "unrotated": 3e-2, "blind": 2e-2, "patch_r8": 1e-4, "patch_r64": 1e-6, "patch_r256": 1e-9,
         "patch_full": 1e-10}
@@ -42,6 +45,8 @@ def rows(source: str, scale: float) -> list[dict]:
                     "ulp_le1": 1.0 - kl,
                     "ulp_le1_l0": 1.0,
                     "ulp_le4": 1.0,
+                    "ulp_max_element": 2.0 * max(max(v) for v in worst.values()),  # an element near zero reads more
+                    "ulp_max_element_l0": kl * 200 * (i + 1),
                     "ulp_max": max(max(v) for v in worst.values()),
                     "ulp_max_l0": kl * 100 * (i + 1),
                     "ulp_max_by_layer": json.dumps(worst),
@@ -97,7 +102,34 @@ def test_engine_panels_split_the_sources_and_read_every_quantity(tmp_path):
         "| tiny · float32 · own | blind | 4 | 4.00e-02 | 4.00e-02 | 0.00 | 2.00e-10 |" in md
         and "write µs / token" in md
     )
-    assert "| tiny · float32 · vllm | blind | k | 8 · 2 |" in md and "max ULP, layer 0" in md
+    assert "| tiny · float32 · vllm | blind | k | 8 · 2 |" in md
+
+
+def test_panel_b_reports_the_ulp_maximum_per_element_and_per_vector_and_draws_the_per_element_one(tmp_path):
+    """Fig. 12(b) prints both scales of the maximum (per element, each at its own value; per vector, at the token-head's
+    largest magnitude) and its bars are the per-element maximum, the paper's "within one bf16 ULP" (docs/metrics.md)."""
+    records = EngineRecords(pd.DataFrame(rows("vllm", 1.0)), timing(), "engine jobs g: footer", tmp_path / "clock.md")
+    panels = engine_panels(records)
+    ulp = panels["ulp"].set_index(["model", "arm"]).loc[("tiny · float32 · vllm", "unrotated")]
+    assert (ulp["max_element"], ulp["max_element_l0"], ulp["max"], ulp["max_l0"]) == (24.0, 24.0, 12.0, 12.0)
+    md = "\n".join(engine_markdown(panels, records))
+    assert "max ULP per element, all layers | max ULP per element, layer 0 | max ULP per vector, all layers" in md
+    assert "| tiny · float32 · vllm | unrotated | 4 | 0.9700 | 1.0000 | 1.0000 | 24 | 24 | 12 | 12 |" in md
+    fig = engine_plot(panels, "t")
+    drawn = {round(bar.get_height(), 9) for bar in fig.axes[1].patches}
+    assert max(drawn) == 24.0 and 12.0 not in drawn and fig.axes[1].get_yscale() == "log"
+
+
+def test_ulp_stats_keeps_the_per_element_maximum_beside_the_per_vector_one():
+    """One element two ULPs off at its own small value is 2 per element and far below one at its vector's scale."""
+    spec = ChannelSpec("k", 1, 4)
+    ref = torch.tensor([[[1.0, 2.0**-6, 0.5, 0.25]]])
+    got = ref.clone()
+    got[..., 1] += 2 * 2.0**-13  # two bf16 ULPs at 2^-6 (2^-6 · 2^-7 each)
+    stats = ulp_stats(ChunkKV([spec], [(got,)], torch.arange(1)), ChunkKV([spec], [(ref,)], torch.arange(1)))
+    assert stats["ulp_max_element"] == stats["ulp_max_element_l0"] == 2.0
+    assert stats["ulp_max"] == stats["ulp_max_l0"] == 2 * 2.0**-13 / 2.0**-7
+    assert stats["ulp_le1"] == 0.75 and json.loads(stats["ulp_max_by_layer"]) == {"k": [stats["ulp_max"]]}
 
 
 def test_fig11_prints_the_engines_ttft_as_a_second_source(tmp_path):
