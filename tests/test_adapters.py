@@ -10,7 +10,7 @@ from kamera.items.spans import Span, validate_spans
 from kamera.models import CheckpointNotFoundError, UnknownModelError, checkpoint_path, load_model, place
 from kamera.reuse.context import ReuseContext
 
-MULTIMODAL = [n for n in TINY if n != "tiny_deepseek_v2"]
+MULTIMODAL = [n for n in TINY if n not in ("tiny_deepseek_v2", "tiny_gemma3")]  # the text-only twins
 
 
 def model_inputs(adapter, spans):

@@ -47,8 +47,10 @@ def test_relocation_matches_prefill_at_the_new_position_fp32(tiny, name):
     for delta in (1, 100, 1000, 3000):
         moved = relocate(base, delta)
         err = rel_err(moved, chunk_at(adapter, b, delta), k)
-        # the model forms p·θ in float32, so its own prefill at p ≈ 3000 carries ~1e-5 of angle rounding
-        assert err <= (1e-5 if delta <= 1000 else 3e-5), (delta, err)
+        # the model forms p·θ in float32, so its own prefill at p ≈ 3000 carries ~1e-5 of angle rounding (at most
+        # eps · max |p|, docs/metrics.md: Gemma 3's 128-wide head at its local base reaches 1.06e-5 by p ≈ 1090)
+        bound = max(1e-5 if delta <= 1000 else 3e-5, torch.finfo(torch.float32).eps * (delta + base.n_tokens))
+        assert err <= bound, (delta, err)
         assert all(lm[v] is lb[v] for lm, lb in zip(moved.layers, base.layers, strict=True))
 
 

@@ -291,6 +291,16 @@ class Adapter:
     def rotary_layout(self) -> str:
         return "half"
 
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of decoder layer ``layer`` in cache slots (a row attends the last ``window`` slots up to
+        its own), or None for full attention; the layer driver (:mod:`kamera.reuse.recompute`) masks by it."""
+        return None
+
+    def layer_rotary_embeddings(self, layer: int, hidden: torch.Tensor, position_ids: torch.Tensor):
+        """The (cos, sin) decoder layer ``layer`` rotates with at ``position_ids`` (a family whose layer types have
+        their own RoPE bases, :mod:`kamera.models.sliding`, picks the layer's)."""
+        return self.lm.rotary_emb(hidden, position_ids)
+
     def refuses(self, need: str) -> str | None:
         """Why this model cannot serve ``need``, or None. ``need`` is a shared quantity a plugin reads
         (:data:`kamera.reuse.plugin.SHARED`) or ``"layers"``: the decoder driven one layer at a time over chosen

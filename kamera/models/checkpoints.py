@@ -41,6 +41,9 @@ class UnsupportedCheckpointError(ValueError):
 TEXT_DECODERS = {kind: MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[kind] for kind in ("llama", "mistral", "qwen2", "qwen3",
                                                                           "phi3", "olmo2")}
 _SERVED_FIELDS = ("attention", "adapter", "model_class", "load_kwargs", "submodule")  # what a served family lends
+# Served families whose llama.cpp GGUF transformers reads into the family's own class (text only): a GGUF of any
+# other served family holds no vision tower, so it stays a one-line refusal
+GGUF_SERVED = ("gemma3_text",)
 
 
 def served_families() -> dict[str, ModelEntry]:
@@ -137,13 +140,14 @@ def own_entry(name: str, path: str | Path | None = None, models_root: str | Path
             model_class=TEXT_DECODERS[kind],
         )
     served = served_families()
-    if kind in served and not is_gguf(ckpt):
+    if kind in served and (not is_gguf(ckpt) or kind in GGUF_SERVED):
         base = served[kind]
         return dataclasses.replace(e, family=kind, **{f: getattr(base, f) for f in _SERVED_FIELDS})
     if is_gguf(ckpt):
         raise UnsupportedCheckpointError(
             f"{name}: {ckpt} is a GGUF of model_type {kind!r}; kamera reads GGUF files of text decoders only "
-            f"({', '.join(TEXT_DECODERS)}): for another family, point model.path at its transformers checkpoint"
+            f"({', '.join([*TEXT_DECODERS, *GGUF_SERVED])}): for another family, point model.path at its transformers "
+            "checkpoint"
         )
     raise UnsupportedCheckpointError(
         f"{name}: {ckpt}/config.json has model_type {kind!r}, which no kamera adapter serves; "

@@ -60,13 +60,13 @@ from typing import ClassVar
 import torch
 import transformers as tf
 from PIL import Image
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from kamera.core import ChannelSpec, RotarySpec
 from kamera.items.spans import Audio
-from kamera.models.base import Adapter, Placed, VisionPiece, additive_mask, kv_channels
+from kamera.models.base import Placed, VisionPiece
 from kamera.models.mobilenetv5 import ARCHITECTURES, MobileNetV5Encoder, cut_stages
+from kamera.models.sliding import SlidingWindowAdapter
 
 AUDIO_REASON = "kamera serves Gemma-3n's text and images; its audio tower's feature path is not wired"
 
@@ -117,7 +117,10 @@ class MobileNetV5Tower(PreTrainedModel):
 tf.AutoModel.register(tf.Gemma3nVisionConfig, MobileNetV5Tower, exist_ok=True)
 
 
-class Gemma3nAdapter(Adapter):
+class Gemma3nAdapter(SlidingWindowAdapter):
+    """Gemma-3n on the shared sliding-window adapter (:mod:`kamera.models.sliding`: per-layer RoPE bases, caches
+    that keep every row, 4D masks per layer type); the per-layer inputs, KV sharing and towers are its own."""
+
     family = "gemma3n"
     attention = "GQA"
 
@@ -127,26 +130,6 @@ class Gemma3nAdapter(Adapter):
         read their source layer's rows)."""
         c = self.text_config
         return int(c.num_hidden_layers) - int(c.num_kv_shared_layers or 0)
-
-    @property
-    def window(self) -> int:
-        return int(self.text_config.sliding_window)
-
-    def layer_rotary(self, layer_type: str) -> RotarySpec:
-        """The rotary spec of one layer type (``sliding_attention`` or ``full_attention``), from the model's own
-        inverse frequencies."""
-        inv_freq = getattr(self.lm.rotary_emb, f"{layer_type}_inv_freq").detach().float().cpu()
-        return RotarySpec(self.rotary_layout(), inv_freq, 2 * inv_freq.numel())
-
-    def rotary(self) -> RotarySpec:
-        """The first layer's rotary spec (each layer's own: the K channel's ``per_layer``)."""
-        return self.layer_rotary(self.text_config.layer_types[0])
-
-    def _channel_specs(self) -> tuple[ChannelSpec, ...]:
-        specs = {t: self.layer_rotary(t) for t in set(self.text_config.layer_types)}
-        per_layer = tuple(specs[t] for t in self.text_config.layer_types[: self.n_layers])
-        k, v = kv_channels(self.text_config, per_layer[0])
-        return ChannelSpec(k.name, k.heads, k.dim, k.rotary, per_layer), v
 
     # ----- text --------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -203,14 +186,6 @@ class Gemma3nAdapter(Adapter):
     def _audio(self, audio: Audio) -> VisionPiece:
         raise NotImplementedError(f"{self.name} ({self.family}): audio chunks are refused ({AUDIO_REASON})")
 
-    def stop_ids(self) -> tuple[int, ...]:
-        """The checkpoint's generation config's EOS ids (E4B-it: <eos> 1 and <end_of_turn> 106); the text config
-        loaded alone names only <eos>."""
-        eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
-        if eos is None:
-            return super().stop_ids()
-        return tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
-
     # ----- per-layer inputs --------------------------------------------------------------------
     def _token_extras(self, ids: torch.Tensor) -> dict:
         """The token-identity half of the per-layer inputs, [1, q, L, 256], from ids [1, q]."""
@@ -218,35 +193,3 @@ class Gemma3nAdapter(Adapter):
 
     def _forward_extras(self, placed: Placed) -> dict:
         return self._token_extras(torch.cat([s.input_ids for s, _ in placed])[None])
-
-    # ----- caches and masks --------------------------------------------------------------------
-    def new_cache(self, data: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> DynamicCache:
-        """A cache whose sliding-window layers keep every row (attention still reads only their window), filled
-        with ``data`` for the first :attr:`n_layers` layers; the KV-shared layers' entries stay empty."""
-        cache = DynamicCache(config=self.text_config)
-        for layer in cache.layers:
-            if getattr(layer, "is_sliding", False):
-                layer.activate_past_recording()
-        for layer, (k, v) in zip(cache.layers, data or (), strict=False):
-            layer.update(k, v)
-        return cache
-
-    def _attention_mask(self, mask: torch.Tensor | None, cache: DynamicCache, n_new: int):
-        """A 4D additive mask [1, 1, q, past + q] → per layer type: global layers take it as it is; sliding layers
-        the last ``window`` columns each row may attend, cut to the columns their cache hands attention."""
-        if mask is None:
-            return None
-        past = cache.get_seq_length()
-        total = past + n_new
-        if mask.shape[-2:] != (n_new, total):
-            raise ValueError(f"4D mask of shape {tuple(mask.shape)} for {n_new} new tokens on a {past}-token cache")
-        allow = mask[0, 0] > torch.finfo(mask.dtype).min / 2
-        from_right = allow.flip(-1).cumsum(-1).flip(-1)  # allowed columns at or after each column, per row
-        sliding = allow & (from_right <= self.window)
-        visible = total if past < self.window else self.window - 1 + n_new  # DynamicSlidingWindowLayer.get_mask_sizes
-        if bool(sliding[:, : total - visible].any()):
-            raise ValueError(
-                f"{self.name}: the 4D mask lets rows attend columns a sliding layer's cache no longer hands "
-                f"attention (more than {self.window - 1} cached rows back)"
-            )
-        return {"full_attention": mask, "sliding_attention": additive_mask(sliding[:, total - visible :], mask.dtype)}

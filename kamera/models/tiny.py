@@ -220,6 +220,30 @@ def gemma3n_config():
     )
 
 
+def gemma3_config():
+    """Gemma 3 (text, ``Gemma3ForCausalLM``) in small: 12 layers in Gemma 3's 5 : 1 pattern (sliding window 16, shorter
+    than a test item's B; layers 5 and 11 global), two RoPE bases (sliding 10⁴ = ``rope_local_base_freq``, global 10⁶ =
+    ``rope_theta``), one KV head of 128 (the content channel 128 wide, as every twin's), 4 query heads, QK-norm,
+    ``query_pre_attn_scalar`` 96 (not head_dim, so the scale is the config's), no final logit soft-cap (None, as every
+    Gemma 3)."""
+    text = {k: v for k, v in TEXT.items() if k not in ("num_key_value_heads", "num_hidden_layers")}
+    return tf.Gemma3TextConfig(
+        **text,
+        num_hidden_layers=12,
+        num_key_value_heads=1,
+        head_dim=128,
+        sliding_window=16,
+        layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(12)],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        },
+        query_pre_attn_scalar=96,
+        final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+    )
+
+
 def gemma3n_pixels():
     """Gemma-3n's image processor (SigLIP's, PIL: bilinear resize, rescale to [0, 1], no normalisation) at 128 px."""
     return tf.SiglipImageProcessorPil(size={"height": 128, "width": 128}, resample=2, do_normalize=False)

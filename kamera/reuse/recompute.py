@@ -30,8 +30,10 @@ own tag; shared per-item results (the canonical hidden states, attention probes)
 context in :func:`shared`, so however many arms run on a context, each is computed once.
 
 Requirements: a 4D additive mask must reach the kernel, so the engine's layers run ``sdpa`` (or ``eager``
-when that is loaded) even on a model loaded with flash-attention 2; and no sliding-window layers (a
-partial forward would need the window in its mask).
+when that is loaded) even on a model loaded with flash-attention 2. A sliding-window layer
+(``adapter.layer_window(ℓ)``, Gemma 3) gets the window in its row mask, ``row − window < j <= row``, and
+each layer rotates with its own RoPE base (``adapter.layer_rotary_embeddings``); families whose adapter
+refuses ``"layers"`` (Gemma-3n's AltUp and per-layer inputs, recurrent layers) are not driven.
 """
 
 from __future__ import annotations
@@ -148,10 +150,15 @@ class LayerDriver:
     def n_layers(self) -> int:
         return self.adapter.n_layers
 
-    def mask(self, rows: torch.Tensor) -> torch.Tensor:
-        """[1, 1, q, S] additive mask: row i attends every column j ≤ its own slot."""
+    def mask(self, rows: torch.Tensor, layer: int | None = None) -> torch.Tensor:
+        """[1, 1, q, S] additive mask: row i attends every column j ≤ its own slot; at a sliding-window ``layer``
+        only the last ``window`` of them, j > slot − window (the model's own window, counted in slots)."""
         cols = torch.arange(self.n_tokens, device=rows.device)
-        return additive_mask(cols[None, :] <= rows[:, None], self.adapter.dtype)
+        allow = cols[None, :] <= rows[:, None]
+        window = None if layer is None else self.adapter.layer_window(layer)
+        if window is not None:
+            allow &= cols[None, :] > rows[:, None] - window
+        return additive_mask(allow, self.adapter.dtype)
 
     @torch.no_grad()
     def run(self, layer: int, rows: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
@@ -163,12 +170,12 @@ class LayerDriver:
         self.cache.layers[layer].slots = rows
         pos = a.position_ids(self.positions[:, rows])
         h = hidden[None]
-        pe = a.lm.rotary_emb(h, pos)
+        pe = a.layer_rotary_embeddings(layer, h, pos)
         impl = a.attn_implementation if a.attn_implementation in MASK_KERNELS else "sdpa"  # its row mask is 4D
         with a.attention_kernel(impl):
             out = a.lm.layers[layer](
                 h,
-                attention_mask=self.mask(rows),
+                attention_mask=self.mask(rows, layer),
                 position_embeddings=pe,
                 position_ids=pos if a.position_rows == 1 else None,
                 cache=self.cache,

@@ -26,6 +26,7 @@ VARIANTS = [
     ("shallow_reprefill", {"rerun_fraction": 0.5}),
 ]
 REFUSED = {("mpic", "tiny_deepseek_v2"), ("vlcache", "tiny_deepseek_v2"), ("conduit", "tiny_deepseek_v2"),
+           ("mpic", "tiny_gemma3"), ("vlcache", "tiny_gemma3"), ("conduit", "tiny_gemma3"), ("shadowkv", "tiny_gemma3"),
            ("shadowkv", "tiny_kimi"), ("shadowkv", "tiny_deepseek_v2")}
 
 

@@ -21,13 +21,13 @@ def test_unrotated_is_blind_without_the_rotation(tiny, name):
     assert ctx.delta != 0
     kv = unrotated_kv(ctx)
     assert torch.equal(kv.positions, ctx.native_positions(ctx.b))
-    for mine, blind, canon in zip(kv.layers, ctx.relocated.layers, ctx.canonical.layers, strict=True):
+    for l, (mine, blind, canon) in enumerate(zip(kv.layers, ctx.relocated.layers, ctx.canonical.layers, strict=True)):
         for t, b, c, spec in zip(mine, blind, canon, ctx.adapter.specs, strict=True):
             assert t is c  # the canonical as prefilled, no copy
             if spec.rotary is None:
                 assert torch.equal(t, b)
-            else:  # R(δ) is all that separates it from blind reuse
-                assert torch.equal(rotate(t, ctx.delta, spec.rotary), b) and not torch.equal(t, b)
+            else:  # R(δ), by the layer's own RoPE base (Gemma 3: one per layer type), is all that separates it
+                assert torch.equal(rotate(t, ctx.delta, spec.rotary_at(l)), b) and not torch.equal(t, b)
     out = make_arm("unrotated").run(ctx)
     assert out.bytes == 0 and out.params == {}
     assert kl(ctx.reprefill_logits, out.out.logits) > 0 and not torch.equal(out.out.logits, ctx.blind.logits)

@@ -1,0 +1,71 @@
+"""Shaped Gemma 3 text checkpoints (``Gemma3ForCausalLM``): 270M (``google/gemma-3-270m``), 1B
+(``google/gemma-3-1b-it``) and the 4B's text decoder (the ``text_config`` of ``google/gemma-3-4b-it``).
+
+The published config.json files cannot be fetched here; ``configs/gemma3_{270m,1b,4b}.json`` are reconstructed
+(each conf/model file's ``shaped_sources``): the 270M's sizes are those of the real GGUF ``make real`` assembles
+(its ``gemma3.*`` metadata: 18 layers × 640, 4 heads and 1 KV head of 256, FFN 2048, window 512, rope_theta 10⁶,
+vocabulary 262,144, context 32,768), and the rest is transformers' ``Gemma3TextConfig`` (local base 10⁴,
+``query_pre_attn_scalar`` 256, the 5 : 1 pattern, no soft-caps) and public restatements of the published files.
+
+Shaped layer counts keep the 5 : 1 pattern's ends: L layers are sliding except the last, global (at the default 2
+layers one of each; at 6 layers exactly the published first six). Tokenizer: a stand-in with the real vocabulary
+size and Gemma's specials at their ids (the 262,144-piece SentencePiece model is not shipped).
+"""
+
+from __future__ import annotations
+
+from kamera.models.shaped.gemma3n import TEMPLATE
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
+
+SPECIALS = {
+    "<pad>": 0,
+    "<eos>": 1,
+    "<bos>": 2,
+    "<unk>": 3,
+    "<mask>": 4,
+    "<start_of_turn>": 105,
+    "<end_of_turn>": 106,
+    "<start_of_image>": 255999,
+    "<end_of_image>": 256000,
+    "<image_soft_token>": 262144,  # 4B's vocabulary (262,208) only
+}
+
+
+def _layer_types(cfg: dict, layers: int, vision_layers: int) -> None:
+    """Sliding layers, the last one global (module docstring)."""
+    cfg["layer_types"] = ["sliding_attention"] * (layers - 1) + ["full_attention"]
+
+
+def gemma3(model: str, sources: dict[str, str]) -> ShapedSpec:
+    """A Gemma 3 text checkpoint: the short stack ends on a global layer; a stand-in tokenizer."""
+    config = published_json(model)
+    vocab = config["vocab_size"]
+    eos = config["eos_token_id"]
+    return ShapedSpec(
+        model=model,
+        model_class="Gemma3ForCausalLM",
+        config=config,
+        sources=sources,
+        text_layers=("num_hidden_layers",),
+        vision_layers=(),
+        remap=_layer_types,
+        files={"generation_config.json": {"bos_token_id": 2, "pad_token_id": 0, "eos_token_id": eos}},
+        chat_template=TEMPLATE,
+        tokenizer=TokenizerSpec(
+            None,
+            vocab,
+            {tok: i for tok, i in SPECIALS.items() if i < vocab},
+            {
+                "tokenizer_class": "GemmaTokenizer",
+                "bos_token": "<bos>",
+                "eos_token": "<eos>",
+                "pad_token": "<pad>",
+                "unk_token": "<unk>",
+                "add_bos_token": True,
+                "add_eos_token": False,
+                "model_max_length": config["max_position_embeddings"],
+                "padding_side": "left",
+            },
+        ),
+        min_vision_layers=0,
+    )
