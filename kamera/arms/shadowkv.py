@@ -29,21 +29,10 @@ import torch
 
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
 from kamera.arms.budget import channel_ranks, matched_k_rank, widths
+from kamera.arms.prerope import rope, rope_tables, unrope
 from kamera.knobs import check_count
 from kamera.models.base import Adapter
 from kamera.reuse.context import ReuseContext
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-
-
-def rope_tables(adapter: Adapter, positions: torch.Tensor, rotary_dim: int) -> tuple[torch.Tensor, ...]:
-    """The model's own cos, sin at ``positions`` [P, n], each [n, 1, rotary_dim] in float64."""
-    probe = torch.zeros(1, positions.shape[-1], 1, dtype=adapter.dtype, device=adapter.device)
-    cos, sin = adapter.lm.rotary_emb(probe, adapter.position_ids(positions))
-    return cos[0, :, None, :rotary_dim].double(), sin[0, :, None, :rotary_dim].double()
 
 
 @register
@@ -83,18 +72,13 @@ class ShadowKVArm(Arm):
         r = self.rank
         if self.match_rank is not None:
             r = matched_k_rank(channel_ranks(ctx, self.match_rank), ctx.n_b, widths(ctx), spec.width)
-        d = spec.rotary.rotary_dim
-        cos, sin = rope_tables(ctx.adapter, ctx.conditioned.positions, d)
-        scale = cos.pow(2) + sin.pow(2)
+        cos, sin = rope_tables(ctx.adapter, ctx.conditioned.positions, spec.rotary.rotary_dim)
         layers = []
         for l, chans in enumerate(ctx.conditioned.layers):
-            k = chans[kc].double()
-            rot, rest = k[..., :d], k[..., d:]
-            pre = torch.cat([(rot * cos - _rotate_half(rot) * sin) / scale, rest], dim=-1)
+            pre = unrope(chans[kc].double(), cos, sin)
             u, s, vt = torch.linalg.svd(pre.flatten(1), full_matrices=False)
             low = ((u[:, :r] * s[:r]) @ vt[:r]).reshape(pre.shape)
-            lrot, lrest = low[..., :d], low[..., d:]
-            rebuilt = torch.cat([lrot * cos + _rotate_half(lrot) * sin, lrest], dim=-1).to(chans[kc].dtype)
+            rebuilt = rope(low, cos, sin).to(chans[kc].dtype)
             new = list(ctx.relocated.layers[l])
             new[kc] = rebuilt
             layers.append(tuple(new))

@@ -11,12 +11,16 @@ import math
 import pytest
 import torch
 from arms_support import b_kv, changed_rows, shared_ctx
+from tinyfamilies import standard_spans
 
 from kamera.arms import make_arm
 from kamera.arms.conduit import query_mass, query_mass_blind, throughput_scores
+from kamera.arms.prcr import rebound_kv
 from kamera.arms.tokens import visual_runs
 from kamera.core import relocate
-from kamera.core.rope import rotate
+from kamera.core.chunk import same_positions
+from kamera.metrics import kl
+from kamera.reuse.context import ReuseContext
 
 
 # ----- CONDUIT's code, restated line by line -------------------------------------------------------------------
@@ -126,20 +130,33 @@ def test_conduit_arm_recomputes_its_selection_and_the_text(tiny, name):
 
 
 # ----- PRCR ----------------------------------------------------------------------------------------------------
-def test_prcr_rotating_raw_keys_at_the_native_positions_is_blind_reuse(tiny):
-    """PRCR rotates each raw (pre-RoPE) key at its re-assigned position; at B's native positions that is R(δ)·KV(B|∅)
-    (RoPE composes), so the arm is ``blind``: the algebra on raw keys (a 1-D RoPE family, each token un-rotated and
-    re-rotated on its own) to float rounding, and the arm's output bit for bit."""
-    ctx = shared_ctx(tiny, "tiny_llava")
-    spec = next(s for s in ctx.adapter.specs if s.rotary is not None)
-    k = next(i for i, s in enumerate(ctx.adapter.specs) if s.rotary is not None)
-    canonical, native = ctx.canonical, ctx.native_positions(ctx.b)
-    moved = relocate(canonical, ctx.delta)
-    for layer in range(ctx.adapter.n_layers):
-        keys = canonical.layers[layer][k].double()
-        for i in range(canonical.n_tokens):
-            raw = rotate(keys[i], -int(canonical.positions[..., i].max()), spec.rotary_at(layer))  # the pre-RoPE key
-            rebound = rotate(raw, int(native[..., i].max()), spec.rotary_at(layer))
-            torch.testing.assert_close(rebound.float(), moved.layers[layer][k][i].float(), rtol=1e-5, atol=1e-5)
-    prcr, blind = make_arm("prcr").run(ctx), make_arm("blind").run(ctx)
-    assert torch.equal(prcr.out.logits, blind.out.logits) and prcr.bytes == blind.bytes == 0
+@pytest.mark.parametrize("name", ["tiny_llava", "tiny_qwen2_5_vl", "tiny_qwen3_vl", "tiny_kimi"])
+def test_prcr_rebinds_raw_keys_at_the_native_positions_and_that_is_relocation_to_rounding(tiny, name, monkeypatch):
+    """PRCR serves B from its raw (pre-RoPE) keys rotated once at B's native positions, never R(δ) on the rotated
+    canonical: the arm runs with the context's relocation made unreachable. Since R(p')·k_raw = R(δ)·R(p)·k_raw, its
+    keys are the relocated canonical's to float32 rounding (1-D RoPE, sectioned and interleaved M-RoPE, MLA's k_pe),
+    its values, positions and bytes blind reuse's exactly, and its next-token distribution blind's to rounding."""
+    adapter = tiny(name)
+    ctx = ReuseContext(adapter, standard_spans(adapter))
+    served, moved = rebound_kv(ctx), relocate(ctx.canonical, ctx.delta)
+    assert same_positions(served.positions, moved.positions)
+    for c, spec in enumerate(served.specs):
+        for got, want in zip(served.layers, moved.layers, strict=True):
+            if spec.rotary is None:
+                assert got[c] is want[c]  # content channels: the canonical's, untouched
+            else:
+                torch.testing.assert_close(got[c], want[c], rtol=1e-5, atol=1e-5 * float(want[c].abs().max()))
+
+    def unreachable(self):
+        raise AssertionError("prcr used R(δ) on the rotated canonical")
+
+    monkeypatch.setattr(ReuseContext, "relocated", property(unreachable))
+    prcr = make_arm("prcr").run(ctx)
+    monkeypatch.undo()
+    assert prcr.bytes == 0 and kl(ctx.blind.logits, prcr.out.logits) < 1e-9
+
+
+def test_prcr_refuses_keys_it_cannot_rebind_in_one_line(tiny):
+    """A family whose keys are not rotate-half (DeepSeek-V2's interleaved k_pe) is refused, naming the layout."""
+    why = make_arm("prcr").refuses(tiny("tiny_deepseek_v2"))
+    assert why is not None and "interleaved" in why and "\n" not in why
