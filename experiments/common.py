@@ -35,6 +35,7 @@ import copy
 import functools
 import importlib
 import json
+import math
 import os
 import re
 import string
@@ -555,6 +556,23 @@ def row_cell(
 ) -> str:
     """:func:`ci_cell` of ``rows[column]`` with the rows' clusters."""
     return ci_cell(rows[column].astype(float).tolist(), clusters=cluster_labels(rows), fmt=fmt, stat=stat)
+
+
+def stuck_rate(rows: pd.DataFrame) -> float:
+    """The share of ``rows``' generated answers that stopped making progress (docs/metrics.md "Stuck rate"); NaN where
+    none was generated (logit-scored rows, and rows of code before the measure: a null ``stuck``)."""
+    stuck = rows["stuck"].astype(float).dropna() if "stuck" in rows else pd.Series(dtype=float)
+    return float(stuck.mean()) if len(stuck) else math.nan
+
+
+def with_stuck(cell: str, rate: float) -> str:
+    """An accuracy cell with its generations' stuck rate beside it ("0.31 [0.12, 0.56] · stuck 0.25"), where any."""
+    return cell if math.isnan(rate) else f"{cell} · stuck {rate:.2f}"
+
+
+def accuracy_cell(rows: pd.DataFrame) -> str:
+    """An accuracy cell (:func:`row_cell` of ``correct``) with its answers' stuck rate (:func:`with_stuck`)."""
+    return with_stuck(row_cell(rows, "correct"), stuck_rate(rows))
 
 
 def kl_fmt(value: float) -> str:

@@ -35,6 +35,8 @@ from experiments.common import (
     paper_values,
     partial_tag,
     require_rows,
+    stuck_rate,
+    with_stuck,
 )
 from kamera.sweep.status import why_missing
 
@@ -59,7 +61,8 @@ def assign(rows: pd.DataFrame, settings: list[dict]) -> pd.DataFrame:
 
 
 def accuracy(rows: pd.DataFrame, settings: list[dict]) -> tuple[pd.DataFrame, list[str]]:
-    """Per (setting, arm): mean accuracy [CI] and n; and the settings in axis order."""
+    """Per (setting, arm): mean accuracy [CI], n and the stuck rate of generated answers (NaN for logit-scored ones);
+    and the settings in axis order."""
     rows = assign(rows, settings)
     order = list(dict.fromkeys([s["label"] for s in settings] + sorted(set(rows["setting"]))))
     out = []
@@ -75,9 +78,10 @@ def accuracy(rows: pd.DataFrame, settings: list[dict]) -> tuple[pd.DataFrame, li
                 "hi": hi,
                 "n": n,
                 "models": ", ".join(sorted(g["model"].unique())),
+                "stuck": stuck_rate(g),
             }
         )
-    return pd.DataFrame(out, columns=["setting", "arm", "acc", "lo", "hi", "n", "models"]), order
+    return pd.DataFrame(out, columns=["setting", "arm", "acc", "lo", "hi", "n", "models", "stuck"]), order
 
 
 def plot(acc: pd.DataFrame, order: list[str], arms: list[str], missing: dict[str, str], title: str) -> plt.Figure:
@@ -143,7 +147,10 @@ def to_markdown(
         line = {"models": ", ".join(sorted(set(", ".join(g["models"]).split(", ")))), "n": str(int(g["n"].max()))}
         for arm in arms:
             cell = (
-                "–" if arm not in g.index else f"{g.at[arm, 'acc']:.2f} [{g.at[arm, 'lo']:.2f}, {g.at[arm, 'hi']:.2f}]"
+                "–"
+                if arm not in g.index
+                else with_stuck(f"{g.at[arm, 'acc']:.2f} [{g.at[arm, 'lo']:.2f}, {g.at[arm, 'hi']:.2f}]",
+                                g.at[arm, "stuck"])
             )
             line[arm] = cell + (f" (paper {paper[arm]:.2f})" if arm in paper and arm in g.index else "")
         table[setting] = line

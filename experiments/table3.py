@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import cli, natural_order, paper_or, partial_tag, row_cell, table_outputs
+from experiments.common import accuracy_cell, cli, natural_order, paper_or, partial_tag, table_outputs
 from experiments.panels import selection_note
 
 ARM_ORDER = ["reprefill", "blind", "patch_r16", "patch_r64"]
@@ -28,7 +28,7 @@ def aggregate(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
     for (model, subset, arm), g in rows.groupby(["model", "subset", "arm"], sort=True):
         out.append({
             "model": model, "subset": subset, "arm": arm, "n": len(g),
-            "accuracy": g["correct"].mean(), "cell": row_cell(g, "correct"),
+            "accuracy": g["correct"].mean(), "cell": accuracy_cell(g),
             "chance": (1.0 / g["n_choices"][g["n_choices"] > 0]).mean(),
             "paper": accuracy.get(model, {}).get(subset, {}).get(arm),
         })

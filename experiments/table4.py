@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common import (
+    accuracy_cell,
     arm_order,
     arm_table,
     cli,
@@ -26,7 +27,6 @@ from experiments.common import (
     paper_or,
     partial_tag,
     require_rows,
-    row_cell,
     table_outputs,
     with_paper,
 )
@@ -53,7 +53,7 @@ def wide(rows: pd.DataFrame, paper: dict | None = None, arms: list[str] | None =
             g = m[m["subset"] == subset]
             values = accuracy.get(model, {}).get(subset, {})
             columns[(model, subset_label(subset))] = {
-                a: with_paper(row_cell(g[g["arm"] == a], "correct"), values.get(a)) for a in arms
+                a: with_paper(accuracy_cell(g[g["arm"] == a]), values.get(a)) for a in arms
                 if (g["arm"] == a).any()}
             n[(model, subset_label(subset))] = str(g["item_id"].nunique())
         columns[(model, "KV bytes")] = {

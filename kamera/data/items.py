@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kamera.data.schema import ChunkedItem
-from kamera.data.scorers import score
+from kamera.data.scorers import has_answer, score
 from kamera.items.eval import EvalItem
 
 
@@ -20,5 +20,6 @@ def from_chunked(item: ChunkedItem) -> EvalItem:
         choices=list(letters) if mc else None,
         gold=str(item.gold_letter if mc else item.gold_norm),
         score=None if mc else (lambda text, item=item: float(score(item, text))),
+        answered=None if mc else (lambda text, item=item: has_answer(item, text)),
         meta={"answer_format": item.answer_format, "scorer": item.scorer},
     )

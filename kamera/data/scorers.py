@@ -124,19 +124,25 @@ def score_mmniah_mc(item: ChunkedItem, prediction: str) -> dict[str, float]:
     return {"score": float(mmniah_letter_index(prediction) == item.gold)}
 
 
-def score_mmniah_count(item: ChunkedItem, prediction: str) -> dict[str, float]:
-    """MM-NIAH counting soft accuracy: positional matches of a JSON list answer over the gold length."""
-    gold: list[int] = item.gold_norm
+def mmniah_count_list(prediction: str) -> list | None:
+    """MM-NIAH's parse of a counting response: a JSON list, or a JSON object of lists concatenated; None otherwise."""
     r = prediction.strip().strip(".").replace("json", "").replace("```", "").strip()
     try:
         parsed = json.loads(r)
     except ValueError:
-        return {"score": 0.0}
+        return None
     if isinstance(parsed, dict):  # {"image 1": [..], ...}: the values concatenated, lists only
         if not all(isinstance(v, list) for v in parsed.values()):
-            return {"score": 0.0}
+            return None
         parsed = [x for v in parsed.values() for x in v]
-    if not isinstance(parsed, list) or not gold:
+    return parsed if isinstance(parsed, list) else None
+
+
+def score_mmniah_count(item: ChunkedItem, prediction: str) -> dict[str, float]:
+    """MM-NIAH counting soft accuracy: positional matches of a JSON list answer over the gold length."""
+    gold: list[int] = item.gold_norm
+    parsed = mmniah_count_list(prediction)
+    if parsed is None or not gold:
         return {"score": 0.0}
     return {"score": sum(p == g for p, g in zip(parsed, gold, strict=False)) / len(gold)}
 
@@ -394,6 +400,61 @@ def score_detail(item: ChunkedItem, prediction: str) -> dict[str, float]:
 def score(item: ChunkedItem, prediction: str) -> float:
     """The primary score in [0, 1] of one prediction for one item, by the benchmark's own rules."""
     return score_detail(item, prediction)["score"]
+
+
+# ------------------------------------------------------------------------ an answer at all, and the stuck rate
+
+
+def _mmlongbench_answers(item: ChunkedItem, prediction: str) -> bool:
+    fmt = item.answer_format.lower()
+    if fmt in ("int", "float"):
+        return first_number(prediction) is not None
+    if fmt == "list":
+        return bool(parse_literal_list(prediction))
+    return mmlb_clean(prediction) != ""  # "not answerable" is an answer
+
+
+ANSWERED: dict[str, Callable[[ChunkedItem, str], bool]] = {  # per scorer: its parse finds an answer in the text
+    "mc_letter": lambda item, p: extract_choice_letter(p, item.n_choices, item.choices) is not None,
+    "mmniah_mc": lambda item, p: mmniah_letter_index(p) is not None,
+    "mmniah_count": lambda item, p: mmniah_count_list(p) is not None,
+    "milebench_choice": lambda item, p: milebench_letter(p, item.choices or []) != "",
+    "mmlongbench_rule": _mmlongbench_answers,
+    "musique_em_f1": lambda item, p: squad_normalise(p) != "",
+}
+STUCK_REPEATS = 3  # a span repeated back to back this many times at the end of a generation is a loop
+STUCK_MIN_TOKENS = 6  # ... when the repeats cover at least this many tokens (a single token: 6 times)
+
+
+def has_answer(item: ChunkedItem, prediction: str) -> bool:
+    """Whether ``item.scorer``'s own parse finds an answer in a prediction (right or wrong): an option letter, a
+    number, a list, a non-empty normalised text; the stuck rate's "without an answer" is its negation."""
+    try:
+        fn = ANSWERED[item.scorer]
+    except KeyError:
+        raise ValueError(f"unknown scorer {item.scorer!r}; known: {sorted(ANSWERED)}") from None
+    return fn(item, prediction)
+
+
+def repeats_a_span(tokens: Sequence[int], repeats: int = STUCK_REPEATS, min_tokens: int = STUCK_MIN_TOKENS) -> bool:
+    """Whether a generation ends in one span of p ≥ 1 tokens repeated ``repeats`` times back to back, the repeats
+    covering at least ``min_tokens`` tokens (p = 1: ``min_tokens`` equal tokens; p = 2: 3 copies)."""
+    n = len(tokens)
+    for p in range(1, n // repeats + 1):
+        cover = max(repeats * p, -(-min_tokens // p) * p)  # whole copies of the span, at least min_tokens
+        tail = list(tokens[n - cover:])
+        if cover <= n and all(tail[i] == tail[i % p] for i in range(cover)):
+            return True
+    return False
+
+
+def stuck(tokens: Sequence[int], limit: int, answered: bool) -> bool:
+    """A generation that stopped making progress (docs/metrics.md "Stuck rate"): it ends in a repeated span
+    (:func:`repeats_a_span`), or it ran to the length limit (``limit`` tokens and no stop token, the greedy decode's
+    tokens excluding the stop) without an answer (``answered`` False)."""
+    if limit < 1:
+        raise ValueError(f"the length limit must be >= 1 token, got {limit}")
+    return repeats_a_span(tokens) or (len(tokens) >= limit and not answered)
 
 
 def gold_letter(item: ChunkedItem) -> str | None:

@@ -25,6 +25,7 @@ class EvalItem:
     choices: list[str] | None  # first-answer-token strings (MC); None = open answer, greedy-decoded
     gold: str
     score: Callable[[str], float] | None = None  # open answers: prediction text → score in [0, 1]
+    answered: Callable[[str], bool] | None = None  # open answers: whether the scorer's parse finds an answer at all
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

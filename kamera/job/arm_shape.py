@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from kamera.arms import ArmRefusal
 from kamera.data import MediaError, get_benchmark
 from kamera.data.items import from_chunked
+from kamera.data.scorers import stuck
 from kamera.errors import ItemError
 from kamera.items.eval import EvalItem
 from kamera.items.selection import Selection
@@ -167,17 +168,23 @@ def parse_choice(text: str, choices: list[str]) -> str:
     return ""
 
 
-def _prediction(adapter: Adapter, item: EvalItem, out, choice_ids, cfg: DictConfig) -> tuple[str, float, str | None]:
-    """(prediction, score, generated text): multiple choice by the logit argmax (no text generated) unless
-    ``scoring=generate``, which generates ``max_new_tokens`` greedily and parses the choice; open answers generate."""
+def _prediction(
+    adapter: Adapter, item: EvalItem, out, choice_ids, cfg: DictConfig
+) -> tuple[str, float, str | None, float]:
+    """(prediction, score, generated text, stuck): multiple choice by the logit argmax (no text generated, stuck NaN)
+    unless ``scoring=generate``, which generates ``max_new_tokens`` greedily and parses the choice; open answers
+    generate. ``stuck`` is 1.0 for a generation that stopped making progress (:func:`kamera.data.scorers.stuck`:
+    a repeated span at its end, or the length limit reached with no answer its parse can read), else 0.0."""
     if item.choices is not None and cfg.scoring == "logits":
         pred = item.choices[choice_ids.index(choice_argmax(out.logits, choice_ids))]
-        return pred, float(pred == item.gold), None
-    text = adapter.decode(adapter.greedy(out, cfg.max_new_tokens, adapter.stop_ids())).strip()
+        return pred, float(pred == item.gold), None, math.nan
+    tokens = adapter.greedy(out, cfg.max_new_tokens, adapter.stop_ids())
+    text = adapter.decode(tokens).strip()
     if item.choices is not None:
         pred = parse_choice(text, item.choices)
-        return pred, float(pred == item.gold), text
-    return text, float(item.score(text)), text
+        return pred, float(pred == item.gold), text, float(stuck(tokens, cfg.max_new_tokens, pred != ""))
+    answered = item.answered(text) if item.answered is not None else bool(text)
+    return text, float(item.score(text)), text, float(stuck(tokens, cfg.max_new_tokens, answered))
 
 
 def encode(adapter: Adapter, item: EvalItem):
@@ -238,7 +245,7 @@ def evaluate_item(
             refusals.append({"item_id": item.item_id, "arm": s.label, "knobs": s.key, "reason": str(why)})
             continue
         forwards = adapter.forwards.total() - before
-        pred, correct, generated = _prediction(adapter, item, res.out, choice_ids, cfg)
+        pred, correct, generated, is_stuck = _prediction(adapter, item, res.out, choice_ids, cfg)
         pair = f"{s.label}, item {item.item_id}"
         k = kl(ref, res.out.logits, what=f"re-prefill ‖ {pair}")
         rank = res.params.get("rank")  # patch, orbit and shadowkv arms carry a rank knob
@@ -256,6 +263,7 @@ def evaluate_item(
             "bytes": int(res.bytes), "bytes_frac": res.bytes / page, "patch_dtype": res.patch_dtype,
             "forwards": forwards, "recomputed_tokens": int(res.recomputed_tokens),
             **per_item, "seconds": time.perf_counter() - t, "shared_seconds": shared_seconds,
-            "scoring": cfg.scoring if item.choices is not None else "generate", "generated": generated, **sample,
+            "scoring": cfg.scoring if item.choices is not None else "generate", "generated": generated,
+            "stuck": is_stuck, **sample,
         }))
     return rows, records, refusals

@@ -23,7 +23,11 @@ MEASURE_COLUMNS = (
 )
 # what the per-sample log reads (kamera.job.samples); an arm row fills them, a window row leaves them null
 SAMPLE_LOG_COLUMNS = ("scoring", "input_sha256", "prompt", "choices", "generated")
-ROW_COLUMNS = JOB_COLUMNS + ITEM_COLUMNS + PLUGIN_COLUMNS + STAMP_COLUMNS + MEASURE_COLUMNS + SAMPLE_LOG_COLUMNS
+# a generated answer's measures (docs/metrics.md "Stuck rate"): null for a logit-scored answer, a window row, and rows
+# of code before them (read as null, not refused: they generated nothing this measures)
+GENERATION_COLUMNS = ("stuck",)
+ROW_COLUMNS = (JOB_COLUMNS + ITEM_COLUMNS + PLUGIN_COLUMNS + STAMP_COLUMNS + MEASURE_COLUMNS + SAMPLE_LOG_COLUMNS
+               + GENERATION_COLUMNS)
 
 
 def job_keys(cfg: DictConfig, key: str, ckey: str) -> dict:
@@ -63,9 +67,10 @@ def row(keys: dict, item: object, spec: Spec, measures: dict, tag: dict | None =
 
 def lacking_columns(path: object, frame: pd.DataFrame) -> str | None:
     """One line when stored rows lack a column of :data:`ROW_COLUMNS` this code writes (rows of older code; a missing
-    stamp or per-sample log column is not one: it reads as version 1, or null), else None. A render refuses such
-    rows and a job stops on them: ``force=true`` recomputes them."""
-    missing = [c for c in ROW_COLUMNS if c not in frame and c not in (*STAMP_COLUMNS, *SAMPLE_LOG_COLUMNS)] \
+    stamp, per-sample log or generation column is not one: it reads as version 1, or null), else None. A render
+    refuses such rows and a job stops on them: ``force=true`` recomputes them."""
+    missing = [c for c in ROW_COLUMNS
+               if c not in frame and c not in (*STAMP_COLUMNS, *SAMPLE_LOG_COLUMNS, *GENERATION_COLUMNS)] \
         if len(frame) else []
     if not missing:
         return None
