@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
-from kamera.arms.prerope import rope, rope_tables, unrope
+from kamera.arms.prerope import frame_refusal, rope, rope_tables, unrope
 from kamera.core import ChunkKV
 from kamera.models.base import Adapter
 from kamera.reuse.context import ReuseContext
@@ -52,15 +52,7 @@ class PrcrArm(Arm):
     needs = frozenset({"canonical"})
 
     def refuses(self, adapter: Adapter) -> str | None:
-        for s in adapter.specs:
-            if s.rotary is None:
-                continue
-            if s.rotary.layout != "half":
-                return f"prcr re-binds rotate-half keys; {adapter.name}'s {s.name} is {s.rotary.layout!r}"
-            if s.per_layer is not None:
-                return (f"prcr re-binds keys with one rotary table; {adapter.name} rotates its layers with "
-                        "different frequencies")
-        return super().refuses(adapter)
+        return frame_refusal(self.name, adapter) or super().refuses(adapter)
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
         reason = self.refuses(ctx.adapter)

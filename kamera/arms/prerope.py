@@ -12,6 +12,20 @@ import torch
 from kamera.models.base import Adapter
 
 
+def frame_refusal(name: str, adapter: Adapter) -> str | None:
+    """Why arm ``name`` cannot take ``adapter``'s keys to the pre-RoPE frame here, or None: a rotary channel whose
+    pairs are not rotate-half (DeepSeek-V2's interleaved k_pe), or layers rotated with different frequencies."""
+    for s in adapter.specs:
+        if s.rotary is None:
+            continue
+        if s.rotary.layout != "half":
+            return f"{name} un-ropes rotate-half keys; {adapter.name}'s {s.name} is {s.rotary.layout!r}"
+        if s.per_layer is not None:
+            return (f"{name} un-ropes the keys with one rotary table; {adapter.name} rotates its layers with "
+                    "different frequencies")
+    return None
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)

@@ -29,7 +29,7 @@ import torch
 
 from kamera.arms.base import Arm, ArmOutput, ArmRefusal, register
 from kamera.arms.budget import channel_ranks, matched_k_rank, widths
-from kamera.arms.prerope import rope, rope_tables, unrope
+from kamera.arms.prerope import frame_refusal, rope, rope_tables, unrope
 from kamera.knobs import check_count
 from kamera.models.base import Adapter
 from kamera.reuse.context import ReuseContext
@@ -53,11 +53,7 @@ class ShadowKVArm(Arm):
                 "shadowkv rebuilds per-head absolute keys; an MLA cache holds the latent c_KV (keys and "
                 "values both expand from it) and a one-head k_pe, so there is no K matrix to rebuild alone"
             )
-        k = next(s for s in adapter.specs if s.rotary is not None)
-        if k.per_layer is not None:
-            return (f"shadowkv un-ropes the keys with one rotary table; {adapter.name} rotates its layers with "
-                    "different frequencies")
-        return super().refuses(adapter)
+        return frame_refusal(self.name, adapter) or super().refuses(adapter)
 
     def run(self, ctx: ReuseContext) -> ArmOutput:
         reason = self.refuses(ctx.adapter)
@@ -66,9 +62,6 @@ class ShadowKVArm(Arm):
         specs = ctx.adapter.specs
         kc = next(i for i, s in enumerate(specs) if s.rotary is not None)
         spec = specs[kc]
-        if spec.rotary.layout != "half":
-            layout = spec.rotary.layout
-            raise ArmRefusal(f"shadowkv un-ropes rotate-half keys; {ctx.adapter.name} is {layout!r}")
         r = self.rank
         if self.match_rank is not None:
             r = matched_k_rank(channel_ranks(ctx, self.match_rank), ctx.n_b, widths(ctx), spec.width)
