@@ -37,7 +37,7 @@ from kamera.errors import ItemError
 from kamera.items.selection import Selection
 from kamera.items.window import WindowEntry
 from kamera.job.lists import unread_lists
-from kamera.job.rows import SAMPLE_LOG_COLUMNS, row
+from kamera.job.rows import GENERATION_COLUMNS, SAMPLE_LOG_COLUMNS, row
 from kamera.job.selection import bench_root, read_benchmark
 from kamera.job.spec import Spec, build_specs
 from kamera.metrics import E90_COLUMNS
@@ -168,10 +168,11 @@ def _text_only(cfg: DictConfig) -> str | None:
             "text-only: run it on a text benchmark, or pick a model that reads images")
 
 
-# Arm-row columns a window row fills with its own neutral value (a window probe measures no oracle, no e90, and
-# writes no per-sample log).
+# Arm-row columns a window row fills with its own neutral value (a window probe measures no oracle, no e90, writes
+# no per-sample log and scores no generation).
 ARM_COLUMNS = {"effective_rotary_rank": math.nan, "kl_oracle": math.nan, "recomputed_tokens": 0,
-               **dict.fromkeys(E90_COLUMNS, math.nan), **dict.fromkeys(SAMPLE_LOG_COLUMNS)}
+               **dict.fromkeys(E90_COLUMNS, math.nan), **dict.fromkeys(SAMPLE_LOG_COLUMNS),
+               **dict.fromkeys(GENERATION_COLUMNS, math.nan)}
 
 
 def evaluate_item(bench: WindowBench, adapter: Adapter, entry: WindowEntry, arms: list[Spec], probes: list[Spec],

@@ -27,7 +27,8 @@ VARIANTS = [
 ]
 REFUSED = {("mpic", "tiny_deepseek_v2"), ("vlcache", "tiny_deepseek_v2"), ("conduit", "tiny_deepseek_v2"),
            ("mpic", "tiny_gemma3"), ("vlcache", "tiny_gemma3"), ("conduit", "tiny_gemma3"), ("shadowkv", "tiny_gemma3"),
-           ("shadowkv", "tiny_kimi"), ("shadowkv", "tiny_deepseek_v2")}
+           ("shadowkv", "tiny_kimi"), ("shadowkv", "tiny_deepseek_v2"),
+           ("prcr", "tiny_deepseek_v2"), ("prcr", "tiny_gemma3")}  # interleaved k_pe; a base per layer type
 
 
 @pytest.mark.parametrize("name", TINY)
