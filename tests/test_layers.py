@@ -32,7 +32,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("kamera.job",),  # spec, checks, the item shape, selection, identity, rows, store
     # one job; a sweep of jobs (expansion, status, cost, rehearsal); the engine's fair clock (its provenance is a run's)
     ("kamera.run", "kamera.sweep", "kamera.engine.clock"),
-    ("experiments",),  # rows → tables and figures
+    ("experiments", "kamera.real"),  # rows → tables and figures; the real tier (jobs on a shipped checkpoint, report)
 ]
 FACE = ("kamera",)  # the package face (kamera/__init__.py) may import any room; no room imports it
 ALIASES = ("kamera.status", "kamera.shaped", "kamera.models.cost")  # CLI aliases: runpy only
