@@ -30,7 +30,6 @@ import argparse
 import io
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -220,10 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     written = steps.run("report", report.write, shards, meta, Path.cwd(), TABLE_ARMS)
     print("[real] wrote " + ", ".join(str(w) for w in written))
     print("[real] step times:\n" + steps.summary(warm), flush=True)
-    (Path(os.environ.get("KAMERA_RESULTS", "results/raw")) / GROUP).mkdir(parents=True, exist_ok=True)
-    (Path(os.environ.get("KAMERA_RESULTS", "results/raw")) / GROUP / "real_run.json").write_text(
-        json.dumps({**meta, "shards": shards}, indent=2, default=str)
-    )
+    group_dir = Path(next(iter(shards.values()))).parent  # where the jobs' rows went (paths.results / GROUP)
+    (group_dir / "real_run.json").write_text(json.dumps({**meta, "shards": shards}, indent=2, default=str))
     if not ok:
         print("make real: an identity is broken on the real weights (above)", file=sys.stderr)
         return 1
