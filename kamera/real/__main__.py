@@ -171,8 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--identity-items", type=int, default=8)
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 on a machine other jobs share)")
     args = p.parse_args(argv)
-    if args.threads < 1:
-        p.error(f"--threads {args.threads}: give at least 1")
+    for flag, value, least in (
+        ("--items", args.items, 1),
+        ("--musique", args.musique, 0),
+        ("--identity-items", args.identity_items, 1),
+        ("--threads", args.threads, 1),
+    ):
+        if value < least:
+            p.error(f"{flag} {value}: give at least {least}")
     import torch
 
     torch.set_num_threads(args.threads)

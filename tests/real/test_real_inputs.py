@@ -158,3 +158,15 @@ def test_a_warm_assemble_keeps_a_good_file_and_redoes_a_bad_one(tmp_path, chunks
     assert again.read_bytes() == b"".join(chunks)
     (site / PARTS[0] / "data" / FILES[0]).unlink()
     assert package.assemble()[0].read_bytes() == b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    "flag,value", [("--items", "0"), ("--musique", "-1"), ("--identity-items", "0"), ("--threads", "0")]
+)
+def test_a_bad_count_is_refused_before_anything_installs(flag, value, capsys, monkeypatch):
+    from kamera.real import __main__ as real
+
+    monkeypatch.setattr(real.package, "install", lambda root: pytest.fail("installed despite a bad count"))
+    with pytest.raises(SystemExit) as stop:
+        real.main([flag, value])
+    assert stop.value.code == 2 and f"{flag} {value}: give at least" in capsys.readouterr().err
