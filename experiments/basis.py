@@ -26,6 +26,11 @@ applies Δ W_r W_rᵀ to each item (coefficients from the item) and runs the que
 over the held-out items with a measurable deficit (KL_blind > eta_floor) of the own rank-r SVD patch and the
 basis patch in each frame; blind reuse's η is 0 by definition (its median KL is printed beside them).
 
+Placement (``item_offset``): the synthetic and toy benchmarks put B at one position in every item, where the two
+frames agree by construction; a job with ``item_offset`` set places its i-th item at i · item_offset, and its
+lines are named ``model · item i at i·<step>`` (their own fit, :func:`placement`), beside the model's lines at one
+position.
+
 Across content / task (§4's "transfers across content / task"): where a model's records span several tasks
 (benchmark · subset), the basis is fit on every item of one task and scored on every item of another, one line per
 ordered pair at the largest rank (``model · fit → held``).
@@ -41,7 +46,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import ci_cell, cli, latex_text, load, paper_or, partial_tag, table_outputs
+from experiments.common import (
+    Experiment,
+    ci_cell,
+    cli,
+    latex_text,
+    load,
+    paper_or,
+    partial_tag,
+    table_outputs,
+    with_job_columns,
+)
 from experiments.panels import of_probe, one_label
 from kamera.metrics import ETA_FLOOR, eta
 
@@ -182,6 +197,22 @@ def patch_etas(patch: pd.DataFrame | None, floor: float) -> dict[int, list[str]]
     return out
 
 
+def placement(model: str, step: int) -> str:
+    """A model's name in the table and the fit for jobs that place item i at i · ``step`` (``item_offset``; 0: the
+    model's own name)."""
+    return f"{model} · item i at i·{step}" if step else model
+
+
+def placed_models(exp: Experiment) -> pd.DataFrame:
+    """The experiment's probe records with each job's model named by :func:`placement`: one model's jobs at two
+    placements are two lines of the table, each on its own fit."""
+    if exp.probes.empty:
+        return exp.probes
+    out = with_job_columns(exp, exp.probes, {"item_offset": lambda cfg: int(cfg.item_offset)})
+    out["model"] = [placement(m, s) for m, s in zip(out["model"], out["item_offset"], strict=True)]
+    return out
+
+
 def fit(records: pd.DataFrame, paths: dict[str, Path]) -> list[Path]:
     """Each model's pooled bases, fit on the training half of its items' clusters in both frames, to ``paths[model]``
     (an ``.npz`` of W [width, r_max] per ``layer/channel/frame``, the name kamera.probes.deficit_basis_patch reads)."""
@@ -245,6 +276,10 @@ def render(
         "(benchmark · subset) and scored on every item of another, at the largest rank (transfer across "
         "content / task)."
     ]
+    if "item_offset" in probes and probes["item_offset"].any():
+        notes.append("Lines ``model · item i at i·s``: the job placed its i-th item at absolute position i · s "
+                     "(item_offset), so B sits at a different position in every item; the other lines' items put B "
+                     "at one position.")
     if any(m in values.get("models", []) for m in table.index.get_level_values(0)):
         notes.append(values["note"])
     return table_outputs(
@@ -262,10 +297,10 @@ def render(
 def fit_main(argv: list[str]) -> None:
     """``--fit``: the experiment's deficit_basis records → each model's fit file at its job's ``basis_fit``."""
     exp = load(__doc__.split("\n\n")[0], "basis", argv)
-    records = one_label(of_probe(exp.probes, "deficit_basis"), "deficit_basis")
+    records = one_label(of_probe(placed_models(exp), "deficit_basis"), "deficit_basis")
     if records.empty:
         raise SystemExit(f"{exp.name} has no deficit_basis records to fit on (run its first pass: make basis-fit)")
-    paths = {j.cfg.model.name: Path(j.cfg.basis_fit) for j in exp.jobs}
+    paths = {placement(j.cfg.model.name, j.cfg.item_offset): Path(j.cfg.basis_fit) for j in exp.jobs}
     for path in fit(records, paths):
         print(f"basis fit: {path}")
 
@@ -279,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         __doc__,
         "basis",
         lambda exp: render(
-            exp.probes, exp.name, exp.stem("table"), exp.footer, exp.paper, float(exp.jobs[0].cfg.eta_floor)
+            placed_models(exp), exp.name, exp.stem("table"), exp.footer, exp.paper, float(exp.jobs[0].cfg.eta_floor)
         ),
         args,
     )

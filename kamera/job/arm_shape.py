@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from typing import ClassVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -96,15 +97,16 @@ class ArmItems:
         return build_specs("arm", cfg.arms), build_specs("probe", cfg.probes)
 
     def select(self, cfg: DictConfig, n: int | None, adapter: Adapter | None = None) -> Selection:
-        """The benchmark loader's items (or the toy model's task items: pass the adapter)."""
+        """The benchmark loader's items (or the toy model's task items: pass the adapter), each placed at its
+        :func:`placed` offset."""
         if (own := MODEL_BENCHES.get(cfg.bench.name)) is not None:
             if adapter is None:
                 raise ValueError(f"bench={cfg.bench.name} draws its items from the model; pass the adapter")
-            items = own.select(adapter, n, cfg.seed, cfg.bench.subset)
+            items = placed(own.select(adapter, n, cfg.seed, cfg.bench.subset), cfg.item_offset)
             return Selection(items, n_requested=n, report=f"{len(items)} items of the toy task")
         root = bench_root(cfg, get_benchmark(cfg.bench.name).dir_name)
         chosen = read_benchmark(cfg.bench.name, root, cfg, n, OmegaConf.to_container(cfg.bench.kwargs, resolve=True))
-        chosen.items = [from_chunked(it) for it in chosen.items]
+        chosen.items = placed([from_chunked(it) for it in chosen.items], cfg.item_offset)
         return chosen
 
     def bench_identity(self, cfg: DictConfig) -> dict:
@@ -133,6 +135,13 @@ class ArmItems:
     def evaluate_item(self, adapter: Adapter, item: EvalItem, arms: list[Spec], probes: list[Spec],
                       cfg: DictConfig, keys: dict) -> tuple[list[dict], list[dict], list[dict]]:
         return evaluate_item(adapter, item, arms, probes, cfg, keys)
+
+
+def placed(items: list[EvalItem], step: int) -> list[EvalItem]:
+    """The i-th item (in selection order) placed at absolute position i · ``step`` (``item_offset``): B then sits at
+    a different position in every item, as on a real benchmark whose A varies in length, where the synthetic and
+    toy benchmarks put it at one position in every item (step 0, each item as laid out)."""
+    return [replace(it, offset=i * step) for i, it in enumerate(items)] if step else items
 
 
 def model_depth(cfg: DictConfig) -> int | None:
@@ -218,7 +227,11 @@ def evaluate_item(
 
     The item is encoded once and the union of the arms' and probes' ``needs`` is computed before
     any of them runs, so ``forwards`` in a row counts the forwards that arm ran itself."""
-    ctx = ReuseContext(adapter, encode(adapter, item), canonical_context=cfg.canonical_context)
+    try:
+        ctx = ReuseContext(adapter, encode(adapter, item), canonical_context=cfg.canonical_context, offset=item.offset)
+    except ValueError as err:  # placed past the model's context
+        raise ItemError(f"item {item.item_id} placed by item_offset={cfg.item_offset}: {err}; "
+                        "lower item_offset") from err
     needs = set().union(*(s.plugin.needs for s in [*arms, *probes]))
     if arms:
         needs |= {"full", "blind"}  # every row's KL to re-prefill and the blind floor

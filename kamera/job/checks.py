@@ -19,6 +19,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from kamera.items.selection import Selection
+from kamera.job.arm_shape import ArmItems
 from kamera.job.identity import safetensors_header
 from kamera.job.lists import list_key
 from kamera.job.shape import shape_of
@@ -166,6 +167,8 @@ def validate(cfg: DictConfig) -> list[str]:
     need(cfg.model.path is None or isinstance(cfg.model.path, str), "model.path", "must be a directory path or null")
     need(cfg.canonical_context in CANONICAL_CONTEXTS, "canonical_context", f"must be one of {list(CANONICAL_CONTEXTS)}")
     need(is_number(cfg.eta_floor) and cfg.eta_floor >= 0, "eta_floor", "must be a number >= 0")
+    need(is_int(cfg.item_offset) and cfg.item_offset >= 0, "item_offset",
+         "must be an integer >= 0 (positions between consecutive items' placements; 0: as laid out)")
     need(is_int(cfg.max_new_tokens) and cfg.max_new_tokens >= 1, "max_new_tokens", "must be an integer >= 1")
     need(cfg.threads in ("auto", None) or (is_int(cfg.threads) and cfg.threads >= 1), "threads",
          "must be auto, null (torch's default) or an integer >= 1")
@@ -361,6 +364,9 @@ def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
     items are decoded (data defects there are problems: the job would skip or fail on them)."""
     shape = shape_of(cfg)
     problems = validate(cfg)
+    if cfg.item_offset != 0 and not isinstance(shape, ArmItems):
+        problems.append(f"item_offset={cfg.item_offset!r}: places an arm job's items; a window, agent or engine "
+                        f"job's items (bench={cfg.bench.name}) stay where their benchmark puts them")
     problems += results_problems(cfg) if isinstance(cfg.group, str) and cfg.group else []
     problems += _model_problems(cfg)
     bench = shape.problems(cfg)

@@ -1,9 +1,9 @@
 """A job's identity, the key of its results shard (:mod:`kamera.job.store`):
 
     config      model name, dtype (canonical spelling), benchmark name / subsets / split / kwargs (as the item
-                shape spells them out), n_items, seed, canonical_context, eta_floor, max_new_tokens (a pure
-                function of the composed config: status and renderers find a job's shard by it without data
-                or weights)
+                shape spells them out), n_items, seed, canonical_context, eta_floor, max_new_tokens, and
+                :data:`KEYED_OFF_DEFAULT`'s options where set off their defaults (a pure function of the composed
+                config: status and renderers find a job's shard by it without data or weights)
     checkpoint  a fingerprint of the checkpoint actually loaded: for a paper model its config.json,
                 tokenizer / processor files, the safetensors headers and each weight file's sha256
                 (:func:`weights_sha256`: computed once from the bytes, then tied to the file's size, inode,
@@ -204,6 +204,7 @@ def _model_identity(cfg: DictConfig) -> dict:
 KEYED_OFF_DEFAULT: tuple[tuple[str, str, object], ...] = (
     ("scoring", "scoring", "logits"),
     ("chat", "model.chat", "template"),
+    ("item_offset", "item_offset", 0),
 )
 
 

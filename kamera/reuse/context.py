@@ -51,6 +51,10 @@ class ReuseContext:
         self.enc = spans if isinstance(spans, Encoded) else adapter.encode(spans)
         self.canonical_context = canonical_context
         self.offset = int(offset)
+        end = self.offset + self.enc.starts[-1] + self.enc.spans[-1].extent
+        if self.offset and (self.offset < 0 or end > adapter.max_positions):  # at 0, encode checked the length
+            raise ValueError(f"offset {self.offset}: the item would end at position {end}, outside {adapter.name}'s "
+                             f"context of {adapter.max_positions}")
         self.ranges = self.enc.token_ranges()
         self.b = self.enc.b
         self.q = self.enc.query

@@ -50,6 +50,8 @@ BAD_VALUES = {
     "model.dtype=bf17": "model.dtype='bf17': must be one of",
     "canonical_context=bogus": "canonical_context='bogus': must be one of ['prefix', 'native', 'none']",
     "eta_floor=abc": "eta_floor='abc': must be a number >= 0",
+    "item_offset=-5": "item_offset=-5: must be an integer >= 0",
+    "bench=window_synthetic item_offset=20": "item_offset=20: places an arm job's items; a window, agent or engine",
     "max_new_tokens=0": "max_new_tokens=0: must be an integer >= 1",
     "threads=0": "threads=0: must be auto",
     "device=tpu": "device='tpu': must be auto, cpu, cuda",
@@ -65,7 +67,7 @@ BAD_VALUES = {
 @pytest.mark.parametrize("override", sorted(BAD_VALUES))
 def test_preflight_catches_every_bad_value_before_any_model_loads(override, tmp_path, no_model):
     with pytest.raises(JobError) as err:
-        runner.run(job_config(tmp_path, override))
+        runner.run(job_config(tmp_path, *override.split()))
     assert BAD_VALUES[override] in str(err.value)
     assert "Traceback" not in str(err.value) and not (tmp_path / "raw").exists()
 
