@@ -3,12 +3,14 @@
     python -m experiments.appd experiment=appd        # Qwen2.5-VL, Qwen3-VL, Kimi-VL on Video-MME segments
     python -m experiments.appd experiment=appd_tiny
 
-Reads the ``divergent``, ``excess`` and ``refresh`` window rows of exactly the experiment's jobs; writes
-the table <paths.tables>/<experiment>.md and .tex (per model, probe, setting and variant: η mean [95% CI],
-median and measurable n, flip-recover, the antecedent's cosine divergence, the paper's value where it
-gives one) and the figure <paths.figures>/<experiment>.pdf / .png / .md (one row of panels per model:
-(a) η of the stored and the exact patch per perturbation, (b) η vs the number of distractors d, (c) η
-vs the number of swapped antecedent chunks d), and the divergence gate <paths.tables>/<experiment>_gate.md / .tex
+Reads the ``divergent``, ``excess``, ``refresh`` and ``recall`` window rows of exactly the experiment's jobs;
+writes the table <paths.tables>/<experiment>.md and .tex (per model, probe, setting and variant: η mean [95% CI],
+median and measurable n, the mean KL to the re-prefill, the forwards run at the operation, flip-recover, the
+antecedent's cosine divergence, the paper's value where it gives one) and the figure
+<paths.figures>/<experiment>.pdf / .png / .md (one row of panels per model: (a) η of the stored and the exact
+patch per perturbation, (b) η vs the number of distractors d, (c) η vs the number of swapped antecedent chunks
+d, (d) η vs the recall's turnover τ of the stale, the stored (formed at eviction) and the exact (formed at the
+recall) patch), and the divergence gate <paths.tables>/<experiment>_gate.md / .tex
 (:func:`gate`: reuse the stored patch iff the antecedent's divergence is ≤ t, at three coverages, its
 false-reuse rate and the η it serves against always reusing and always recomputing; App. D: "as a binary
 reuse-vs-rebuild gate the cheap divergence signal is too weak"). ``reprefill`` rows (KL 0) are left out. The figure
@@ -34,15 +36,17 @@ from experiments.common import (
     suffixed,
     table_outputs,
 )
-from experiments.windows import eta_cell, mean, mean_of, median, models, num, records, select
+from experiments.windows import RECALL, eta_cell, mean, mean_of, median, models, num, records, select
 from kamera.metrics import SAFE_MARGIN, flip_recover, reuse_gate, transfer_safe
 
 COVERAGES = (0.25, 0.5, 0.75)  # the gate's operating points: the share of cases it lets reuse the stored patch
 
-PROBES = ("divergent", "excess", "refresh")
+PROBES = ("divergent", "excess", "refresh", "recall")
 PANELS = (("divergent", "perturbation", ("transfer", "exact", "blind")),
           ("excess", "distractors", ("stale_matched", "stale_superset", "rebuilt", "blind")),
-          ("refresh", "swapped", ("stale", "patch_update", "deep_refresh", "shallow_refresh", "blind")))
+          ("refresh", "swapped", ("stale", "patch_update", "deep_refresh", "shallow_refresh", "blind")),
+          ("recall", "turnover τ", (*RECALL.values(), "blind")))
+ABSCISSA = {"excess": ("distractors", int), "refresh": ("swapped", int), "recall": ("tau", float)}  # numeric x
 
 
 def groups(rows: pd.DataFrame) -> list[tuple[str, str, str, str, list[dict]]]:
@@ -65,12 +69,14 @@ def table(rows: pd.DataFrame, paper: dict | None = None) -> pd.DataFrame:
     for model, a, probe, setting, variant, got in groups(rows):
         div = mean_of(got, "divergence") if probe == "divergent" else float("nan")
         out[(f"{model} ({a})", probe, setting, variant)] = [
-            eta_cell(got), num(flip_recover([r["flip"] for r in got], [r["recovered"] for r in got])),
+            eta_cell(got), num(mean_of(got, "kl"), 3), num(mean_of(got, "forwards")),
+            num(flip_recover([r["flip"] for r in got], [r["recovered"] for r in got])),
             sum(bool(r["flip"]) for r in got), num(div, 3),
             values.get(model, {}).get(probe, {}).get(setting, {}).get(variant, ""),
         ]
     frame = pd.DataFrame.from_dict(out, orient="index",
-                                   columns=["η mean [95% CI]", "flip-recover", "flips", "divergence", "paper"])
+                                   columns=["η mean [95% CI]", "KL mean", "forwards at the operation", "flip-recover",
+                                            "flips", "divergence", "paper"])
     frame.index = pd.MultiIndex.from_tuples(frame.index, names=["model", "probe", "setting", "variant"])
     return frame
 
@@ -139,11 +145,11 @@ def curve(rows: pd.DataFrame) -> pd.DataFrame:
     """The figure's data: mean and median η per (model, probe, x, variant), x the panel's abscissa."""
     out = []
     for model, a, probe, _, variant, got in groups(rows):
-        x = (
-            got[0]["perturbation"]
-            if probe == "divergent"
-            else int(got[0]["distractors" if probe == "excess" else "swapped"])
-        )
+        if probe == "divergent":
+            x = got[0]["perturbation"]
+        else:
+            column, kind = ABSCISSA[probe]
+            x = kind(got[0][column])
         out.append(
             {
                 "model": model,
@@ -162,7 +168,7 @@ def curve(rows: pd.DataFrame) -> pd.DataFrame:
 def plot(data: pd.DataFrame, title: str, footer: str = "") -> plt.Figure:
     lines = list(dict.fromkeys(data["model"]))
     with plt.style.context(str(STYLE)):
-        fig, axes = plt.subplots(len(lines), 3, figsize=(6.5, 1.9 * len(lines) + 0.6), squeeze=False)
+        fig, axes = plt.subplots(len(lines), len(PANELS), figsize=(8.5, 1.9 * len(lines) + 0.6), squeeze=False)
         for row, model in zip(axes, lines, strict=True):
             for ax, (probe, _, variants) in zip(row, PANELS, strict=True):
                 g = data[(data["model"] == model) & (data["probe"] == probe)]
@@ -212,13 +218,16 @@ def render(
 ) -> tuple[str, list[Path]]:
     frame = table(rows, paper)
     if frame.empty:
-        raise SystemExit(f"{group} has no divergent, excess or refresh window rows")
+        raise SystemExit(f"{group} has no divergent, excess, refresh or recall window rows")
     notes = [
         "Divergent: the stored patch formed on A served behind A′ (transfer) vs A′'s own (exact); divergence = 1 − "
         "cos of the chunk-wise mean input embeddings. Excess: a stored {X, Y} patch behind d distractors, "
         "position-matched (stale_matched) or formed without them and relocated (stale_superset), vs rebuilt. "
         "Refresh: after d of K = 4 antecedent chunks were swapped, the stale KV vs a rank-32 patch update, the deep "
-        "three quarters re-prefilled, or the shallow quarter only. Paper: App. D of the preprint."
+        "three quarters re-prefilled, or the shallow quarter only. Recall: the chunk re-admitted after τ of the window "
+        "turned over (Table 1's probe at every τ): the stale patch, the stored one (formed at eviction, kept in the "
+        "canonical's frame, relocated at the recall) and the exact one (re-formed at the recall, its forward paid "
+        "there). Paper: App. D of the preprint."
     ]
     tag = partial_tag(footer)
     md, paths = table_outputs(

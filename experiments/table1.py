@@ -1,13 +1,16 @@
-"""Table 1: eviction is asymmetric. Recall at full turnover (stale vs fresh rank-32 patch) and the survivor
-of a slide (keep-as-is vs a rank-64 removal patch), per model.
+"""Table 1: eviction is asymmetric. Recall at full turnover (the stale, the stored and the exact rank-32 patch)
+and the survivor of a slide (keep-as-is vs a rank-64 removal patch), per model.
 
     python -m experiments.table1 experiment=table1        # Qwen2.5-VL, Qwen3-VL, Kimi-VL on Video-MME segments
     python -m experiments.table1 experiment=table1_tiny   # the toy window model and tiny families
 
 Reads the ``recall`` and ``survivor`` window rows of exactly the experiment's jobs; writes
-<paths.tables>/<experiment>.md and .tex. Columns (:func:`experiments.windows.table1`): stale and fresh
-η at τ = 1 (mean [95% cluster-bootstrap CI: questions on one video resampled together], median, measurable
-n), flips (items where blind reuse changes the re-prefill decision) and the flip-recover of stale → fresh;
+<paths.tables>/<experiment>.md and .tex. Columns (:func:`experiments.windows.table1`), per recall variant at
+τ = 1 (stale: frozen at eviction; stored: the eviction-time patch kept position-free and relocated at the
+recall; exact: re-formed at the recall, the paper's fresh patch; ``kamera/window/probes/recall.py``): η (mean
+[95% cluster-bootstrap CI: questions on one video resampled together], median, measurable n), the mean KL, the
+forwards run at the recall, and the flip-recover over the flips (items where blind reuse changes the re-prefill
+decision);
 the survivor's keep-as-is KL (mean, and its ratio to blind reuse's), the removal patch's η, and the removal
 deficit's structure (:func:`removal_structure`: Δ_remove's relative norm, shallow half → deep half of the
 layers, and its 90%-energy rank over the layer-channels above rounding; §5 "deep rel-norm ≈ 3× shallow;
@@ -26,6 +29,7 @@ import pandas as pd
 
 from experiments.common import cli, paper_or, partial_tag, table_outputs
 from experiments.windows import (
+    RECALL,
     eta_cell,
     mean,
     mean_of,
@@ -39,7 +43,8 @@ from experiments.windows import (
     table1,
 )
 
-COLUMNS = ["arch", "n", "stale η (τ = 1)", "fresh η (τ = 1)", "flips", "flip-recover stale → fresh",
+COLUMNS = ["arch", "n", "stale η (τ = 1)", "stored η (τ = 1)", "exact η (τ = 1)", "KL stale / stored / exact",
+           "forwards at the recall stale / stored / exact", "flips", "flip-recover stale / stored / exact",
            "n (survivor)", "keep-as-is KL", "keep / blind KL", "removal η vs keep-as-is", "removal η vs blind",
            "Δ_remove rel-norm shallow → deep", "Δ_remove e90"]
 
@@ -81,14 +86,16 @@ def frame(rows: pd.DataFrame, values: dict | None = None) -> pd.DataFrame:
     out = {}
     for model, a in models(recs):
         t, p = table1(recs, model), paper_models.get(model, {})
-        stale = select(recs, model=model, probe="recall", tau=1.0, variant="stale_patch")
-        fresh = select(recs, model=model, probe="recall", tau=1.0, variant="fresh_patch")
+        eta = {name: eta_cell(select(recs, model=model, probe="recall", tau=1.0, variant=variant))
+               for name, variant in RECALL.items()}
         removal = select(recs, model=model, probe="survivor", variant="removal_patch")
-        flip = f"{num(t.stale_flip_recover)} → {num(t.fresh_flip_recover)}"
+        flip = " / ".join(num(t.flip_recovers[name]) for name in RECALL)
         if "flip" in p:
-            flip += f" (paper {p['flip'][0]:.2f} → {p['flip'][1]:.2f})"
+            flip += f" (paper stale {p['flip'][0]:.2f}, fresh {p['flip'][1]:.2f})"
         out[model] = [
-            a, t.n_recall, eta_cell(stale) + paper(p.get("stale")), eta_cell(fresh) + paper(p.get("fresh")),
+            a, t.n_recall, eta["stale"] + paper(p.get("stale")), eta["stored"], eta["exact"] + paper(p.get("fresh")),
+            " / ".join(num(t.recall_kl[name], 3) for name in RECALL),
+            " / ".join(num(t.recall_forwards[name]) for name in RECALL),
             t.n_flips, flip, t.n_survivor, num(t.keep_kl, 3) + paper(p.get("keep_kl"), 3), num(t.keep_kl_over_blind),
             eta_cell(removal, "eta_keep") + paper(p.get("removal")), eta_cell(removal),
             *structure_cells(removal, structure if model in paper_models else {}),
@@ -106,9 +113,11 @@ def render(rows: pd.DataFrame, group: str, stem: Path, footer: str = "",
         raise SystemExit(f"{group} has no recall or survivor window rows")
     notes = [
         "Recall: the chunk re-admitted after the whole window turned over (τ = 1); stale = the patch frozen at "
-        "eviction, replayed; fresh = the stored rank-32 patch on the context it is recalled behind (formed once, "
-        "relocated and replayed: no forward at the recall; the same patch formed at the recall is the "
-        "fresh_exact variant). Survivor: the leading "
+        "eviction, relocated and replayed; stored = the same eviction-time patch as the store keeps it (in the "
+        "canonical's frame, beside KV(x|∅)), relocated by R(δ) at the recall and replayed: formed before the recall "
+        "exists, it pays nothing there; exact = the rank-32 patch re-formed on the window the chunk is recalled behind "
+        "(the paper's fresh patch), paying its conditioned forward at the recall. KL to the recall window's "
+        "re-prefill (mean over items); forwards at the recall as run (mean per item). Survivor: the leading "
         "chunk evicted, the interior survivor kept as-is (R(δ) only) or with a rank-64 removal patch. η = 1 − "
         "KL/KL_blind, mean [95% cluster-bootstrap CI: questions on one video resampled together] over items with "
         "a measurable deficit (KL_blind > eta_floor); flip-recover over the items where blind reuse flips the "

@@ -2,8 +2,8 @@
 
 Window rows (:mod:`kamera.job.window_shape`) carry one row per (item, probe, setting, variant); these helpers
 turn them into records, reduce them (:func:`table1`: recall at full turnover and the survivor;
-:func:`turnover_curve`: η against τ for the stale and the fresh patch), name each model by its architecture as
-the paper's tables do (GQA, deepstack, MLA, MHA) and format cells; the tables and figures are written by
+:func:`turnover_curve`: η against τ for the stale and the fresh patch formed at the recall), name each model by its
+architecture as the paper's tables do (GQA, deepstack, MLA, MHA) and format cells; the tables and figures are written by
 :mod:`experiments.common`. Pure functions of rows: nothing here loads a model or imports forward code.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from experiments.common import ci_cell, cluster_labels
-from kamera.metrics import bootstrap_ci, flip_recover
+from kamera.metrics import flip_recover
 
 ARCH_ORDER = ("GQA", "deepstack", "MLA", "MHA")
 PAPER_MODELS = ("qwen2_5_vl_7b", "qwen3_vl_8b", "kimi_vl_a3b")  # the paper's GQA, deepstack and MLA backbones
@@ -46,19 +46,21 @@ def select(rows: Iterable[dict], **keys) -> list[dict]:
     return [r for r in rows if all(r.get(k) == v for k, v in keys.items())]
 
 
+RECALL = {"stale": "stale_patch", "stored": "stored_patch", "exact": "fresh_exact"}  # Table 1's recall variants
+FRESH = RECALL["exact"]  # the paper's fresh patch: re-formed on the window the chunk is recalled behind
+
+
 @dataclass
 class Table1Row:
-    """One model's Table 1 line: recall at full turnover and the survivor probe."""
+    """One model's Table 1 line: recall at full turnover (per :data:`RECALL` variant: mean KL, mean forwards at
+    the recall, flip-recover) and the survivor probe."""
 
     model: str
     n_recall: int
-    stale_eta: float
-    stale_eta_median: float
-    fresh_eta: float
-    fresh_eta_ci: tuple[float, float]
     n_flips: int
-    stale_flip_recover: float
-    fresh_flip_recover: float
+    recall_kl: dict[str, float]
+    recall_forwards: dict[str, float]
+    flip_recovers: dict[str, float]
     n_survivor: int
     keep_kl: float
     keep_kl_over_blind: float
@@ -69,15 +71,15 @@ class Table1Row:
 def table1(rows: Sequence[dict], model: str, tau: float = 1.0) -> Table1Row:
     """Table 1's numbers for one model from its recall and survivor rows (recall at turnover ``tau``)."""
     rec = select(rows, model=model, probe="recall", tau=tau)
-    stale, fresh = select(rec, variant="stale_patch"), select(rec, variant="fresh_patch")
-    _, lo, hi = bootstrap_ci([r["eta"] for r in fresh])
+    got = {name: select(rec, variant=variant) for name, variant in RECALL.items()}
+    stale = got["stale"]
     surv = select(rows, model=model, probe="survivor")
     keep, removal = select(surv, variant="keep_as_is"), select(surv, variant="removal_patch")
     return Table1Row(
-        model, len(stale), mean(r["eta"] for r in stale), median(r["eta"] for r in stale),
-        mean(r["eta"] for r in fresh), (lo, hi), sum(r["flip"] for r in stale),
-        flip_recover([r["flip"] for r in stale], [r["recovered"] for r in stale]),
-        flip_recover([r["flip"] for r in fresh], [r["recovered"] for r in fresh]),
+        model, len(stale), sum(r["flip"] for r in stale),
+        {name: mean_of(g, "kl") for name, g in got.items()},
+        {name: mean_of(g, "forwards") for name, g in got.items()},
+        {name: flip_recover([r["flip"] for r in g], [r["recovered"] for r in g]) for name, g in got.items()},
         len(keep), mean(r["kl"] for r in keep),
         mean(r["kl"] / r["kl_blind"] if r["kl_blind"] > 0 else math.nan for r in keep),
         mean(r["eta"] for r in removal), mean(r["eta_keep"] for r in removal),
@@ -90,7 +92,7 @@ def turnover_curve(rows: Sequence[dict], model: str) -> list[dict]:
     out = []
     for tau in sorted({r["tau"] for r in rec}):
         at = select(rec, tau=tau)
-        stale, fresh = select(at, variant="stale_patch"), select(at, variant="fresh_patch")
+        stale, fresh = select(at, variant=RECALL["stale"]), select(at, variant=FRESH)
         out.append({
             "tau": tau, "n": len(stale),
             "stale_eta": mean(r["eta"] for r in stale), "stale_eta_median": median(r["eta"] for r in stale),

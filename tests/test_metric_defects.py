@@ -264,7 +264,7 @@ def window_recall_rows(share: bool) -> pd.DataFrame:
     """Table 1 recall rows at τ = 1 (stale and fresh η), clustered by video when ``share``, else one cluster each."""
     out = []
     for item, cluster, v in clustered({0: 0.1, 1: 0.9, 2: 0.3, 3: 0.7}):
-        for variant, eta in (("stale_patch", v), ("fresh_patch", 1 - v / 2)):
+        for variant, eta in (("stale_patch", v), ("fresh_exact", 1 - v / 2)):
             out.append(
                 {
                     "shape": "window",
@@ -280,6 +280,7 @@ def window_recall_rows(share: bool) -> pd.DataFrame:
                     "eta": eta,
                     "kl": 1 - eta,
                     "kl_blind": 1.0,
+                    "forwards": int(variant == "fresh_exact"),
                     "flip": False,
                     "recovered": True,
                 }

@@ -293,13 +293,7 @@ class WindowView(ReuseContext):
     # ----- moving the target's KV or patch between layouts -----------------------------------------
     def shift_to_here(self, positions: torch.Tensor) -> int:
         """δ that moves the target from ``positions`` (another layout's) onto its positions here."""
-        here = self.native_positions(self.b)
-        if positions.shape != here.shape:
-            raise ValueError(f"the KV holds {positions.shape[-1]} tokens; this layout's target has {here.shape[-1]}")
-        delta = int(here.reshape(-1)[0] - positions.reshape(-1)[0])
-        if not same_positions(positions + delta, here):
-            raise ValueError("the KV's positions are not a shift of this layout's target positions (another chunk?)")
-        return delta
+        return shift(positions, self.native_positions(self.b), "this layout's target")
 
     def carry(self, kv: ChunkKV) -> ChunkKV:
         """The target's KV from another layout, moved here by R(δ) alone (the keep-as-is / stale KV)."""
@@ -309,9 +303,24 @@ class WindowView(ReuseContext):
         """A patch formed in another layout, relocated to the target's positions here (a stored patch replayed)."""
         return patch.relocate(self.shift_to_here(patch.positions))
 
+    def store_patch(self, patch: Patch) -> Patch:
+        """A patch formed here, relocated by R(δ) onto the target's canonical positions: the position-free form
+        stored beside KV(target|∅), which :meth:`carry_patch` relocates again wherever the target is replayed."""
+        return patch.relocate(shift(patch.positions, self.canonical.positions, "the target's canonical"))
+
     def query_patch(self, patch: Patch, tag: str) -> ForwardOut:
         """The query on R(δ)·KV(target|∅) + patch."""
         return self.query(patch.apply(self.relocated), tag=tag)
+
+
+def shift(positions: torch.Tensor, onto: torch.Tensor, where: str) -> int:
+    """δ with ``positions`` + δ = ``onto`` (a chunk's positions in two frames); a one-line error if none exists."""
+    if positions.shape != onto.shape:
+        raise ValueError(f"the KV holds {positions.shape[-1]} tokens; {where} has {onto.shape[-1]}")
+    delta = int(onto.reshape(-1)[0] - positions.reshape(-1)[0])
+    if not same_positions(positions + delta, onto):
+        raise ValueError(f"the KV's positions are not a shift of the positions of {where} (another chunk?)")
+    return delta
 
 
 def _state(view: WindowView) -> list:

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from kamera.core import ChunkKV, Patch, deficit, max_rel_diff
+from kamera.core import ChunkKV, Patch, deficit, max_rel_diff, same_positions
 from kamera.metrics import kl
 from kamera.window import Layout, WindowContext, make_probe
 from kamera.window.benches.synthetic import window_items
@@ -72,11 +72,29 @@ def test_at_no_turnover_the_stale_patch_is_the_fresh_one(probed, name):
     stale = view.carry_patch(view.patch.truncate(32)).apply(view.relocated)
     fresh = view.patch.truncate(32).apply(view.relocated)
     assert worst(stale, fresh) == 0.0
-    s, f = pick(rows["recall"], "stale_patch", "tau=0")[0], pick(rows["recall"], "fresh_patch", "tau=0")[0]
+    s, f = pick(rows["recall"], "stale_patch", "tau=0")[0], pick(rows["recall"], "fresh_exact", "tau=0")[0]
     assert s["kl"] == f["kl"] and s["pred"] == f["pred"]
     assert all(r["kl"] > s["kl"] for r in pick(rows["recall"], "stale_patch") if r["tau"] > 0)  # it goes stale
-    for stored, exact in zip(pick(rows["recall"], "fresh_patch"), pick(rows["recall"], "fresh_exact"), strict=True):
-        assert stored["setting"] == exact["setting"] and stored["kl"] == exact["kl"]  # replayed where it was formed
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_stored_patch_is_formed_at_eviction_and_replayed_after_the_window_turned_over(probed, name):
+    """stored_patch is the eviction-time patch kept in the canonical's frame and relocated by R(δ) at the recall:
+    nothing is paid there, it replays what the stale patch replays (to rounding, through two relocations), and
+    once the window has turned over it is not the patch formed at the recall (it was formed before that existed)."""
+    wctx, rows, _ = probed[name]
+    old, x, _ = recall_stream(K)
+    evicted = wctx.view(Layout(old, x))
+    kept = evicted.store_patch(evicted.patch)
+    assert same_positions(kept.positions, evicted.canonical.positions)
+    assert not same_positions(kept.positions, evicted.native_positions(evicted.b))  # a real R(δ), δ ≠ 0
+    stale, stored, exact = (pick(rows["recall"], v) for v in ("stale_patch", "stored_patch", "fresh_exact"))
+    for s, st, e in zip(stale, stored, exact, strict=True):
+        assert s["setting"] == st["setting"] == e["setting"]
+        assert (st["forwards"], st["stored_forwards"]) == (0, s["stored_forwards"])  # read, not re-encoded
+        assert st["kl"] == pytest.approx(s["kl"], rel=EXACT, abs=1e-12) and st["pred"] == s["pred"]
+        if st["tau"] > 0:
+            assert st["kl"] > e["kl"] * (1 + 1e-3)  # formed before the recall, it lacks the new window
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -179,7 +197,7 @@ def test_forks_share_one_canonical_and_pay_a_patch_each(probed, name):
 def test_forward_counts_per_probe(probed, name):
     _, rows, spent = probed[name]
     n_tau = len(TAUS)
-    assert spent["recall"] == {"full": n_tau, "solo": 1, "blind": n_tau, "stale_patch": n_tau, "fresh_patch": n_tau,
+    assert spent["recall"] == {"full": n_tau, "solo": 1, "blind": n_tau, "stale_patch": n_tau, "stored_patch": n_tau,
                                "fresh_exact": n_tau}
     assert spent["forks"] == {"fork": K + 1}  # every branch's re-prefill, canonical and blind were the recall's
     assert spent["survivor"] == {"full": 2, "solo": 1, "blind": 1, "keep_as_is": 1, "removal_patch": 1}
@@ -192,7 +210,7 @@ def test_forward_counts_per_probe(probed, name):
     cost = {(r["variant"], r["setting"]): (r["forwards"], r["stored_forwards"]) for r in rows["recall"]}
     assert cost[("reprefill", "tau=1")] == (1, 0) and cost[("blind", "tau=1")] == (0, 1)
     assert cost[("stale_patch", "tau=1")] == (0, 2) and cost[("fresh_exact", "tau=1")] == (1, 1)
-    assert cost[("fresh_patch", "tau=1")] == (0, 2)  # the stored fresh patch: nothing paid at the recall
+    assert cost[("stored_patch", "tau=1")] == (0, 2)  # the patch stored at eviction: nothing paid at the recall
     orbit = pick(rows["reorder"], "orbit")[0]
     assert (orbit["forwards"], orbit["stored_forwards"]) == (0, math.factorial(K) - 1 + 1)
 

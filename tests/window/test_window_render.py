@@ -30,7 +30,7 @@ def row(model: str, item: int, probe: str, setting: str, variant: str, eta: floa
         "probe": probe, "arm": probe, "setting": setting, "variant": variant, "kl": kl, "kl_blind": kl_blind,
         "eta": math.nan if item == 1 else (1.0 if variant == "reprefill" else eta),
         "flip": item % 2 == 0, "recovered": eta > 0.5, "correct": float(eta > 0.5), "bytes": 1000 * (1 - eta / 2),
-        "bytes_frac": 1 - eta / 2, "forwards": int(variant in ("reprefill", "fresh_patch", "patch", "patch_deep")),
+        "bytes_frac": 1 - eta / 2, "forwards": int(variant in ("reprefill", "fresh_exact", "patch", "patch_deep")),
         "stored_forwards": 1, **cols,
     }
 
@@ -43,7 +43,7 @@ def fixed_rows() -> pd.DataFrame:
             d = 0.05 * i + (0.1 if model == "tiny_kimi" else 0.0)
             for tau in (0.0, 0.5, 1.0):
                 for variant, eta in (("reprefill", 1), ("blind", 0), ("stale_patch", 1 - 1.5 * tau - d),
-                                     ("fresh_patch", 0.95 - d)):
+                                     ("stored_patch", 1 - 1.5 * tau - d), ("fresh_exact", 0.95 - d)):
                     rows.append(row(model, i, "recall", f"tau={tau:g}", variant, eta, tau=tau))
             if "survivor" not in skip:
                 for variant, eta in (("blind", 0), ("keep_as_is", 0.8 - d), ("removal_patch", 0.97 - d)):
@@ -154,9 +154,12 @@ def test_table1_edge_cases_and_the_papers_values():
     t = table1.frame(fixed_rows())
     assert list(t.index) == ["qwen2_5_vl_7b", "tiny_qwen3_vl", "tiny_kimi"]  # the paper's model first
     assert "(paper -0.68)" in t.at["qwen2_5_vl_7b", "stale η (τ = 1)"]
-    assert "(paper 0.25 → 0.75)" in t.at["qwen2_5_vl_7b", "flip-recover stale → fresh"]
+    assert "(paper stale 0.25, fresh 0.75)" in t.at["qwen2_5_vl_7b", "flip-recover stale / stored / exact"]
+    assert "(paper 0.87)" in t.at["qwen2_5_vl_7b", "exact η (τ = 1)"]  # the paper's fresh is re-formed at recall
+    assert "paper" not in t.at["qwen2_5_vl_7b", "stored η (τ = 1)"]
+    assert t.at["qwen2_5_vl_7b", "forwards at the recall stale / stored / exact"] == "0.00 / 0.00 / 1.00"
     assert t.at["tiny_qwen3_vl", "arch"] == "deepstack" and t.at["tiny_qwen3_vl", "n"] == 1
-    assert t.at["tiny_qwen3_vl", "fresh η (τ = 1)"].startswith("0.95 [0.95, 0.95] (med 0.95, n 1)")
+    assert t.at["tiny_qwen3_vl", "exact η (τ = 1)"].startswith("0.95 [0.95, 0.95] (med 0.95, n 1)")
     assert t.at["tiny_kimi", "n (survivor)"] == 0 and t.at["tiny_kimi", "keep-as-is KL"] == "–"
     assert t.at["tiny_kimi", "removal η vs keep-as-is"] == "– (no measurable deficit)"
     assert "n 2" in t.at["qwen2_5_vl_7b", "stale η (τ = 1)"]  # item 1 has no measurable deficit: 2 of 3 count
@@ -211,5 +214,5 @@ def test_renderers_refuse_rows_without_their_probes(tmp_path):
     for name, module in {**TABLES, "turnover": turnover}.items():
         with pytest.raises(SystemExit, match="no"):
             module.render(arm_rows, "g", tmp_path / name)
-    with pytest.raises(SystemExit, match="no divergent, excess or refresh"):
+    with pytest.raises(SystemExit, match="no divergent, excess, refresh or recall"):
         appd.render(arm_rows, "g", tmp_path / "t", tmp_path / "f")

@@ -12,16 +12,16 @@ formed then. After n = τ·k slides the window in front of x is ``old[n:] + new[
 - ``reprefill``: one forward over [prefix · window · x · query] (the reference).
 - ``blind``: R(δ)·KV(x|∅), no patch.
 - ``stale_patch``: the eviction-time patch, relocated to x's new position, replayed.
-- ``fresh_patch``: the paper's fresh patch, "conditioned on the chunk's now-fixed earlier context (hence itself
-  storable and never stale)", priced in Table 2 as a rank-32 patch with no forward at recall: the rank-m patch
-  on the context x is recalled behind, formed once when that context was fixed, stored beside the canonical,
-  relocated to x's position and replayed. At the recall it reads stored state only (its forward is a stored
-  forward, not one at the operation). Reading: "the chunk's now-fixed earlier context" is the window x is
-  recalled behind (fixed once it has been seen; the eviction-time window ``old`` is the stale patch's). It is
-  formed at the position it is replayed at here, so its relocation is by δ = 0 and its numbers are those of
-  ``fresh_exact``; what differs is where its forward is paid.
-- ``fresh_exact``: the same patch formed at the recall, paying its conditioned forward over [prefix · window · x]
-  at the operation (the forward the re-prefill reference also runs, shared, counted once).
+- ``stored_patch``: the patch as the paper's store holds it, formed before the recall exists: at the eviction,
+  the rank-m patch of the conditioned KV x had then (on ``old``, the past it was conditioned on), relocated onto
+  x's canonical positions and stored beside KV(x|∅); at the recall, relocated by R(δ) from there to x's
+  position behind the window that has since turned over, and replayed. Nothing is paid at the recall (it reads
+  the canonical and the eviction-time forward). A patch formed before the recall can only be conditioned on
+  what existed then, so it is the stale patch by another route (two relocations, through the canonical frame,
+  instead of one): their KLs agree to rounding at every τ, which is the measurement, not an assumption.
+- ``fresh_exact``: the paper's fresh patch, "re-formed" on the window x is recalled behind (App. B; "the
+  chunk's now-fixed earlier context"), formed at the recall: it pays the conditioned forward over
+  [prefix · window · x] at the operation (the forward the re-prefill reference also runs, shared, counted once).
 
 Choices: τ must be a multiple of 1/k (the paper's 0.2 steps are k = 5). The chunks other than x keep
 the re-prefill's KV, so every variant differs from the reference in x's KV alone. At τ = 0 the
@@ -54,7 +54,7 @@ def recall_stream(k: int) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
 class RecallProbe(WindowProbe):
     name = "recall"
     stream = "recall"
-    version = 2  # 2: fresh_patch is the stored patch (no forward at recall), fresh_exact the one formed at recall
+    version = 3  # 3: stored_patch formed at eviction, stored position-free (v2: fresh_patch, fresh_exact booked)
     taus: tuple[float, ...] = TAUS
     rank: int | None = 32
 
@@ -73,7 +73,7 @@ class RecallProbe(WindowProbe):
     def cost_forwards(self, shape: WindowShape, n_layers: int) -> list[Forward]:
         """The forwards this probe runs per item beyond the shared ones (:mod:`kamera.sweep.cost`). The
         eviction-time layout and each distinct turnover's layout (k + 1 chunks each), blind reuse per turnover layout
-        and the stale, stored fresh and exact fresh patches' queries per τ, the target's canonical."""
+        and the stale, stored and exact patches' queries per τ, the target's canonical."""
         k = shape.window
         turned = {turnover_count(t, k) for t in self.taus}
         return [shape.layout(k + 1, len(turned | {0})), shape.query_over(k + 1, len(turned) + 3 * len(self.taus)),
@@ -85,20 +85,20 @@ class RecallProbe(WindowProbe):
         old, x, new = recall_stream(k)
         evicted = wctx.view(Layout(old, x))
         stale = self.at_rank(evicted.patch, wctx)  # frozen at eviction
+        stored = evicted.store_patch(stale)  # kept beside KV(x|∅), in its frame, until x is recalled
+        at_eviction = [evicted.canonical_key, evicted.full_key]  # what both read: no forward at the recall
         rows = []
         for tau in self.taus:
             view = wctx.view(Layout(recall_window(old, new, turnover_count(tau, k)), x))
             tag = {"setting": f"tau={tau:g}", "tau": tau}
             rows += self.reference_rows(view, **tag)
-            replayed = view.carry_patch(stale)
-            rows.append(self.row(view, "stale_patch", view.query_patch(replayed, "stale_patch").logits,
-                                 patch=replayed, stored=[view.canonical_key, evicted.full_key], **tag))
+            for variant, patch in (("stale_patch", view.carry_patch(stale)),
+                                   ("stored_patch", view.carry_patch(stored))):
+                rows.append(self.row(view, variant, view.query_patch(patch, variant).logits, patch=patch,
+                                     stored=at_eviction, **tag))
             fresh = self.at_rank(view.patch, wctx)
             rows.append(self.row(view, "fresh_exact", view.query_patch(fresh, "fresh_exact").logits, patch=fresh,
                                  paid=[view.full_key], stored=[view.canonical_key], **tag))
-            stored = view.carry_patch(fresh)  # the stored patch, replayed where it was formed (δ = 0)
-            rows.append(self.row(view, "fresh_patch", view.query_patch(stored, "fresh_patch").logits, patch=stored,
-                                 stored=[view.canonical_key, view.full_key], **tag))
         return rows
 
 
