@@ -54,8 +54,9 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from kamera.job import config_identity
-from kamera.job.store import STAMP, ShardCorruptError, StoreWriteError, atomic_write_text, digest, staged
+from kamera.job.store import STAMP, ShardCorruptError, StoreWriteError, atomic_write_text, staged
 from kamera.metrics import bootstrap_ci
+from kamera.provenance import digest
 from kamera.run.signals import terminate_as_exit
 from kamera.run.track import Tracker
 from kamera.sweep import SweepError, compose_config

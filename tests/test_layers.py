@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Floors, bottom up: the folder names read as the pipeline.
 FLOORS: list[tuple[str, ...]] = [
     # utilities (errors, progress, knob checks); the hand-off (spans, items, selection); R(δ), ChunkKV, Δ, Patch
-    # and the one discovery rule of plugin folders
+    # and the one discovery rule of plugin folders; provenance (digests, timestamps, the code version)
     ("kamera.errors", "kamera.env", "kamera.progress", "kamera.knobs", "kamera.discover", "kamera.items",
-     "kamera.core"),
+     "kamera.core", "kamera.provenance"),
     ("kamera.metrics", "kamera.models", "kamera.data"),  # KL, η, e90; adapters, FLOPs, shaped writers; loaders
     # an item's shared forwards, partial recompute, the plugin base; the live engine's KV connector, page store,
     # families and per-item measurement (core and models only)
@@ -30,8 +30,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("kamera.diagnostics", "kamera.window"),  # measurements behind the figures; window ops and probes
     ("kamera.probes", "kamera.agent"),  # per-item probes over the diagnostics; agent traces replayed over windows
     ("kamera.job",),  # spec, checks, the item shape, selection, identity, rows, store
-    # one job; a sweep of jobs (expansion, status, cost, rehearsal); the engine's fair clock (its provenance is a run's)
-    ("kamera.run", "kamera.sweep", "kamera.engine.clock"),
+    ("kamera.run", "kamera.sweep"),  # one job; a sweep of jobs (expansion, status, cost, rehearsal)
     ("experiments", "kamera.real"),  # rows → tables and figures; the real tier (jobs on a shipped checkpoint, report)
 ]
 FACE = ("kamera",)  # the package face (kamera/__init__.py) may import any room; no room imports it

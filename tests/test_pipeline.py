@@ -24,7 +24,8 @@ from tiers import per_experiment
 from experiments import fig5, table3
 from kamera import job
 from kamera.job import CONF_DIR, JobError, build_specs, config_key
-from kamera.job.store import Shard, ShardLockedError, digest
+from kamera.job.store import Shard, ShardLockedError
+from kamera.provenance import digest
 from kamera.run import runner
 from kamera.sweep import compose_config, expand
 

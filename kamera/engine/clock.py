@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     if importlib.util.find_spec("vllm") is None:
         ap.exit(2, "clock: vLLM is not installed in this env: run it in the engine venv (make engine-venv)\n")
     from kamera.engine.vllm import EngineSession
-    from kamera.job.store import code_version
+    from kamera.provenance import code_version
 
     ckpts = args.out / "checkpoints"
     model = args.model or (

@@ -41,7 +41,7 @@ from kamera.data.media import cache_root, cached_sha256, content_digest, sha256_
 from kamera.items.selection import Selection
 from kamera.job.shape import shape_of
 from kamera.job.spec import DTYPES
-from kamera.job.store import digest
+from kamera.provenance import digest
 
 log = logging.getLogger("kamera.job")
 

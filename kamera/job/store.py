@@ -27,22 +27,21 @@ from __future__ import annotations
 
 import fcntl
 import getpass
-import hashlib
 import json
 import logging
 import os
 import platform
 import re
 import socket
-import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 from omegaconf import DictConfig
+
+from kamera.provenance import code_version, now
 
 log = logging.getLogger("kamera.store")
 
@@ -50,18 +49,6 @@ TABLES = {"rows": "arm", "probes": "probe"}  # table → the column naming the p
 STAMP = ("version", "metrics_version")  # the code versions every record carries (absent: version 1 of each)
 RUN = "run_index"  # the index in the json's ``runs`` of the run that wrote a record (absent: 0)
 SOURCE = "source_digest"  # a digest of the plugin's source that made a record (kamera.job.spec.source_digest)
-
-
-def digest(obj: object) -> str:
-    """sha256 (12 hex chars) of the canonical JSON of ``obj``."""
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-def now() -> str:
-    """The current UTC time, ISO 8601 to the microsecond (what shards record): "the most recently run" shard is
-    chosen by it, and two jobs run within one second (a fast machine) tied at second resolution."""
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _move_aside(path: Path) -> str:
@@ -449,40 +436,6 @@ def latest(found: Iterable[Shard], **match: str) -> list[Shard]:
         hits.append((meta, s))
     hits = [(m, s) for m, s in hits if all(m.get(k) == v for k, v in match.items())]
     return [s for m, s in sorted(hits, key=lambda ms: ms[0].get("last_run", ""), reverse=True)]
-
-
-# ----- provenance ----------------------------------------------------------------------------------
-CODE_PATHS = (":/kamera", ":/conf", ":/experiments", ":/pyproject.toml")  # what the dirty flag covers
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
-                             timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def code_version() -> dict:
-    """The git commit of the kamera checkout, a dirty flag (tracked code or config changed since it; the
-    committed demo outputs do not count) and the package versions."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    import torch
-    import transformers
-
-    try:
-        kamera_version = version("kamera")
-    except PackageNotFoundError:
-        kamera_version = "not installed"
-    commit = _git("rev-parse", "HEAD")
-    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
-    return {
-        "commit": commit or "unknown (not a git checkout)",
-        "dirty": bool(dirty) if dirty is not None else None,
-        "kamera": kamera_version,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
 
 
 def provenance(device: str, dtype: str, attention: str) -> dict:

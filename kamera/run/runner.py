@@ -55,11 +55,12 @@ from kamera.job.checks import defect_problems, unwritable
 from kamera.job.rows import job_keys, lacking_columns
 from kamera.job.samples import samples_path, write_samples
 from kamera.job.spec import Spec
-from kamera.job.store import RUN, SOURCE, STAMP, TABLES, JobState, Shard, current, digest, now, provenance
+from kamera.job.store import RUN, SOURCE, STAMP, TABLES, JobState, Shard, current, provenance
 from kamera.models import Adapter, load_model
 from kamera.models.loading import peak_memory_bytes, resolve_device
 from kamera.models.weights import CheckpointWeightsError
 from kamera.progress import Progress
+from kamera.provenance import digest, now
 from kamera.run.track import Tracker
 
 if TYPE_CHECKING:

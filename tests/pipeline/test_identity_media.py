@@ -12,7 +12,7 @@ from kamera import job
 from kamera.data import load_items, make_fixture
 from kamera.data import media as m
 from kamera.job.shape import shape_of
-from kamera.job.store import digest
+from kamera.provenance import digest
 
 
 def key_of(tmp_path: Path, root: Path) -> str:

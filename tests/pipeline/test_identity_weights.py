@@ -18,7 +18,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from kamera import job
 from kamera.data import media
 from kamera.items.selection import Selection
-from kamera.job.store import digest
+from kamera.provenance import digest
 
 identity = importlib.import_module("kamera.job.identity")  # the module (kamera.job.identity is also its function)
 
