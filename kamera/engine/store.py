@@ -12,12 +12,15 @@ One entry is one safetensors file in the store's folder, named by its key:
   :class:`~kamera.core.Patch` (layer granularity), so a request picks its rank at load time with
   ``truncate`` and never re-decomposes.
 
-Every entry records the model it belongs to (the engine's model id and dtype, :func:`model_id`); loading
-it for another model is a :class:`StoreError`, never a silent mix of two models' KV.
+Every entry records the model it belongs to (the engine's model id: checkpoint, dtype and a digest of the
+checkpoint's weight files, :func:`model_id`) and a SHA-256 of its own tensors; loading it for another model or
+other weights, or reading a file that is truncated, garbled or whose tensors no longer hash to the recorded
+digest, is a :class:`StoreError` naming the cause, never a silent mix of two models' KV or a partly wrong page.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -36,10 +39,41 @@ class StoreError(ValueError):
     """A store entry that is missing, of another model or kind, or does not fit the request."""
 
 
+WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin", "*.pt", "*.gguf")  # what a checkpoint's weights are
+
+
+def weights_digest(path: str | Path) -> str:
+    """The first 16 hex digits of a SHA-256 over the checkpoint folder's config and weight files (names and bytes,
+    :data:`WEIGHT_FILES`), so a page captured from other weights at the same path is not this model's ('-' for a
+    folder with none of them)."""
+    root = Path(path)
+    files = sorted({f for pattern in WEIGHT_FILES for f in root.glob(pattern) if f.is_file()})
+    if not files:
+        return "-"
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 24):
+                h.update(chunk)
+    return h.hexdigest()[:16]
+
+
 def model_id(path: str, dtype: torch.dtype | str) -> str:
-    """The identity a store entry is bound to: the checkpoint the engine serves and its dtype."""
+    """The identity a store entry is bound to: the checkpoint the engine serves, its dtype and its weights'
+    digest (:func:`weights_digest`)."""
     name = str(dtype).removeprefix("torch.")
-    return f"{Path(path).resolve()}::{name}"
+    return f"{Path(path).resolve()}::{name}::{weights_digest(path)}"
+
+
+def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes (in name order): a page's or patch's integrity."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def gqa_specs(kv_heads: int, head_dim: int, rotary: RotarySpec) -> tuple[ChannelSpec, ...]:
@@ -56,15 +90,39 @@ def _path(root: Path, key: str) -> Path:
 def _meta(path: Path) -> tuple[dict, safe_open]:
     if not path.is_file():
         raise StoreError(f"chunk {path.stem!r} is not in the store {path.parent}")
-    f = safe_open(str(path), framework="pt")
-    return json.loads(f.metadata()["kamera"]), f
+    try:
+        f = safe_open(str(path), framework="pt")
+        return json.loads(f.metadata()["kamera"]), f
+    except Exception as err:  # safetensors' own error type, a JSON or key error: the file is not an entry
+        raise StoreError(f"store entry {path.stem!r} is unreadable (corrupt): {str(err).splitlines()[0]}") from None
+
+
+def _tensors(f: safe_open, meta: dict, key: str) -> dict[str, torch.Tensor]:
+    """Every tensor of an entry, after checking they hash to the digest recorded when it was written."""
+    try:
+        tensors = {name: f.get_tensor(name) for name in f.keys()}
+    except Exception as err:  # a data region cut short or garbled
+        raise StoreError(f"store entry {key!r} is unreadable (corrupt): {str(err).splitlines()[0]}") from None
+    if meta.get("sha256") != tensors_digest(tensors):
+        raise StoreError(f"store entry {key!r} is corrupt: its tensors do not hash to the digest recorded with them")
+    return tensors
+
+
+def _save(root: str | Path, key: str, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
+    """Write one entry: its tensors and its metadata with their digest."""
+    path = _path(Path(root), key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path), metadata={"kamera": json.dumps(meta | {"sha256": tensors_digest(tensors)})})
+    return path
 
 
 def _check(meta: dict, key: str, kind: str, model: str) -> None:
     if meta["kind"] != kind:
         raise StoreError(f"store entry {key!r} is a {meta['kind']}, not a {kind}")
     if meta["model"] != model:
-        raise StoreError(f"store entry {key!r} belongs to model {meta['model']}, the engine serves {model}")
+        same = meta["model"].rsplit("::", 1)[0] == model.rsplit("::", 1)[0]
+        why = "was captured from other weights at the same path" if same else f"belongs to model {meta['model']}"
+        raise StoreError(f"store entry {key!r} {why}, the engine serves {model}")
 
 
 PAGE_CHANNELS = (("k", "v"), ("c_kv", "k_pe"))  # GQA / MHA, MLA
@@ -83,10 +141,7 @@ def save_page(root: str | Path, key: str, page: ChunkKV, token_ids: torch.Tensor
     for l, chans in enumerate(page.layers):
         tensors |= {f"L{l}.{name}": t.contiguous() for name, t in zip(names, chans, strict=True)}
     meta = {"kind": "page", "model": model, "n_layers": page.n_layers, "channels": list(names), "media": media or []}
-    path = _path(Path(root), key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata={"kamera": json.dumps(meta)})
-    return path
+    return _save(root, key, tensors, meta)
 
 
 def load_page(root: str | Path, key: str, model: str, specs: tuple[ChannelSpec, ...]) -> tuple[ChunkKV, torch.Tensor]:
@@ -96,12 +151,13 @@ def load_page(root: str | Path, key: str, model: str, specs: tuple[ChannelSpec, 
     names = [s.name for s in specs]
     if meta["channels"] != names:
         raise StoreError(f"page {key!r} has channels {meta['channels']}, the engine's are {names}")
-    layers = [tuple(f.get_tensor(f"L{l}.{name}") for name in names) for l in range(meta["n_layers"])]
+    t = _tensors(f, meta, key)
+    layers = [tuple(t[f"L{l}.{name}"] for name in names) for l in range(meta["n_layers"])]
     try:
-        page = ChunkKV(specs, layers, f.get_tensor("positions"))
+        page = ChunkKV(specs, layers, t["positions"])
     except ValueError as e:
         raise StoreError(f"store entry {key!r} does not fit the engine's layers: {e}") from None
-    return page, f.get_tensor("token_ids")
+    return page, t["token_ids"]
 
 
 def page_media(root: str | Path, key: str) -> list[dict]:
@@ -121,10 +177,7 @@ def save_patch(root: str | Path, key: str, patch: Patch, model: str) -> Path:
                         f"L{l}.c{c}.vt": b.vt.contiguous()}
     meta = {"kind": "patch", "model": model, "n_layers": patch.n_layers, "channels": [s.name for s in patch.specs],
             "heads": [s.heads for s in patch.specs]}
-    path = _path(Path(root), key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata={"kamera": json.dumps(meta)})
-    return path
+    return _save(root, key, tensors, meta)
 
 
 def load_patch(root: str | Path, key: str, model: str, specs: tuple[ChannelSpec, ...]) -> Patch:
@@ -133,9 +186,10 @@ def load_patch(root: str | Path, key: str, model: str, specs: tuple[ChannelSpec,
     _check(meta, key, "patch", model)
     if meta["channels"] != [s.name for s in specs]:
         raise StoreError(f"patch {key!r} has channels {meta['channels']}, the engine's are {[s.name for s in specs]}")
+    t = _tensors(f, meta, key)
     factors = [
-        tuple((Factors(f.get_tensor(f"L{l}.c{c}.us"), f.get_tensor(f"L{l}.c{c}.s"), f.get_tensor(f"L{l}.c{c}.vt"),
-                       specs[c].heads),) for c in range(len(specs)))
+        tuple((Factors(t[f"L{l}.c{c}.us"], t[f"L{l}.c{c}.s"], t[f"L{l}.c{c}.vt"], specs[c].heads),)
+              for c in range(len(specs)))
         for l in range(meta["n_layers"])
     ]
-    return Patch(specs, factors, f.get_tensor("positions"))
+    return Patch(specs, factors, t["positions"])

@@ -21,7 +21,10 @@ each as one request that claims [prefix · A · B] through the connector and com
   two differ by up to a few ULPs of the pair by double rounding, not by a fault of R(δ);
 - **full rank = re-prefill**: the full-rank patch gives vLLM's re-prefill KV (relative error 1e-5; bf16: 2 ε) and
   next-token KL < 1e-9 (bf16: a tenth of blind's);
-- **rank 0 = blind**: bit for bit.
+- **rank 0 = blind**: bit for bit;
+- **fallback = no reuse**: a rank-8 splice whose canonical page or patch is missing, corrupt, truncated or of
+  other weights (:mod:`kamera.engine.fallback`) gives the greedy token and log-probs of the same prompt sent
+  without kamera parameters, byte for byte, and names the cause (:func:`fallback_checks`).
 
 Every check prints its measured value beside its bound; any miss makes the exit status 1. The paper's binding
 claim itself (the patch restores multi-hop answers blind reuse loses) is not measured here: the tiny and random
@@ -32,15 +35,17 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from kamera.core import ChunkKV, Patch, deficit, relocate
+from kamera.engine.check import Check
+from kamera.engine.fallback import CAUSES, broken_copy, cases, identical
 from kamera.engine.family import EngineError, attention, mrope
 from kamera.engine.plan import PARAMS
 from kamera.engine.store import save_patch
@@ -48,19 +53,6 @@ from kamera.metrics import kl
 
 FP32_ROUNDING = 32 * torch.finfo(torch.float32).eps  # vLLM's cos / sin tables hold position × θ in float32
 BF16_EPS = torch.finfo(torch.bfloat16).eps
-
-
-@dataclass
-class Check:
-    """One identity: what it compares, the measured value, its bound, and whether it holds."""
-
-    name: str
-    value: float
-    bound: str
-    ok: bool
-
-    def line(self) -> str:
-        return f"{'PASS' if self.ok else 'FAIL'}  {self.name:<42} {self.value:<12.4g} {self.bound}"
 
 
 def pair_scale(ref: torch.Tensor, rotary) -> torch.Tensor:
@@ -137,8 +129,8 @@ class Spliced:
         save_patch(session.store, "patch", Patch.form(deficit(full.slice(self.pa, self.pb), b_canon), dtype=full.dtype),
                    session.model)
 
-    def run(self, kamera: dict):
-        return self.s.run(self.prompt, kamera, images=self.images)
+    def run(self, kamera: dict | None, fallback_ok: bool = False):
+        return self.s.run(self.prompt, kamera, images=self.images, fallback_ok=fallback_ok)
 
     def exact_relocated(self) -> ChunkKV:
         """B's stored canonical page (as the cache holds it) turned by R(δ) in float64: the relocation the operator
@@ -147,11 +139,33 @@ class Spliced:
         exact = ChunkKV(page.specs, [tuple(t.double() for t in layer) for layer in page.layers], page.positions)
         return relocate(exact, self.delta)
 
-    def splice(self, capture: str, **b) -> tuple:
-        """One arm: prefix · A exact from the full page, B from the canonical page placed at its start."""
+    def segments(self, **b) -> list[dict]:
+        """prefix · A exact from the full page, B from the canonical page placed at its start (``b``: B's options)."""
         seg = {"key": "canon", "span": [self.p, self.p + self.pb - self.pa], "start": self.pa, **b}
-        out = self.run({"capture": capture, "segments": [{"key": "full", "span": [0, self.pa]}, seg]})
+        return [{"key": "full", "span": [0, self.pa]}, seg]
+
+    def splice(self, capture: str, **b) -> tuple:
+        """One arm (:meth:`segments`), captured back: its output and B's KV as the cache holds it."""
+        out = self.run({"capture": capture, "segments": self.segments(**b)})
         return out, self.s.page(capture)[0].slice(self.pa, self.pb)
+
+
+def fallback_checks(pr: Spliced, rank: int = 8) -> list[Check]:
+    """Each forced load failure (:func:`kamera.engine.fallback.cases`) on a rank-``rank`` splice: served as the same
+    prompt with no kamera parameters, byte for byte (greedy token and every log-prob), with its cause named."""
+    plain = pr.run(None)
+    out = []
+    for entry, failure in cases():
+        good = "canon" if entry == "page" else "patch"
+        broken = broken_copy(pr.s.store, good, failure, f"{entry}-{failure.replace(' ', '_')}")
+        b = {"patch": "patch", "rank": rank} | ({"key": broken} if entry == "page" else {"patch": broken})
+        got = pr.run({"segments": pr.segments(**b)}, fallback_ok=True)
+        named = got.fallback is not None and re.search(CAUSES[failure], got.fallback) is not None
+        same = identical(got, plain)
+        diff = 0.0 if same else float((got.logprobs - plain.logprobs).abs().nan_to_num(float("inf")).max())
+        out.append(Check(f"fallback, {failure} {entry} = no reuse (bit for bit)", diff, "identical, cause named",
+                         same and named))
+    return out
 
 
 def checks(session) -> list[Check]:
@@ -193,7 +207,7 @@ def checks(session) -> list[Check]:
     )
     out.append(Check("rank 0 = blind (bit for bit)", 0.0 if same else 1.0, "identical", same))
     out.append(Check("blind reuse: next-token KL (reported)", k_blind, "—", True))
-    return out
+    return out + fallback_checks(pr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -201,6 +201,8 @@ class KameraConnector(KVConnectorBase_V1):
         self._requests: dict[str, tuple[Request, list[Segment], torch.Tensor, list[dict]]] = {}
         self._layout: dict[tuple, torch.Tensor] = {}
         self._captured: dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._failed: set[str] = set()  # requests whose load failed on the worker this step: nothing of them is kept
+        self._load_errors: set[int] = set()  # their blocks, for vLLM to recompute (get_block_ids_with_load_errors)
 
     # ----- scheduler side ------------------------------------------------------------------------
     def positions(self, request: Request) -> torch.Tensor:
@@ -290,6 +292,7 @@ class KameraConnector(KVConnectorBase_V1):
         if not isinstance(meta, KameraMetadata) or forward_context.attn_metadata is None:
             return
         layers = self._attention_layers(forward_context)
+        self._failed.clear()
         for w in meta.work:
             if w.capture:
                 _, _, layer = layers[0]
@@ -300,9 +303,13 @@ class KameraConnector(KVConnectorBase_V1):
             if not w.segments:
                 continue
             t0 = time.perf_counter()
-            page = compose(w.segments, self.store, self.model, self.specs, w.positions)
-            if page.n_layers != len(layers):
-                raise EngineError(f"the chunk has {page.n_layers} layers, the engine {len(layers)}")
+            try:  # the scheduler checked the plan, but a page can vanish or change on disk before this step
+                page = compose(w.segments, self.store, self.model, self.specs, w.positions)
+                if page.n_layers != len(layers):
+                    raise EngineError(f"the chunk has {page.n_layers} layers, the engine {len(layers)}")
+            except (EngineError, StoreError) as err:
+                self._fail(w, err)
+                continue
             t1 = time.perf_counter()
             slots = slot_mapping(w.block_ids, self.block_size, page.n_tokens, layers[0][2].kv_cache.device)
             width = self.block_size * sum(s.width for s in self.specs)
@@ -324,6 +331,21 @@ class KameraConnector(KVConnectorBase_V1):
                 }
             )
 
+    def _fail(self, w: _Work, err: Exception) -> None:
+        """A load that failed on the worker: nothing is written, every block the claim covers is reported to vLLM
+        (whose ``kv_load_failure_policy="recompute"`` prefills the request again from its first token, discarding
+        this step's output), the request's capture is dropped, and the cause recorded."""
+        self._failed.add(w.req_id)
+        self._captured.pop(w.req_id, None)
+        n = sum(s.n for s in w.segments)
+        self._load_errors.update(w.block_ids[: -(-n // self.block_size)])
+        self._record({"tag": w.tag, "request": w.req_id, "fallback": str(err), "side": "worker"})
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        """The blocks of requests whose load failed since the last call (:meth:`_fail`); vLLM recomputes them."""
+        out, self._load_errors = self._load_errors, set()
+        return out
+
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Nothing to wait for: :meth:`start_load_kv` writes every layer before the forward."""
 
@@ -332,7 +354,7 @@ class KameraConnector(KVConnectorBase_V1):
         if not isinstance(meta, KameraMetadata):
             return
         for w in meta.work:
-            if w.capture:
+            if w.capture and w.req_id not in self._failed:
                 layout = self._layout[(tuple(kv_layer.shape[1:]), kv_layer.dtype)]
                 l = int(_LAYER.search(layer_name).group(1))
                 self._captured[w.req_id][l] = read_block_kv(kv_layer, layout, w.block_ids, len(w.prompt), self.specs)
@@ -342,7 +364,7 @@ class KameraConnector(KVConnectorBase_V1):
         if not isinstance(meta, KameraMetadata):
             return
         for w in meta.work:
-            if not w.capture:
+            if not w.capture or w.req_id in self._failed:
                 continue
             got = self._captured.pop(w.req_id)
             page = ChunkKV(self.specs, [got[l] for l in sorted(got)], w.positions)
@@ -352,13 +374,15 @@ class KameraConnector(KVConnectorBase_V1):
 # ----- the client: one engine, requests in, log-probs out -------------------------------------------
 @dataclass
 class Output:
-    """One request's result: next-token log-probs over the whole vocabulary (float64), what vLLM reports, and why
-    a splice fell back to vLLM's own prefill (``kv_load_failure_policy="recompute"`` semantics), if it did."""
+    """One request's result: next-token log-probs over the whole vocabulary (float64), the greedy token vLLM
+    sampled, what vLLM reports, and why a splice fell back to vLLM's own prefill (``kv_load_failure_policy=
+    "recompute"`` semantics), if it did."""
 
     logprobs: torch.Tensor
     num_cached_tokens: int
     seconds: float
     fallback: str | None = None
+    token: int | None = None
 
 
 class EngineSession:
@@ -369,6 +393,9 @@ class EngineSession:
     here with the connector's own :func:`check_plan` before they are submitted; what only the scheduler
     knows (M-RoPE positions, media digests) is checked there, and a splice that fails it is served by vLLM's
     exact prefill instead and reported (:attr:`Output.fallback`; :meth:`run` raises unless ``fallback_ok``).
+
+    ``connector=False`` builds the same engine without the connector (no ``kv_transfer_config``): the reference a
+    fallback must equal byte for byte (``tests/engine/test_fallback.py``).
 
     A multimodal model (M-RoPE families) loads its tokenizer and processor (vLLM's multimodal processor needs
     them) and keeps vLLM's processor cache on: only then does vLLM key each image by its content hash (the
@@ -394,6 +421,7 @@ class EngineSession:
         max_model_len: int = 2048,
         block_size: int = BLOCK_SIZE,
         kv_cache_gib: int = 1,
+        connector: bool = True,
     ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
@@ -410,7 +438,7 @@ class EngineSession:
         self.model = model_id(self.path, dtype)
         self.max_model_len = max_model_len
         self.vocab = int(getattr(self.config, "text_config", self.config).vocab_size)
-        kv = KVTransferConfig(
+        kv = None if not connector else KVTransferConfig(
             kv_connector="KameraConnector",
             kv_connector_module_path=__name__,
             kv_role="kv_both",
@@ -478,12 +506,19 @@ class EngineSession:
         ``kamera`` (capture and / or segments). A splice the scheduler refuses is served by vLLM's prefill:
         EngineError naming why, or (``fallback_ok``) an Output that says so. ``top``: how many next-token
         log-probs vLLM returns (None: the whole vocabulary, for KL; a clock asks for 1, since building a
-        vocabulary-sized log-prob list costs seconds on a 49k vocabulary and would swamp the time measured)."""
+        vocabulary-sized log-prob list costs seconds on a 49k vocabulary and would swamp the time measured).
+
+        Without ``fallback_ok`` the plan is checked here first and a bad one refused before anything runs; with it
+        the request goes to the engine as a server's client would send it, and the connector alone decides: a page
+        or patch missing, unreadable, corrupt or of other weights is never partly served, the request is prefilled
+        exactly (claim 0 on the scheduler side; on the worker side, its blocks reported to vLLM, which recomputes
+        them) and :attr:`Output.fallback` names the cause."""
         from vllm import SamplingParams
 
         params = {PARAMS: kamera} if kamera else None
         segs = segments(params)
-        check_plan(segs, prompt, self.store, self.model, self.specs, self.max_model_len)
+        if not fallback_ok:
+            check_plan(segs, prompt, self.store, self.model, self.specs, self.max_model_len)
         extra = {"kv_transfer_params": params} if params else None
         sp = SamplingParams(
             max_tokens=1, temperature=0.0, logprobs=self.vocab if top is None else top, extra_args=extra
@@ -511,24 +546,30 @@ class EngineSession:
             lp[tok] = entry.logprob
         cached = int(out.num_cached_tokens or 0)
         claim = sum(s.n for s in segs)
+        token = int(out.outputs[0].token_ids[0])
         fallback = next((r["fallback"] for r in self.timings()[seen:] if "fallback" in r), None)
-        if fallback is not None and cached == 0 and claim:
+        if fallback is not None and claim:
             if not fallback_ok:
                 raise EngineError(f"the splice fell back to vLLM's prefill: {fallback}")
-            return Output(lp, cached, seconds, fallback)
+            return Output(lp, cached, seconds, fallback, token)
         if cached != claim:
             raise EngineError(f"vLLM reports {cached} cached tokens, the splice claimed {claim}")
-        return Output(lp, cached, seconds)
+        return Output(lp, cached, seconds, token=token)
 
     def page(self, key: str) -> tuple[ChunkKV, torch.Tensor]:
         """A stored page and its token ids."""
         return load_page(self.store, key, self.model, self.specs)
 
     def close(self) -> None:
-        """Shut the engine down (connector, process group, memory) so another session can start in this process."""
+        """Shut the engine down (connector, process group, memory) so another session can start in this process.
+
+        The engine core is shut down here, not left to its garbage-collection finalizer: an object still holding the
+        closed engine (a captured log record's arguments) would otherwise run that finalizer later and tear down the
+        process group of the engine live by then."""
         from vllm.distributed.kv_transfer import ensure_kv_transfer_shutdown
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
+        self.llm.llm_engine.engine_core.shutdown()  # detaches the finalizer (InprocClient.shutdown)
         del self.llm
         gc.collect()
         ensure_kv_transfer_shutdown()

@@ -24,29 +24,18 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass
 
 import torch
 
 from kamera.core import ChunkKV, relocate
 from kamera.data.registry import load_items
 from kamera.diagnostics.windowed import windowed_deficit
+from kamera.engine.check import Check
 from kamera.metrics import eta, kl
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.recompute import reuse_bottom
 
 EPS32 = torch.finfo(torch.float32).eps
-
-
-@dataclass
-class Check:
-    name: str
-    value: float
-    bound: float
-    ok: bool
-
-    def line(self) -> str:
-        return f"{'PASS' if self.ok else 'FAIL'}  {self.name:<44} {self.value:<11.3g} bound {self.bound:.3g}"
 
 
 def rel_err(a: ChunkKV, b: ChunkKV, channel: int, layers: list[int] | None = None) -> float:

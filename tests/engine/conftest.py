@@ -20,22 +20,25 @@ def checkpoint(request, tmp_path_factory):
 def engine(checkpoint, tmp_path_factory):
     """engine(dtype) → a live EngineSession on the tiny checkpoint (one at a time: switching dtype closes the other;
     closed at the end of its module, so the next module's engine is the only one in the process); ``fresh=True``
-    closes a live one of that dtype too and builds another (a session made under a monkeypatched probe)."""
+    closes a live one of that dtype too and builds another (a session made under a monkeypatched probe);
+    ``connector=False``, the same engine without the kamera connector (the reference of a fallback)."""
     pytest.importorskip("vllm", reason="the engine extra (vLLM) is not installed: scripts/install_engine.sh")
     from kamera.engine.vllm import EngineSession
 
     live: dict = {}
 
-    def get(dtype: str, fresh: bool = False):
-        if fresh and dtype in live:
-            live.pop(dtype).close()
-        if dtype not in live:
+    def get(dtype: str, fresh: bool = False, connector: bool = True):
+        key = (dtype, connector)
+        if fresh and key in live:
+            live.pop(key).close()
+        if key not in live:
             for other in list(live):
                 live.pop(other).close()
-            live[dtype] = EngineSession(
-                checkpoint, tmp_path_factory.mktemp(f"store-{checkpoint.name}-{dtype}"), dtype=dtype, max_model_len=512
+            live[key] = EngineSession(
+                checkpoint, tmp_path_factory.mktemp(f"store-{checkpoint.name}-{dtype}"), dtype=dtype, max_model_len=512,
+                connector=connector,
             )
-        return live[dtype]
+        return live[key]
 
     yield get
     for s in live.values():
