@@ -10,7 +10,8 @@ re-rendered PDF under the same name and size never reads another file's frames.
 
 Content digests (:func:`cached_sha256`) are computed once per file and cached as small JSON records keyed by
 (size, inode, mtime_ns, ctime_ns): the media cache, the job's data fingerprint (the media every selected item
-reads) and a checkpoint's weights (:mod:`kamera.job.identity`) all read a file's bytes once, then only ``stat`` it.
+reads), a checkpoint's weights (:mod:`kamera.job.identity`) and an engine's model id
+(:mod:`kamera.engine.store`) all read a file's bytes once, then only ``stat`` it.
 
 Why PyAV rather than decord: PyAV is a maintained binding of FFmpeg with wheels for current Pythons
 (decord's last release is from 2022 and has no wheels past Python 3.10 / arm64), it is already a
@@ -100,6 +101,15 @@ def cached_sha256(path: Path, store: Path, rehash: bool = False) -> str:
     except OSError as err:
         log.info("could not cache the digest of %s in %s (%s)", path, store, err)
     return sha
+
+
+def digest_store(ckpt: Path) -> Path:
+    """Where a checkpoint's computed weight digests are cached: ``<ckpt>/.cache/kamera/digests`` (beside the
+    Hub's own ``.cache/huggingface``; a folder, so not part of the fingerprint) when the checkpoint directory is
+    writable, else ``<cache>/digests`` (``$KAMERA_CACHE``, else ``~/.cache/kamera``)."""
+    if os.access(ckpt, os.W_OK):
+        return ckpt / ".cache" / "kamera" / "digests"
+    return cache_root(None) / "digests"
 
 
 def content_digest(path: Path, cache_dir: Path) -> str:

@@ -28,9 +28,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-
-def _entry(store: Path, key: str) -> Path:
-    return Path(store) / f"{key}.safetensors"
+from kamera.engine.store import entry_path
 
 
 def _missing(path: Path) -> None:
@@ -75,8 +73,8 @@ def broken_copy(store: Path, key: str, failure: str, tag: str) -> str:
     if failure not in FAILURES:
         raise ValueError(f"unknown load failure {failure!r}; one of {sorted(FAILURES)}")
     copy = f"{key}-{tag}"
-    shutil.copyfile(_entry(store, key), _entry(store, copy))
-    FAILURES[failure](_entry(store, copy))
+    shutil.copyfile(entry_path(store, key), entry_path(store, copy))
+    FAILURES[failure](entry_path(store, copy))
     return copy
 
 

@@ -31,6 +31,7 @@ from safetensors.torch import save_file
 
 from kamera.core import ChannelSpec, ChunkKV, Patch, RotarySpec
 from kamera.core.patch import Factors
+from kamera.data.media import cached_sha256, digest_store
 
 _KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 
@@ -43,19 +44,18 @@ WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin", "*.pt", "*.gguf")  # wh
 
 
 def weights_digest(path: str | Path) -> str:
-    """The first 16 hex digits of a SHA-256 over the checkpoint folder's config and weight files (names and bytes,
-    :data:`WEIGHT_FILES`), so a page captured from other weights at the same path is not this model's ('-' for a
-    folder with none of them)."""
+    """The first 16 hex digits of a SHA-256 over the checkpoint folder's config and weight files (names and each
+    file's sha256, :data:`WEIGHT_FILES`), so a page captured from other weights at the same path is not this
+    model's ('-' for a folder with none of them). Each file is read whole once, then only ``stat``-ed
+    (:func:`kamera.data.media.cached_sha256`, the record a job's weight digest uses), so an engine start does not
+    rehash a large checkpoint."""
     root = Path(path)
     files = sorted({f for pattern in WEIGHT_FILES for f in root.glob(pattern) if f.is_file()})
     if not files:
         return "-"
     h = hashlib.sha256()
     for f in files:
-        h.update(f.name.encode() + b"\0")
-        with open(f, "rb") as fh:
-            while chunk := fh.read(1 << 24):
-                h.update(chunk)
+        h.update(f"{f.name}\0{cached_sha256(f, digest_store(root))}\0".encode())
     return h.hexdigest()[:16]
 
 
@@ -81,7 +81,8 @@ def gqa_specs(kv_heads: int, head_dim: int, rotary: RotarySpec) -> tuple[Channel
     return (ChannelSpec("k", kv_heads, head_dim, rotary), ChannelSpec("v", kv_heads, head_dim))
 
 
-def _path(root: Path, key: str) -> Path:
+def entry_path(root: Path, key: str) -> Path:
+    """The file of store entry ``key`` under ``root`` (a :class:`StoreError` for a key that is not a safe name)."""
     if not _KEY.match(key):
         raise StoreError(f"store key {key!r} must be 1-200 characters of letters, digits, '_', '.', '-'")
     return Path(root) / f"{key}.safetensors"
@@ -110,7 +111,7 @@ def _tensors(f: safe_open, meta: dict, key: str) -> dict[str, torch.Tensor]:
 
 def _save(root: str | Path, key: str, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
     """Write one entry: its tensors and its metadata with their digest."""
-    path = _path(Path(root), key)
+    path = entry_path(Path(root), key)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path), metadata={"kamera": json.dumps(meta | {"sha256": tensors_digest(tensors)})})
     return path
@@ -146,7 +147,7 @@ def save_page(root: str | Path, key: str, page: ChunkKV, token_ids: torch.Tensor
 
 def load_page(root: str | Path, key: str, model: str, specs: tuple[ChannelSpec, ...]) -> tuple[ChunkKV, torch.Tensor]:
     """The page under ``key`` (as ``specs`` name its channels) and its token ids; a StoreError if absent or foreign."""
-    meta, f = _meta(_path(Path(root), key))
+    meta, f = _meta(entry_path(Path(root), key))
     _check(meta, key, "page", model)
     names = [s.name for s in specs]
     if meta["channels"] != names:
@@ -162,7 +163,7 @@ def load_page(root: str | Path, key: str, model: str, specs: tuple[ChannelSpec, 
 
 def page_media(root: str | Path, key: str) -> list[dict]:
     """The media a page was captured with (none for a text page)."""
-    meta, _ = _meta(_path(Path(root), key))
+    meta, _ = _meta(entry_path(Path(root), key))
     return list(meta.get("media", []))
 
 
@@ -182,7 +183,7 @@ def save_patch(root: str | Path, key: str, patch: Patch, model: str) -> Path:
 
 def load_patch(root: str | Path, key: str, model: str, specs: tuple[ChannelSpec, ...]) -> Patch:
     """The full-rank patch under ``key``, its channels named by ``specs``."""
-    meta, f = _meta(_path(Path(root), key))
+    meta, f = _meta(entry_path(Path(root), key))
     _check(meta, key, "patch", model)
     if meta["channels"] != [s.name for s in specs]:
         raise StoreError(f"patch {key!r} has channels {meta['channels']}, the engine's are {[s.name for s in specs]}")

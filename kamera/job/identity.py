@@ -37,7 +37,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from kamera.data.media import cache_root, cached_sha256, content_digest, sha256_file
+from kamera.data.media import cache_root, cached_sha256, content_digest, digest_store, sha256_file
 from kamera.items.selection import Selection
 from kamera.job.shape import shape_of
 from kamera.job.spec import DTYPES
@@ -97,15 +97,6 @@ def hub_mismatch(ckpt: Path, name: str, sha: str) -> str | None:
         return None
     return (f"{ckpt / name}: its sha256 {sha[:16]} differs from the Hub's record of its download ({hub[1][:16]}, "
             f"commit {hub[0][:12]}): the file was replaced after `hf download`; jobs identify it by its bytes")
-
-
-def digest_store(ckpt: Path) -> Path:
-    """Where a checkpoint's computed weight digests are cached: ``<ckpt>/.cache/kamera/digests`` (beside the
-    Hub's own ``.cache/huggingface``; a folder, so not part of the fingerprint) when the checkpoint directory is
-    writable, else ``<cache>/digests`` (``$KAMERA_CACHE``, else ``~/.cache/kamera``)."""
-    if os.access(ckpt, os.W_OK):
-        return ckpt / ".cache" / "kamera" / "digests"
-    return cache_root(None) / "digests"
 
 
 _warned: set[str] = set()

@@ -42,6 +42,20 @@ def test_pages_and_patches_round_trip_and_stay_with_their_model(tmp_path):
         save_page(tmp_path, "../escape", kv, ids, MODEL)
 
 
+def test_the_weights_digest_reads_each_file_once_and_follows_a_rewrite(tmp_path, monkeypatch):
+    """An engine start only stats a checkpoint it has hashed; a weight file rewritten in place is other weights."""
+    import kamera.data.media as media
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"weights-a")
+    reads = []
+    monkeypatch.setattr(media, "sha256_file", lambda p, _read=media.sha256_file: reads.append(p) or _read(p))
+    first = model_id(tmp_path, "float32")
+    assert len(reads) == 2 and model_id(tmp_path, "float32") == first and len(reads) == 2
+    (tmp_path / "model.safetensors").write_bytes(b"weights-b")
+    assert model_id(tmp_path, "float32") != first and len(reads) == 3
+
+
 def test_the_connector_reads_the_models_own_rotary_frequencies():
     (k, v) = SPECS
     assert k.rotary is not None and v.rotary is None and (k.heads, k.dim) == (2, 64)
