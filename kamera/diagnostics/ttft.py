@@ -45,13 +45,13 @@ import transformers as tf
 from PIL import Image
 
 from kamera.core import Patch, default_rotary_rank, deficit, relocate
+from kamera.core.precision import DTYPES
 from kamera.diagnostics.records import cumulative
 from kamera.discover import paper_block
 from kamera.items.spans import Span
 from kamera.knobs import check_counts
 from kamera.models import load_model
 from kamera.models.base import Adapter, place
-from kamera.models.loading import DTYPES
 from kamera.models.qwen_vl import QwenVLAdapter
 from kamera.models.tiny import SPECIAL_IDS, TEXT
 from kamera.models.tokenizer import ByteTokenizer

@@ -42,6 +42,7 @@ import pandas as pd
 import torch
 
 from kamera.core import Patch, deficit, relocate
+from kamera.engine.family import DTYPES
 from kamera.engine.store import save_patch
 from kamera.progress import Progress
 
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     which.add_argument("--family", choices=sorted(CHECKPOINTS), help="a tiny twin instead")
     ap.add_argument("--lengths", default="256,512,1024,2048", help="chunk lengths n_B")
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    ap.add_argument("--dtype", choices=DTYPES, default="float32")
     args = ap.parse_args(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import torch
 
 from kamera.engine.family import (
+    DTYPES,
     GQA_SERVED,
     MLA_SERVED,
     MROPE_SERVED,
@@ -27,7 +28,6 @@ PAGE_KINDS = {
     "MLA": (SimpleNamespace(kv_lora_rank=512, qk_rope_head_dim=64), MLA_SERVED),
     "GQA": (SimpleNamespace(head_dim=64), GQA_SERVED + MROPE_SERVED),
 }
-DTYPES = ("float32", "bfloat16")  # an engine job's dtypes (kamera.job.engine_shape.DTYPES)
 
 
 def unasked(config: SimpleNamespace, dtype: str) -> str:

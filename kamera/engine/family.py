@@ -41,6 +41,7 @@ MLA_SERVED = ("deepseek_v2",)  # MLA decoders whose k_pe vLLM rotates on interle
 # vllm/model_executor/layers/attention/mla_attention.py; "Head dimension 160 is not supported by MLA" otherwise)
 MLA_ROWS = (320, 512, 576)
 SERVED = GQA_SERVED + MROPE_SERVED + MLA_SERVED
+DTYPES = ("float32", "bfloat16")  # what an engine serves (vLLM's CPU build: float32, and bf16 where the CPU has it)
 REFUSED = {  # families the connector does not serve yet, and why (one line each)
     "qwen3_omni_moe": "the Qwen3-Omni thinker's audio tokens take TMRoPE positions in absolute seconds and the "
     "checkpoint carries a talker; the connector places image and text tokens of qwen2_5_vl / qwen3_vl only",

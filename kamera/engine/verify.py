@@ -46,7 +46,7 @@ import torch
 from kamera.core import ChunkKV, Patch, deficit, relocate
 from kamera.engine.check import Check
 from kamera.engine.fallback import CAUSES, broken_copy, cases, identical
-from kamera.engine.family import EngineError, attention, mrope
+from kamera.engine.family import DTYPES, EngineError, attention, mrope
 from kamera.engine.plan import PARAMS
 from kamera.engine.store import save_patch
 from kamera.metrics import kl
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", type=Path, help="a checkpoint directory vLLM loads")
     which.add_argument("--family", choices=sorted(CHECKPOINTS), help="a tiny twin, written under --store")
-    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    ap.add_argument("--dtype", choices=DTYPES, default="float32")
     ap.add_argument("--store", type=Path, default=None, help="the page store (default: a temporary folder)")
     args = ap.parse_args(argv)
     if importlib.util.find_spec("vllm") is None:

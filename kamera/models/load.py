@@ -9,10 +9,11 @@ from pathlib import Path
 import torch
 import transformers as tf
 
+from kamera.core.precision import parse_dtype
 from kamera.models.base import Adapter
 from kamera.models.checkpoints import UnsupportedCheckpointError, checkpoint_path, own_entry
 from kamera.models.entry import resolve
-from kamera.models.loading import load_native, parse_dtype, resolve_attention, resolve_device
+from kamera.models.loading import load_native, resolve_attention, resolve_device
 from kamera.models.problems import family_mismatch, model_problems
 from kamera.models.registry import PACKAGE, entry
 from kamera.models.tokenizer import ByteTokenizer

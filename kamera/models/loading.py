@@ -36,27 +36,6 @@ ATTENTION = ("sdpa", "eager", "flash_attention_2")
 SENTINEL = "KAMERASENTINEL"  # a plain word every template passes through unchanged
 
 
-# model.dtype's spellings → the torch dtype (a job's identity and rows use its canonical name, :func:`dtype_name`)
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16,
-          "float64": torch.float64, "fp64": torch.float64}
-
-
-def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """The torch dtype a spelling of :data:`DTYPES` names (a dtype as it is); ValueError listing the spellings."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
-    return DTYPES[dtype]
-
-
-def dtype_name(dtype: str | torch.dtype) -> str:
-    """The canonical name of a dtype spelling: "float32", "bfloat16", "float16" or "float64" (fp32 and float32 are
-    one job)."""
-    return str(parse_dtype(dtype)).removeprefix("torch.")
-
-
 def resolve_device(device: str) -> str:
     """"cpu", "cuda[:i]" (checked to exist) or "auto" (kept only when CUDA is there, else "cpu")."""
     if device == "auto":
