@@ -21,20 +21,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    STYLE,
-    ci_cell,
-    cli,
-    cluster_labels,
-    figure_outputs,
-    kl_fmt,
-    latex_text,
-    natural_order,
-    partial_tag,
-    require_rows,
-    suffixed,
-    table_outputs,
-)
+from experiments.common import STYLE, cli, figure_outputs, require_rows, suffixed, table_outputs
+from experiments.formats import ci_cell, cluster_labels, kl_fmt, latex_text, natural_order, partial_tag
 from kamera.metrics import paired_bootstrap_ci
 from kamera.sweep.cost import H100_BF16_FLOPS, MFU, OVERHEAD
 

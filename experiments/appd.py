@@ -24,18 +24,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from experiments.common import (
-    STYLE,
-    cli,
-    document,
-    figure_outputs,
-    footer_below,
-    markdown_rows,
-    paper_or,
-    partial_tag,
-    suffixed,
-    table_outputs,
-)
+from experiments.common import STYLE, cli, figure_outputs, footer_below, suffixed, table_outputs
+from experiments.formats import document, markdown_rows, partial_tag
+from experiments.paper import paper_or
 from experiments.windows import RECALL, eta_cell, mean, mean_of, median, models, num, records, select
 from kamera.metrics import SAFE_MARGIN, flip_recover, reuse_gate, transfer_safe
 

@@ -46,18 +46,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    Experiment,
-    ci_cell,
-    cli,
-    latex_text,
-    load,
-    paper_or,
-    partial_tag,
-    table_outputs,
-    with_job_columns,
-)
+from experiments.common import Experiment, cli, load, table_outputs, with_job_columns
+from experiments.formats import ci_cell, latex_text, partial_tag
 from experiments.panels import of_probe, one_label
+from experiments.paper import paper_or
 from kamera.metrics import ETA_FLOOR, eta
 
 RANKS = (1, 2, 4, 8, 16)

@@ -20,17 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    cli,
-    kl_fmt,
-    latex_text,
-    paper_or,
-    partial_tag,
-    require_rows,
-    row_cell,
-    table_outputs,
-    with_paper,
-)
+from experiments.common import cli, require_rows, table_outputs
+from experiments.formats import kl_fmt, latex_text, partial_tag, row_cell, with_paper
+from experiments.paper import paper_or
 
 FLOOR, EXACT = "patch_full", "patch_full_fp32"
 RANKS = (16, 64)

@@ -1,13 +1,13 @@
-"""What every table and figure shares: exactly the experiment's rows, CI cells, the paper's numbers,
-a provenance footer and byte-stable output.
+"""What every table and figure shares: exactly the experiment's rows, a provenance footer and byte-stable output.
 
 A renderer is ``experiments/<name>.py``: one ``render(…)`` (a pure function of rows, probe records and the
 paper's values, returning its markdown and the paths it wrote) and ``main = cli(__doc__, "<name>", draw)``.
-It writes through the helpers here only: :func:`markdown_table` / :func:`markdown_rows` / :func:`document`
-(markdown), :func:`latex_table` (LaTeX), :func:`table_outputs` and :func:`figure_outputs` (the files),
-:func:`partial_tag` (the title's ", partial"). The paper's values it prints come from the experiment's
-``paper:`` block (``conf/experiment/<name>.yaml``; the composed config's ``paper`` key, see
-:func:`paper_values`); ``python -m experiments.common --docs`` writes them into docs/reproduction.md.
+It formats cells and tables with :mod:`experiments.formats` (CI cells, :func:`~experiments.formats.markdown_table`
+/ ``markdown_rows`` / ``document``, ``latex_table``, ``partial_tag``: the title's ", partial") and writes files
+through :func:`table_outputs` and :func:`figure_outputs` here. The paper's values it prints come from the
+experiment's ``paper:`` block (``conf/experiment/<name>.yaml``; the composed config's ``paper`` key, see
+:func:`experiments.paper.paper_values`); ``python -m experiments.common --docs`` writes them into
+docs/reproduction.md and the README's artefact map (:mod:`experiments.artefact_map`).
 
 A renderer reads the jobs of its experiment as Hydra expands them with the same overrides the sweep
 ran with (:func:`kamera.sweep.status.sweep_jobs`), from the results root the runner resolves
@@ -31,14 +31,8 @@ Tables and figures are pure functions of the rows; nothing here loads a model or
 from __future__ import annotations
 
 import argparse
-import copy
-import functools
 import importlib
-import json
-import math
 import os
-import re
-import string
 import sys
 import textwrap
 from collections.abc import Callable
@@ -49,13 +43,18 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
+from experiments.artefact_map import docs
+from experiments.formats import document, latex_table, markdown_rows, markdown_table, partial_tag, row_cell  # noqa: F401  TEMP fig11/fig12
+from experiments.paper import (
+    arm_labels,
+    paper_or,  # noqa: F401  TEMP fig11/fig12
+    paper_prose,
+)
 from kamera.job import config_identity
 from kamera.job.store import STAMP, ShardCorruptError, StoreWriteError, atomic_write_text, staged
-from kamera.metrics import bootstrap_ci
 from kamera.provenance import digest
 from kamera.run.signals import terminate_as_exit
 from kamera.run.track import Tracker
@@ -65,122 +64,6 @@ from kamera.sweep.status import JobView, sweep_jobs
 STYLE = Path(__file__).resolve().parent / "paper.mplstyle"
 FULL_WIDTH = 6.75  # inches: a multi-panel figure spans two of the style's 3.25 in columns and the gap between
 ERRORBAR = {"elinewidth": 0.6, "capsize": 1.0, "capthick": 0.6}  # error bars of bar charts (95% CIs)
-
-ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENTS = ROOT / "conf" / "experiment"  # <name>.yaml (paper scale, with its paper: block) and <name>_tiny.yaml
-DOCS = ROOT / "docs" / "reproduction.md"
-README = ROOT / "README.md"  # its artefact map (:func:`readme_table`)
-
-
-def artifacts() -> list[str]:
-    """Every paper table and figure: each ``<name>`` of conf/experiment with both ``<name>.yaml`` and
-    ``<name>_tiny.yaml`` (the Makefile's ARTIFACTS and the tests' lists are read off the same files)."""
-    return sorted(p.stem for p in EXPERIMENTS.glob("*.yaml")
-                  if not p.stem.endswith("_tiny") and (EXPERIMENTS / f"{p.stem}_tiny.yaml").exists())
-
-
-class _PaperProse(string.Formatter):
-    """Fills a ``paper:`` block's prose from its own values, so each number is written once (in the structured
-    values the renderer prints beside ours) and the sentences only point at it:
-
-        {accuracy.kimi_vl_a3b.two_page.reprefill}   a value by its dotted path (a mapping's int keys by their digits)
-        {models.*.stale:+.2f}                        every key's value at that place, joined by " / "
-        {...:.2f} and the other format specs         as format() writes them (a string value as written)
-        {...!z:.2f}  {...!m:+.2f}                    without the leading zero (.41), with a typographic minus (−0.68)
-        {models.*.e90!M:.2f}  {models.*.e90!R:.2f}   the largest of the values, their range lo–hi (0.18–0.30)
-    """
-
-    def get_field(self, field_name: str, args, kwargs) -> tuple[object, str]:
-        return self._lookup(kwargs, field_name.split(".")), field_name
-
-    def _lookup(self, node: object, path: list[str]) -> object:
-        if not path:
-            return node
-        head, rest = path[0], path[1:]
-        if head == "*" and isinstance(node, dict):
-            return _Each([self._lookup(v, rest) for v in node.values()])
-        if isinstance(node, dict):
-            key = head if head in node else int(head) if head.lstrip("-").isdigit() and int(head) in node else None
-            if key is not None:
-                return self._lookup(node[key], rest)
-        if isinstance(node, list) and head.isdigit() and int(head) < len(node):
-            return self._lookup(node[int(head)], rest)
-        raise KeyError(f"paper: block has no value at {head!r} (in a template's field)")
-
-    def convert_field(self, value: object, conversion: str | None) -> object:
-        if conversion in ("M", "R") and isinstance(value, _Each):  # the largest, or the range lo–hi, of the values
-            return max(value) if conversion == "M" else _Range((min(value), max(value)))
-        return (conversion, value) if conversion in ("z", "m") else super().convert_field(value, conversion)
-
-    def format_field(self, value: object, format_spec: str) -> str:
-        conversion = None
-        if isinstance(value, tuple) and not isinstance(value, _Range):
-            conversion, value = value
-        if isinstance(value, _Range):
-            return "–".join(format(v, format_spec) for v in value)
-        if isinstance(value, _Each):
-            return " / ".join(self.format_field((conversion, v) if conversion else v, format_spec) for v in value)
-        text = value if isinstance(value, str) else format(value, format_spec)  # a string is printed as written
-        if conversion == "z":
-            text = re.sub(r"^([+-]?)0\.", r"\1.", text)
-        elif conversion == "m":
-            text = text.replace("-", "−")
-        return text
-
-
-class _Each(list):
-    """The values a ``*`` in a template's path gathers."""
-
-
-class _Range(tuple):
-    """(lo, hi) of the values a ``*`` gathers (``!R``), written lo–hi."""
-
-
-PROSE = ("summary", "note")  # the sentences of a paper: block, templates over its values (:class:`_PaperProse`)
-
-
-def paper_prose(block: dict) -> dict:
-    """``block`` with its :data:`PROSE` filled in from its own values; ValueError naming the experiment's field that
-    points at no value."""
-    out = dict(block)
-    for key in PROSE:
-        if isinstance(block.get(key), str):
-            try:
-                out[key] = _PaperProse().vformat(block[key], (), out)  # a later sentence may quote an earlier one
-            except (KeyError, ValueError, IndexError) as err:
-                raise ValueError(f"paper.{key} of {block.get('title', 'an experiment')!r}: {err}") from None
-    return out
-
-
-@functools.cache
-def _paper_block(experiment: str) -> dict:
-    cfg = OmegaConf.load(EXPERIMENTS / f"{experiment}.yaml")
-    return paper_prose(OmegaConf.to_container(cfg.get("paper") or OmegaConf.create({}), resolve=True))
-
-
-def paper_values(experiment: str) -> dict:
-    """The ``paper:`` block of conf/experiment/<experiment>.yaml as plain data: the paper's values a renderer
-    prints beside ours (a renderer called without ``paper=`` reads its own experiment's)."""
-    return copy.deepcopy(_paper_block(experiment))
-
-
-def arm_labels(entries: object) -> list[str]:
-    """The base label of each ``arms`` entry (``patch_r16``, ``{patch_r16: {rank: 24}}``, ``{name: cacheblend, …}``)."""
-    entries = OmegaConf.to_container(entries, resolve=True) if OmegaConf.is_config(entries) else entries or []
-    return [e if isinstance(e, str) else e.get("name") or next(iter(e)) for e in entries]
-
-
-def arm_order(arms: list[str] | None, experiment: str) -> list[str]:
-    """The order a renderer lists arms in: ``arms`` (the experiment's ``arms:`` as its jobs ran them,
-    :attr:`Experiment.arms`), else conf/experiment/<experiment>.yaml's: the one list of an experiment's arms."""
-    if arms is not None:
-        return list(arms)
-    return arm_labels(OmegaConf.load(EXPERIMENTS / f"{experiment}.yaml").get("arms"))
-
-
-def paper_or(paper: dict | None, experiment: str) -> dict:
-    """``paper`` (the composed config's ``paper`` block, as :class:`Experiment` carries it), else the file's."""
-    return paper_values(experiment) if paper is None else paper
 
 
 @dataclass
@@ -438,19 +321,6 @@ def publish(exp: Experiment, paths: list[Path]) -> None:
     tracker.finish()
 
 
-def ci_cell(
-    values,
-    seed: int = 0,
-    clusters: list | None = None,
-    fmt: Callable[[float], str] = "{:.2f}".format,
-    stat: Callable[[np.ndarray], float] = np.mean,
-) -> str:
-    """'0.59 [0.46, 0.71]': the statistic (mean by default) and its seeded 95% bootstrap interval, over
-    items or over ``clusters`` (one label per value, see :func:`cluster_labels`); '–' when no value."""
-    mean, lo, hi = bootstrap_ci(list(values), stat, seed=seed, clusters=clusters)
-    return "–" if pd.isna(mean) else f"{fmt(mean)} [{fmt(lo)}, {fmt(hi)}]"
-
-
 def write_text(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, text)
@@ -530,175 +400,9 @@ def with_job_columns(exp: Experiment, rows: pd.DataFrame, columns: dict[str, Cal
     return out
 
 
-def partial_tag(footer: str) -> str:
-    """', partial' when the footer says some jobs were incomplete (the title then says so too)."""
-    return ", partial" if footer.startswith("PARTIAL") else ""
-
-
-def cluster_labels(rows: pd.DataFrame) -> list[str]:
-    """One bootstrap cluster per row: its ``cluster_key`` (several questions on one document or video are
-    resampled together), else its own item (every item its own cluster)."""
-    keys = rows["cluster_key"] if "cluster_key" in rows else [None] * len(rows)
-    return [k if isinstance(k, str) and k else f"item:{i}" for k, i in zip(keys, rows["item_id"], strict=True)]
-
-
-def interval(
-    rows: pd.DataFrame, column: str, stat: Callable[[np.ndarray], float] = np.mean, seed: int = 0
-) -> tuple[float, float, float]:
-    """(statistic, low, high) of ``rows[column]``: the cluster bootstrap over the rows' items (NaNs dropped)."""
-    return bootstrap_ci(rows[column].astype(float).tolist(), stat, seed=seed, clusters=cluster_labels(rows))
-
-
-def row_cell(
-    rows: pd.DataFrame,
-    column: str,
-    fmt: Callable[[float], str] = "{:.2f}".format,
-    stat: Callable[[np.ndarray], float] = np.mean,
-) -> str:
-    """:func:`ci_cell` of ``rows[column]`` with the rows' clusters."""
-    return ci_cell(rows[column].astype(float).tolist(), clusters=cluster_labels(rows), fmt=fmt, stat=stat)
-
-
-def stuck_rate(rows: pd.DataFrame) -> float:
-    """The share of ``rows``' generated answers that stopped making progress (docs/metrics.md "Stuck rate"); NaN where
-    none was generated (logit-scored rows, and rows of code before the measure: a null ``stuck``)."""
-    stuck = rows["stuck"].astype(float).dropna() if "stuck" in rows else pd.Series(dtype=float)
-    return float(stuck.mean()) if len(stuck) else math.nan
-
-
-def with_stuck(cell: str, rate: float) -> str:
-    """An accuracy cell with its generations' stuck rate beside it ("0.31 [0.12, 0.56] · stuck 0.25"), where any."""
-    return cell if math.isnan(rate) else f"{cell} · stuck {rate:.2f}"
-
-
-def accuracy_cell(rows: pd.DataFrame) -> str:
-    """An accuracy cell (:func:`row_cell` of ``correct``) with its answers' stuck rate (:func:`with_stuck`)."""
-    return with_stuck(row_cell(rows, "correct"), stuck_rate(rows))
-
-
-def kl_fmt(value: float) -> str:
-    """A KL in two significant digits: '0.025', '1.2e-05'."""
-    return f"{value:.2g}"
-
-
-def with_paper(cell: str, paper: float | str | None, fmt: Callable[[float], str] = "{:.2f}".format) -> str:
-    """``cell`` with the paper's value beside it, '0.41 [0.3, 0.5] (paper 0.41)', where the paper has one."""
-    if paper is None or (isinstance(paper, float) and np.isnan(paper)):
-        return cell
-    return f"{cell} (paper {paper if isinstance(paper, str) else fmt(paper)})"
-
-
-def params(rows: pd.DataFrame) -> pd.Series:
-    """Each row's arm parameters (its knobs and what the arm reported) as a dict."""
-    return rows["params"].map(json.loads)
-
-
-def natural_order(labels, first: list[str] = ()) -> list[str]:
-    """The labels of ``first`` (and their knob variants, ``shallow_reprefill[reuse_layers=1]``) in its order,
-    then the rest in natural order (patch_r8 < patch_r16 < patch_full)."""
-
-    def key(label: str) -> list:
-        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(label).replace("_full", "_r1000000"))]
-
-    present = sorted(dict.fromkeys(labels), key=key)
-    head = [a for f in first for a in present if str(a).split("[", 1)[0] == f]
-    return head + [a for a in present if a not in head]
-
-
-def markdown_rows(header: list[str], rows: list[list]) -> list[str]:
-    """Markdown table lines: the header, the separator and one line per row (cells as ``str``)."""
-    return [
-        "| " + " | ".join(map(str, header)) + " |",
-        "|---" * len(header) + "|",
-        *["| " + " | ".join(map(str, r)) + " |" for r in rows],
-    ]
-
-
-def document(lines: list[str], footer: str = "") -> str:
-    """Markdown lines, the footer last (in italics, after a blank line)."""
-    return "\n".join([*lines, *([f"\n_{footer}_"] if footer else [])]) + "\n"
-
-
-def markdown_table(frame: pd.DataFrame, title: str, footer: str = "", notes: list[str] = (), subtitle: str = "") -> str:
-    """A markdown table of ``frame`` (its index levels the first columns; tuple column names joined by ' · ')
-    under the bold ``title`` (and `` — subtitle`` in plain type), each note below it after a blank line and
-    the footer last."""
-    names = [" · ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in frame.columns]
-    index = [str(n or "") for n in frame.index.names]
-    body = [[*(i if isinstance(i, tuple) else (i,)), *row] for i, row in frame.iterrows()]
-    head = f"**{title}**" + (f" — {subtitle}" if subtitle else "")
-    return document([head, "", *markdown_rows([*index, *names], body), *[f"\n{n}" for n in notes]], footer)
-
-
-LATEX_ESCAPES = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-}
-# the symbols tables print, as math a pdflatex document needs no package for (– and — pass as UTF-8 text)
-LATEX_SYMBOLS = {
-    "η": r"$\eta$",
-    "Δ": r"$\Delta$",
-    "≈": r"$\approx$",
-    "∼": r"$\sim$",
-    "−": r"$-$",
-    "×": r"$\times$",
-    "≤": r"$\leq$",
-    "≥": r"$\geq$",
-    "≡": r"$\equiv$",
-    "·": r"$\cdot$",
-    "→": r"$\to$",
-    "ℓ": r"$\ell$",
-    "§": r"\S{}",
-}
-
-
-def latex_text(text: str) -> str:
-    """Plain text as LaTeX: special characters escaped (symbols are mapped by :func:`latex_table`)."""
-    return "".join(LATEX_ESCAPES.get(c, c) for c in text)
-
-
-def latex_table(frame: pd.DataFrame, caption: str, label: str, footer: str = "", math: bool = True) -> str:
-    """``frame`` as a booktabs LaTeX table, cells escaped, the footer as a leading comment. ``math``: the
-    plain-text ``caption`` escaped too and symbols set as math, so pdflatex compiles it without a unicode
-    package (the row index's name dropped); ``math=False``: the caption is LaTeX already, the index names are
-    kept and symbols stay UTF-8 (Tables 1–3, App. D / E)."""
-    styler = (frame.rename_axis(None) if math else frame).style.format(escape="latex")
-    styler = styler.format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
-    tex = styler.to_latex(
-        hrules=True,
-        caption=latex_text(caption) if math else caption,
-        label=label,
-        column_format="l" + "c" * len(frame.columns),
-        multicol_align="c",
-        position_float="centering",
-    )
-    if math:
-        tex = "".join(LATEX_SYMBOLS.get(c, c) for c in tex)
-    return f"% {footer}\n{tex}" if footer else tex
-
-
 def require_rows(rows: pd.DataFrame, group: str) -> None:
     if rows.empty:
         raise SystemExit(f"{group} has no rows")
-
-
-def arm_table(
-    columns: dict[tuple[str, str], dict[str, str]], counts: dict[tuple[str, str], str], arms: list[str]
-) -> pd.DataFrame:
-    """Arms × (model, column) cells ('–' where an arm has none), with a last row ``n`` of counts."""
-    frame = pd.DataFrame(columns).reindex(arms).fillna("–")
-    frame.loc["n"] = pd.Series(counts)
-    frame.index.name = "arm"
-    frame.columns = pd.MultiIndex.from_tuples(list(columns), names=["model", ""])
-    return frame
 
 
 def table_outputs(
@@ -731,81 +435,6 @@ def figure_outputs(
 def suffixed(stem: Path, suffix: str) -> Path:
     """A companion output beside ``stem``: ``figures/table8`` → ``figures/table8_sweep``."""
     return stem.with_name(stem.name + suffix)
-
-
-DOCS_ROW = re.compile(r"^\| (?P<title>[^|]*) \| `(?P<name>[a-z0-9_]+)` \| [^|]* \| [^|]* \| (?P<status>[^|]*) \|$")
-
-
-def docs_table(text: str) -> str:
-    """docs/reproduction.md with its artifact table regenerated from the paper: blocks: one row per
-    :func:`artifacts` entry (its ``paper.title``, target, configs and ``paper.summary``), in the doc's order
-    (new artifacts last, status "not run yet"); each row's status and the rest of the prose kept as written."""
-    lines = text.split("\n")
-    rows = [i for i, line in enumerate(lines) if DOCS_ROW.match(line)]
-    if not rows:
-        raise SystemExit(f"{DOCS}: no artifact table (rows | title | `name` | configs | paper | status |)")
-    status = {m["name"]: m["status"] for m in (DOCS_ROW.match(lines[i]) for i in rows)}
-    names = [n for n in status if n in artifacts()] + [n for n in artifacts() if n not in status]
-    table = []
-    for name in names:
-        paper = paper_values(name)
-        missing = [k for k in ("title", "summary") if not paper.get(k)]
-        if missing:
-            raise SystemExit(f"conf/experiment/{name}.yaml: its paper: block lacks {', '.join(missing)}")
-        table.append(
-            f"| {paper['title']} | `{name}` | `{name}`, `{name}_tiny` | {paper['summary']} | "
-            f"{status.get(name, 'not run yet')} |"
-        )
-    return "\n".join([*lines[: rows[0]], *table, *lines[rows[-1] + 1 :]])
-
-
-README_ROW = re.compile(r"^\| (?P<title>[^|]*) \| `make (?P<name>[a-z0-9_]+)` \| [^|]* \| (?P<tiny>[^|]*) \| [^|]* \|$")
-
-
-def outputs_of(name: str) -> str:
-    """The files ``make <name>`` writes, read off its renderer: a table's .md and .tex, a figure's .pdf, .png, .md."""
-    renderer = OmegaConf.load(EXPERIMENTS / f"{name}.yaml").renderer
-    source = (ROOT / "experiments" / f"{renderer}.py").read_text()
-    kinds = [f"`results/tables/{name}[_tiny].{{md,tex}}`"] if "table_outputs(" in source else []
-    return " and ".join(kinds + ([f"`figures/{name}[_tiny].{{pdf,png,md}}`"] if "figure_outputs(" in source else []))
-
-
-def readme_table(text: str) -> str:
-    """README.md with its artefact map regenerated: one row per :func:`artifacts` entry (its ``paper.title``, target,
-    outputs and the H100-hours its ``cost:`` block states), in the README's order (new ones last, tiny time "–");
-    each row's tiny time on 2 CPU cores is kept as written (a measured time, not derivable)."""
-    lines = text.split("\n")
-    rows = [i for i, line in enumerate(lines) if README_ROW.match(line)]
-    if not rows:
-        raise SystemExit(f"{README}: no artefact table (rows | title | `make name` | outputs | tiny | H100-hours |)")
-    tiny = {m["name"]: m["tiny"] for m in (README_ROW.match(lines[i]) for i in rows)}
-    names = [n for n in tiny if n in artifacts()] + [n for n in artifacts() if n not in tiny]
-    table = []
-    for name in names:
-        hours = (OmegaConf.load(EXPERIMENTS / f"{name}.yaml").get("cost") or {}).get("h100_hours")
-        table.append(
-            f"| {paper_values(name)['title']} | `make {name}` | {outputs_of(name)} | {tiny.get(name, '–')} | "
-            f"{'–' if hours is None else f'{hours:g}'} |"
-        )
-    return "\n".join([*lines[: rows[0]], *table, *lines[rows[-1] + 1 :]])
-
-
-def docs(check: bool = False) -> int:
-    """``--docs``: rewrite docs/reproduction.md's artifact table from the paper: blocks and the README's artefact map
-    from the configs; ``--check``: exit 1 if either is stale."""
-    stale = 0
-    for path, make in ((DOCS, docs_table), (README, readme_table)):
-        text = path.read_text()
-        new = make(text)
-        stale |= new != text
-        if check:
-            print(f"{path}: {'current' if new == text else 'stale: run python -m experiments.common --docs'}")
-        elif new != text:
-            atomic_write_text(path, new)
-            print(f"{path}: rewritten")
-        else:
-            print(f"{path}: current")
-    return int(check and stale)
 
 
 def main(argv: list[str] | None = None) -> None:

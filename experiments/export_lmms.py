@@ -34,7 +34,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import Experiment, cluster_labels, load, natural_order, write_text
+from experiments.common import Experiment, load, write_text
+from experiments.formats import cluster_labels, natural_order
 
 BASELINE = "reprefill"  # the arm every other arm is compared with
 SCORE_KEY = "score"  # the per-sample key both sides of lmms-eval's --baseline comparison read

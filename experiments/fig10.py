@@ -21,23 +21,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    ERRORBAR,
-    FULL_WIDTH,
-    STYLE,
-    arm_order,
-    cli,
-    figure_outputs,
-    interval,
-    markdown_table,
-    natural_order,
-    paper_or,
-    paper_values,
-    partial_tag,
-    require_rows,
-    stuck_rate,
-    with_stuck,
-)
+from experiments.common import ERRORBAR, FULL_WIDTH, STYLE, cli, figure_outputs, require_rows
+from experiments.formats import interval, markdown_table, natural_order, partial_tag, stuck_rate, with_stuck
+from experiments.paper import arm_order, paper_or, paper_values
 from kamera.sweep.status import why_missing
 
 

@@ -22,8 +22,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import STYLE, cli, document, figure_outputs, markdown_rows, paper_or, partial_tag
+from experiments.common import STYLE, cli, figure_outputs
+from experiments.formats import document, markdown_rows, partial_tag
 from experiments.panels import blank, cell, integer_ticks, of_probe, one_label
+from experiments.paper import paper_or
 
 NORMS = {
     "raw": ("raw (no R(δ))", ":"),

@@ -48,17 +48,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    STYLE,
-    cli,
-    cluster_labels,
-    document,
-    figure_outputs,
-    interval,
-    markdown_rows,
-    paper_or,
-    partial_tag,
-)
+from experiments.common import STYLE, cli, figure_outputs
+from experiments.formats import cluster_labels, document, interval, markdown_rows, partial_tag
+from experiments.paper import paper_or
 from kamera.metrics import PLATEAU_SHARE, bootstrap_ci, bootstrap_draws, gap_closed, plateau_rank
 
 FULL = "full"

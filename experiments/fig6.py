@@ -33,20 +33,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from experiments.common import (
-    ERRORBAR,
-    FULL_WIDTH,
-    STYLE,
-    cli,
-    document,
-    figure_outputs,
-    interval,
-    markdown_table,
-    paper_or,
-    params,
-    partial_tag,
-    require_rows,
-)
+from experiments.common import ERRORBAR, FULL_WIDTH, STYLE, cli, figure_outputs, require_rows
+from experiments.formats import document, interval, markdown_table, params, partial_tag
+from experiments.paper import paper_or
 
 N_PERMUTATIONS = 200
 HEAD_SPARSE = 0.25

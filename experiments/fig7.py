@@ -22,21 +22,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    ERRORBAR,
-    FULL_WIDTH,
-    STYLE,
-    arm_order,
-    cli,
-    document,
-    figure_outputs,
-    interval,
-    markdown_table,
-    natural_order,
-    paper_or,
-    partial_tag,
-    require_rows,
-)
+from experiments.common import ERRORBAR, FULL_WIDTH, STYLE, cli, figure_outputs, require_rows
+from experiments.formats import document, interval, markdown_table, natural_order, partial_tag
+from experiments.paper import arm_order, paper_or
 
 KL_FLOOR = 1e-12
 

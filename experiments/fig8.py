@@ -22,8 +22,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import STYLE, cli, document, figure_outputs, markdown_rows, paper_or, partial_tag
+from experiments.common import STYLE, cli, figure_outputs
+from experiments.formats import document, markdown_rows, partial_tag
 from experiments.panels import cell, of_probe
+from experiments.paper import paper_or
 
 MAX_COLUMNS = 8
 

@@ -21,18 +21,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    ERRORBAR,
-    FULL_WIDTH,
-    STYLE,
-    cli,
-    figure_outputs,
-    interval,
-    markdown_table,
-    paper_or,
-    partial_tag,
-    require_rows,
-)
+from experiments.common import ERRORBAR, FULL_WIDTH, STYLE, cli, figure_outputs, require_rows
+from experiments.formats import interval, markdown_table, partial_tag
+from experiments.paper import paper_or
 
 
 def summary(rows: pd.DataFrame) -> pd.DataFrame:

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import cli, paper_or, partial_tag, table_outputs
+from experiments.common import cli, table_outputs
+from experiments.formats import partial_tag
+from experiments.paper import paper_or
 from experiments.windows import eta_cell, mean, mean_of, models, num, paper, records, select
 
 VARIANTS = ("transfer", "exact", "orbit")

@@ -32,7 +32,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import cli, paper_or, partial_tag, table_outputs
+from experiments.common import cli, table_outputs
+from experiments.formats import partial_tag
+from experiments.paper import paper_or
 from experiments.windows import FRESH, eta_cell, mean, mean_of, models, num, ratio, records, select
 
 # (operating point, mechanism, probe, variant, row filter) — Table 2 of the paper; the paper's cost and "where it

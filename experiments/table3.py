@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import accuracy_cell, cli, natural_order, paper_or, partial_tag, table_outputs
+from experiments.common import cli, table_outputs
+from experiments.formats import accuracy_cell, natural_order, partial_tag
 from experiments.panels import selection_note
+from experiments.paper import paper_or
 
 ARM_ORDER = ["reprefill", "blind", "patch_r16", "patch_r64"]
 

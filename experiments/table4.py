@@ -18,18 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import (
-    accuracy_cell,
-    arm_order,
-    arm_table,
-    cli,
-    natural_order,
-    paper_or,
-    partial_tag,
-    require_rows,
-    table_outputs,
-    with_paper,
-)
+from experiments.common import cli, require_rows, table_outputs
+from experiments.formats import accuracy_cell, arm_table, natural_order, partial_tag, with_paper
+from experiments.paper import arm_order, paper_or
 
 SUBSETS = {"two_page": "multi-hop", "one_page": "single-hop", "two_hop": "multi-hop", "bind": "multi-hop",
            "control_b": "single-hop (B)", "control": "single-hop (A)"}

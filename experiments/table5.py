@@ -17,19 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import (
-    arm_order,
-    arm_table,
-    cli,
-    kl_fmt,
-    natural_order,
-    paper_or,
-    partial_tag,
-    require_rows,
-    row_cell,
-    table_outputs,
-    with_paper,
-)
+from experiments.common import cli, require_rows, table_outputs
+from experiments.formats import arm_table, kl_fmt, natural_order, partial_tag, row_cell, with_paper
+from experiments.paper import arm_order, paper_or
 
 SHORT = {"ActionSequence": "AS", "ActionPrediction": "AP", "ObjectShuffle": "OS", "StateChange": "SC"}
 POOLED, KL = "pooled", "mean KL"

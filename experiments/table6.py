@@ -20,16 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    cli,
-    cluster_labels,
-    paper_or,
-    params,
-    partial_tag,
-    row_cell,
-    table_outputs,
-    with_paper,
-)
+from experiments.common import cli, table_outputs
+from experiments.formats import cluster_labels, params, partial_tag, row_cell, with_paper
+from experiments.paper import paper_or
 from kamera.metrics import paired_bootstrap_ci
 
 METHODS = {"patch": "feature patch (low-rank Δ)", "quest": "oracle query-aware (Quest-style)",

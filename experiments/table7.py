@@ -25,18 +25,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    cli,
-    kl_fmt,
-    paper_or,
-    partial_tag,
-    require_rows,
-    row_cell,
-    table_outputs,
-    with_job_columns,
-    with_paper,
-)
+from experiments.common import cli, require_rows, table_outputs, with_job_columns
+from experiments.formats import kl_fmt, partial_tag, row_cell, with_paper
 from experiments.panels import selection_note
+from experiments.paper import paper_or
 from kamera.metrics import eta
 
 

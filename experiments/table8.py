@@ -30,20 +30,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    STYLE,
-    cli,
-    cluster_labels,
-    paper_or,
-    params,
-    partial_tag,
-    require_rows,
-    row_cell,
-    save_figure,
-    suffixed,
-    table_outputs,
-    with_paper,
-)
+from experiments.common import STYLE, cli, require_rows, save_figure, suffixed, table_outputs
+from experiments.formats import cluster_labels, params, partial_tag, row_cell, with_paper
+from experiments.paper import paper_or
 from kamera.metrics import bootstrap_ci
 
 TOLERANCE = 1e-6  # η differences below this are float rounding

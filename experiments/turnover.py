@@ -18,7 +18,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from experiments.common import STYLE, cli, document, figure_outputs, paper_or, paper_values, partial_tag
+from experiments.common import STYLE, cli, figure_outputs
+from experiments.formats import document, partial_tag
+from experiments.paper import paper_or, paper_values
 from experiments.windows import models, num, records, turnover_curve
 
 

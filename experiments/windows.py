@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from experiments.common import ci_cell, cluster_labels
+from experiments.formats import ci_cell, cluster_labels
 from kamera.metrics import flip_recover
 
 ARCH_ORDER = ("GQA", "deepstack", "MLA", "MHA")

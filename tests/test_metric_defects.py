@@ -354,7 +354,7 @@ def test_table8_sweep_band_resamples_clusters():
 
 
 def test_every_row_its_own_cluster_is_the_row_bootstrap_draw_for_draw():
-    from experiments.common import ci_cell, cluster_labels
+    from experiments.formats import ci_cell, cluster_labels
 
     rows = accuracy_rows(share=False)
     assert ci_cell(rows["correct"], clusters=cluster_labels(rows)) == ci_cell(rows["correct"])
@@ -413,8 +413,8 @@ def test_table7_cells_measured_on_fewer_items_say_so():
 def test_tables_3_and_7_state_their_selection_rule_and_cap_the_papers_n(name):
     from types import SimpleNamespace
 
-    from experiments.common import paper_values
     from experiments.panels import selection_note
+    from experiments.paper import paper_values
     from kamera.sweep import compose_config
 
     for experiment in (name, f"{name}_tiny"):

@@ -33,7 +33,8 @@ def test_the_docs_index_names_every_doc_once():
 def test_the_artefact_map_is_generated_from_the_configs():
     """The README's table lists every table / figure target once, with its title, outputs and the H100-hours its paper
     config states (python -m experiments.common --docs writes it; only the tiny times are written by hand)."""
-    from experiments.common import artifacts, readme_table
+    from experiments.artefact_map import readme_table
+    from experiments.paper import artifacts
 
     text = README.read_text()
     assert readme_table(text) == text, "stale: run python -m experiments.common --docs"

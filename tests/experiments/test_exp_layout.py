@@ -18,7 +18,8 @@ from omegaconf import OmegaConf
 from test_exp_configs import PAPER
 from test_exp_twins import TWINS
 
-from experiments.common import DOCS, EXPERIMENTS, PROSE, artifacts, docs_table, paper_prose, paper_values
+from experiments.artefact_map import DOCS, docs_table
+from experiments.paper import EXPERIMENTS, PROSE, artifacts, paper_prose, paper_values
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"

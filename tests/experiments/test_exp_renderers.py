@@ -19,7 +19,7 @@ import pytest
 from rows_support import frame, probe_record, row
 
 from experiments import fig6, fig7, fig9, fig10, table4, table5, table6, table7, table8
-from experiments.common import arm_order
+from experiments.paper import arm_order
 from kamera.sweep.status import why_missing
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
