@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -55,6 +56,117 @@ def blind_logits(wctx: WindowContext, window: tuple[int, ...]) -> torch.Tensor:
     return wctx.resource(("agent_blind", window), make)
 
 
+class Reference(NamedTuple):
+    """A step's measures every policy shares: the re-prefill of the agent's window (its ``logits``, wall
+    ``seconds`` and predicted choice ``pred``), blind reuse's ``blind`` logits and ``kl_blind`` to it (η's
+    denominator), and the item's ``gold`` answer for the window."""
+
+    logits: torch.Tensor
+    seconds: float
+    blind: torch.Tensor
+    kl_blind: float
+    pred: int
+    gold: str | None
+
+
+def reference(wctx: WindowContext, window: tuple[int, ...]) -> Reference:
+    """The step's :class:`Reference` (the re-prefill and blind reuse are the item's shared resources)."""
+    t0 = time.perf_counter()
+    ref = view_of(wctx, window).full.logits
+    seconds = time.perf_counter() - t0
+    blind = blind_logits(wctx, window)
+    return Reference(ref, seconds, blind, kl(ref, blind), choice_argmax(ref, wctx.choice_ids), wctx.item.answer(window))
+
+
+def _check_chunks(wctx: WindowContext, trace: Trace, n_chunks: int) -> None:
+    """ValueError naming the chunk ids ``trace`` reads that the item does not have."""
+    bad = [c for c in trace.chunks if c >= n_chunks]
+    if bad:
+        raise ValueError(f"trace reads chunk id(s) {bad}; item {wctx.item.item_id} has chunks 0..{n_chunks - 1}")
+
+
+def _run(
+    s: Session, policy: Policy, window: tuple[int, ...], ref_seconds: float
+) -> tuple[tuple[int, ...], WindowView, torch.Tensor, float]:
+    """The policy's step on its session: the order it places the window in, that view, the query's logits on the
+    KV it builds (the view's re-prefill where it builds none) and its wall time (then the shared re-prefill's);
+    the placed window, with each chunk's antecedents and KV, becomes the session's live one."""
+    t1 = time.perf_counter()
+    order = policy.order(s, window)
+    view = s.view(order)
+    kvs = policy.build(s, view, order)
+    logits = view.full.logits if kvs is None else s.query(view, kvs).logits
+    seconds = time.perf_counter() - t1 + (ref_seconds if kvs is None else 0.0)
+    if kvs is None:
+        kvs = [view.full_kv(s.slot(view, j)) for j in range(len(order))]
+    s.live = {c: (s.antecedents(order, j), kvs[j]) for j, c in enumerate(order)}
+    s.seen |= set(order)
+    s.placed = order
+    return order, view, logits, seconds
+
+
+def _fidelity(
+    wctx: WindowContext,
+    ref: Reference,
+    window: tuple[int, ...],
+    order: tuple[int, ...],
+    view: WindowView,
+    logits: torch.Tensor,
+    k: float,
+) -> dict:
+    """Fidelity at the step's query: ``k`` (the KL to the re-prefill of the agent's window), blind's, η, the KL to
+    the re-prefill of the placed window, the answers and whether blind reuse flips it and the policy recovers it."""
+    choices = wctx.choice_ids
+    return {
+        "kl": k,
+        "kl_blind": ref.kl_blind,
+        "eta": eta(k, ref.kl_blind, wctx.eta_floor),
+        "kl_placed": k if order == tuple(window) else kl(view.full.logits, logits),
+        "pred": wctx.answer_text(logits),
+        "ref_pred": wctx.answer_text(ref.logits),
+        "agree": choice_argmax(logits, choices) == ref.pred,
+        "gold": ref.gold,
+        "correct": None if ref.gold is None else wctx.answer_text(logits) == ref.gold,
+        "flip": flipped(ref.blind, ref.logits, choices),
+        "recovered": recovered(logits, ref.logits, choices),
+    }
+
+
+def _step(
+    s: Session, label: str, policy: Policy, t: int, window: tuple[int, ...], ref: Reference, prev: dict | None
+) -> dict:
+    """One policy's row at step ``t`` (module docstring): what it ran, its store's traffic, its fidelity, the
+    running totals after ``prev`` (its previous row)."""
+    wctx = s.wctx
+    s.meter, store, s.step = Meter(), s.store, t
+    store.begin_step()
+    read0, written0, evicted0 = store.bytes_read, store.bytes_written, store.evictions
+    order, view, logits, seconds = _run(s, policy, window, ref.seconds)
+    k = kl(ref.logits, logits, what=f"re-prefill ‖ {label}, item {wctx.item.item_id} step {t}")
+    prev = prev or {"cum_tokens": 0, "cum_flops": 0.0}
+    m = s.meter
+    return {
+        "step": t,
+        "window": json.dumps(list(window)),
+        "placed": json.dumps(list(order)),
+        "n_window_tokens": sum(s.n_tokens(c) for c in window),
+        "tokens": m.tokens,
+        "forwards": m.forwards,
+        "solo_forwards": m.solo_forwards,
+        "svds": m.svds,
+        "flops": m.flops,
+        "bytes_read": store.bytes_read - read0,
+        "bytes_written": store.bytes_written - written0,
+        "bytes_stored": store.held,
+        "evictions": store.evictions - evicted0,
+        **_fidelity(wctx, ref, window, order, view, logits, k),
+        "actions": json.dumps(dict(sorted(m.actions.items()))),
+        "seconds": seconds,
+        "cum_tokens": prev["cum_tokens"] + m.tokens,
+        "cum_flops": prev["cum_flops"] + m.flops,
+    }
+
+
 def replay(
     wctx: WindowContext,
     trace: Trace,
@@ -69,81 +181,19 @@ def replay(
     an earlier replay (a cache that serves many traces), by label; else each starts empty. ``keep``: bytes the item's
     context keeps between steps (its least recently used windows released, recomputed if a later step asks)."""
     ids = digests(wctx)
-    bad = [c for c in trace.chunks if c >= len(ids)]
-    if bad:
-        raise ValueError(
-            f"trace reads chunk id(s) {bad}; item {wctx.item.item_id} has chunks 0..{len(ids) - 1}"
-        )
+    _check_chunks(wctx, trace, len(ids))
     stores = stores or {}
     sessions = {
-        label: Session(wctx, ids, stores.get(label) or Store(capacity, eviction), flops)
-        for label, _ in policies
+        label: Session(wctx, ids, stores.get(label) or Store(capacity, eviction), flops) for label, _ in policies
     }
     rows: dict[str, list[dict]] = {label: [] for label, _ in policies}
     for label, policy in policies:
         policy.begin(sessions[label], trace)
-    choices = wctx.choice_ids
     for t, window in enumerate(trace.steps):
-        t0 = time.perf_counter()
-        ref_view = view_of(wctx, window)
-        ref = ref_view.full.logits
-        ref_seconds = time.perf_counter() - t0
-        blind = blind_logits(wctx, window)
-        kl_blind = kl(ref, blind)
-        ref_pred = choice_argmax(ref, choices)
-        gold = wctx.item.answer(window)
+        ref = reference(wctx, window)
         for label, policy in policies:
-            s = sessions[label]
-            s.meter, store, s.step = Meter(), s.store, t
-            store.begin_step()
-            read0, written0, evicted0 = store.bytes_read, store.bytes_written, store.evictions
-            t1 = time.perf_counter()
-            order = policy.order(s, window)
-            view = s.view(order)
-            kvs = policy.build(s, view, order)
-            logits = view.full.logits if kvs is None else s.query(view, kvs).logits
-            seconds = time.perf_counter() - t1 + (ref_seconds if kvs is None else 0.0)
-            if kvs is None:
-                kvs = [view.full_kv(s.slot(view, j)) for j in range(len(order))]
-            s.live = {c: (s.antecedents(order, j), kvs[j]) for j, c in enumerate(order)}
-            s.seen |= set(order)
-            s.placed = order
-            pred = choice_argmax(logits, choices)
-            k = kl(ref, logits, what=f"re-prefill ‖ {label}, item {wctx.item.item_id} step {t}")
-            prev = rows[label][-1] if rows[label] else {"cum_tokens": 0, "cum_flops": 0.0}
-            m = s.meter
-            rows[label].append(
-                {
-                    "step": t,
-                    "window": json.dumps(list(window)),
-                    "placed": json.dumps(list(order)),
-                    "n_window_tokens": sum(s.n_tokens(c) for c in window),
-                    "tokens": m.tokens,
-                    "forwards": m.forwards,
-                    "solo_forwards": m.solo_forwards,
-                    "svds": m.svds,
-                    "flops": m.flops,
-                    "bytes_read": store.bytes_read - read0,
-                    "bytes_written": store.bytes_written - written0,
-                    "bytes_stored": store.held,
-                    "evictions": store.evictions - evicted0,
-                    "kl": k,
-                    "kl_blind": kl_blind,
-                    "eta": eta(k, kl_blind, wctx.eta_floor),
-                    "kl_placed": k if order == tuple(window) else kl(view.full.logits, logits),
-                    "pred": wctx.answer_text(logits),
-                    "ref_pred": wctx.answer_text(ref),
-                    "agree": pred == ref_pred,
-                    "gold": gold,
-                    "correct": None if gold is None else wctx.answer_text(logits) == gold,
-                    "flip": flipped(blind, ref, choices),
-                    "recovered": recovered(logits, ref, choices),
-                    "actions": json.dumps(dict(sorted(m.actions.items()))),
-                    "seconds": seconds,
-                    "cum_tokens": prev["cum_tokens"] + m.tokens,
-                    "cum_flops": prev["cum_flops"] + m.flops,
-                }
-            )
+            prev = rows[label][-1] if rows[label] else None
+            rows[label].append(_step(sessions[label], label, policy, t, window, ref, prev))
         if keep is not None:
             wctx.trim(keep)
     return rows
