@@ -110,9 +110,9 @@ def energy(shard: Path) -> pd.DataFrame:
     return cap
 
 
-def write(shards: dict[str, str], meta: dict, root: Path, arms: list[str]) -> list[Path]:
-    """The three files (module docstring) from the jobs' shards; ``arms`` in the order the arm tables list them."""
-    foot = _footer(shards, meta)
+def _main_lines(shards: dict[str, str], meta: dict, arms: list[str], foot: str) -> list[str]:
+    """``real_gemma3_270m.md``: per task its arm table and refusals, then the identity suite's output, the live
+    engine's check and the step times as they ran, then the footer."""
     lines = [
         "# Gemma 3 270M (real weights): blind reuse vs the patch, Table-3-shaped",
         "",
@@ -124,7 +124,8 @@ def write(shards: dict[str, str], meta: dict, root: Path, arms: list[str]) -> li
     for name, shard in shards.items():
         rows = pd.read_parquet(shard)
         lines += [f"## {name}", "", *arm_table(rows, arms), *refusals(Path(shard)), ""]
-    lines += [
+    return [
+        *lines,
         "## Identities on the real weights (`python -m kamera.real.identities`)",
         "",
         "```",
@@ -146,13 +147,12 @@ def write(shards: dict[str, str], meta: dict, root: Path, arms: list[str]) -> li
         foot,
         "",
     ]
-    tables = root / "results" / "tables"
-    tables.mkdir(parents=True, exist_ok=True)
-    main = tables / f"{NAME}.md"
-    main.write_text("\n".join(lines))
 
-    two_hop = Path(shards["binding two_hop"])
-    rows = pd.read_parquet(two_hop)
+
+def _rank_curve(rows: pd.DataFrame) -> tuple[list[str], list[tuple[str, float, float]]]:
+    """Fig. 5's curve on the two-hop rows: the table (blind at rank 0, then each patch rank m in :data:`RANKS` the
+    rows hold: KL mean and median, η with its CI, accuracy, bytes over the page) and its points (m, KL mean, KL
+    median)."""
     blind = rows[rows.arm == "blind"]
     curve = [
         "| arm | rank m | KL mean | KL median | η (n) | accuracy | bytes / page |",
@@ -171,55 +171,78 @@ def write(shards: dict[str, str], meta: dict, root: Path, arms: list[str]) -> li
             f"{r.correct.mean():.3f} | {r.bytes_frac.mean():.3f} |"
         )
         points.append((m, r.kl.mean(), r.kl.median()))
+    return curve, points
+
+
+def _energy_table(cap: pd.DataFrame) -> list[str]:
+    """Fig. 3(a)'s table: per rank m (and the median e90 rank) the energy of Δ captured, per channel; none
+    without the energy probe's records."""
+    if cap.empty:
+        return []
+    roles = list(cap.columns)
+    return [
+        "| rank m | " + " | ".join(f"energy captured, {c}" for c in roles) + " |",
+        "| --- |" + " --- |" * len(roles),
+        *[f"| {idx} | " + " | ".join(f"{cap.loc[idx, c]:.3f}" for c in roles) + " |" for idx in cap.index],
+    ]
+
+
+def _rank_lines(n_items: int, curve: list[str], etab: list[str], foot: str) -> list[str]:
+    """``real_gemma3_270m_rank.md``: the rank curve and the energy table, on ``n_items`` two-hop items."""
+    return [
+        "# Gemma 3 270M (real weights): Fig. 5's rank curve and Fig. 3(a)'s energy vs rank",
+        "",
+        f"binding_words two-hop, {n_items} items; KL to re-prefill of the rank-m patch (both "
+        "channels at rank m), blind beside it; energy = the share of ‖Δ‖² a rank-m SVD keeps, mean over items "
+        "and layers 1…17 (layer 0's Δ is relocation rounding), per channel (content = V, rotary = K).",
+        "",
+        *curve,
+        "",
+        *etab,
+        "",
+        foot,
+        "",
+    ]
+
+
+def _figure_lines(curve: list[str], etab: list[str], foot: str) -> list[str]:
+    """``figures/real_gemma3_270m.md``: the data the figure draws."""
+    return [
+        "# figures/real_gemma3_270m.png: the data drawn",
+        "",
+        "Left: KL to re-prefill vs patch rank (mean, median; dashed: blind). Right: energy of Δ captured vs rank per "
+        "channel.",
+        "",
+        *curve,
+        "",
+        *etab,
+        "",
+        foot,
+        "",
+    ]
+
+
+def write(shards: dict[str, str], meta: dict, root: Path, arms: list[str]) -> list[Path]:
+    """The three files (module docstring) from the jobs' shards; ``arms`` in the order the arm tables list them."""
+    foot = _footer(shards, meta)
+    lines = _main_lines(shards, meta, arms, foot)
+    tables = root / "results" / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    main = tables / f"{NAME}.md"
+    main.write_text("\n".join(lines))
+
+    two_hop = Path(shards["binding two_hop"])
+    rows = pd.read_parquet(two_hop)
+    curve, points = _rank_curve(rows)
     cap = energy(two_hop)
-    etab = []
-    if not cap.empty:
-        roles = list(cap.columns)
-        etab = [
-            "| rank m | " + " | ".join(f"energy captured, {c}" for c in roles) + " |",
-            "| --- |" + " --- |" * len(roles),
-        ]
-        etab += [f"| {idx} | " + " | ".join(f"{cap.loc[idx, c]:.3f}" for c in roles) + " |" for idx in cap.index]
+    etab = _energy_table(cap)
     rank_md = tables / f"{NAME}_rank.md"
-    rank_md.write_text(
-        "\n".join(
-            [
-                "# Gemma 3 270M (real weights): Fig. 5's rank curve and Fig. 3(a)'s energy vs rank",
-                "",
-                f"binding_words two-hop, {rows.item_id.nunique()} items; KL to re-prefill of the rank-m patch (both "
-                "channels at rank m), blind beside it; energy = the share of ‖Δ‖² a rank-m SVD keeps, mean over items "
-                "and layers 1…17 (layer 0's Δ is relocation rounding), per channel (content = V, rotary = K).",
-                "",
-                *curve,
-                "",
-                *etab,
-                "",
-                foot,
-                "",
-            ]
-        )
-    )
+    rank_md.write_text("\n".join(_rank_lines(rows.item_id.nunique(), curve, etab, foot)))
     figures = root / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     png = figures / f"{NAME}.png"
-    _figure(points, blind.kl.mean(), cap, png, foot)
-    (figures / f"{NAME}.md").write_text(
-        "\n".join(
-            [
-                "# figures/real_gemma3_270m.png: the data drawn",
-                "",
-                "Left: KL to re-prefill vs patch rank (mean, median; "
-                "dashed: blind). Right: energy of Δ captured vs rank per channel.",
-                "",
-                *curve,
-                "",
-                *etab,
-                "",
-                foot,
-                "",
-            ]
-        )
-    )
+    _figure(points, rows[rows.arm == "blind"].kl.mean(), cap, png, foot)
+    (figures / f"{NAME}.md").write_text("\n".join(_figure_lines(curve, etab, foot)))
     return [main, rank_md, png, figures / f"{NAME}.md"]
 
 
