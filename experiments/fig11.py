@@ -38,7 +38,14 @@ from experiments.common import (
     partial_tag,
     row_cell,
 )
-from experiments.fig12 import EngineRecords, clock_lines, engine_records, timing_lines, timing_panel
+from experiments.fig12 import (
+    EngineRecords,
+    clock_lines,
+    engine_records,
+    panel_lines,
+    timing_lines,
+    timing_panel,
+)
 from experiments.panels import blank, cell, load_sources, of_probe, one_label
 from kamera.diagnostics.records import cumulative
 
@@ -107,106 +114,17 @@ def device_note(t: pd.DataFrame) -> str:
 
 # ----- drawing -------------------------------------------------------------------------------------
 def plot(points: pd.DataFrame, t: pd.DataFrame, cum: pd.DataFrame, title: str) -> plt.Figure:
+    """Fig. 11's three panels side by side: (a) bytes vs accuracy, (b) TTFT, (c) amortisation."""
     with plt.style.context(str(STYLE)):
         fig, (a, b, c) = plt.subplots(1, 3, figsize=(7.0, 2.6))
-        if points.empty:
-            blank(a, "no rows with bytes")
-        else:
-            for i, ((model, bench, subset), g) in enumerate(points.groupby(["model", "bench", "subset"], sort=True)):
-                colour = f"C{i}"
-                g = g.set_index("arm")
-                for arm, line in ((CEILING, "--"), (FLOOR, ":")):
-                    if arm in g.index:
-                        a.axhline(g.at[arm, "accuracy"], color=colour, linestyle=line, linewidth=0.7)
-                rest = g.drop(index=[FLOOR], errors="ignore")
-                a.scatter(
-                    rest["bytes_frac"], rest["accuracy"], color=colour, s=8, label=f"{model} · {bench} · {subset}"
-                )
-                for arm, r in rest.iterrows():
-                    a.annotate(
-                        arm, (r["bytes_frac"], r["accuracy"]), fontsize=4, xytext=(2, 2), textcoords="offset points"
-                    )
-            a.set_xlabel("KV bytes stored or recomputed for B / B's KV page")
-            a.set_ylabel("accuracy")
-            a.legend(fontsize=4.5, loc="center right")
+        bytes_axes(a, points)
         a.set_title("(a) bytes vs accuracy (-- re-prefill, : blind)", fontsize=6.5)
         if t.empty:
             blank(b, "no ttft records")
             blank(c, "no ttft records")
         else:
-            for i, ((model, device), g) in enumerate(t.groupby(["model", "device"], sort=True)):
-                colour = f"C{i}"
-                per = g[g["rank"].isna()].pivot(index="n_visual", columns="quantity", values="value")
-                b.plot(
-                    per.index,
-                    per["recompute_ms"],
-                    color=colour,
-                    linestyle="--",
-                    marker="s",
-                    markersize=2,
-                    label=f"{model} ({device}): recompute",
-                )
-                b.plot(per.index, per["prefill_ms"], color=colour, linestyle=":", linewidth=0.8, label="prefill only")
-                b.plot(
-                    per.index,
-                    per["vision_ms"],
-                    color=colour,
-                    linestyle=(0, (1, 3)),
-                    linewidth=0.8,
-                    label="vision encoder",
-                )
-                ranks = sorted(r for r in g["rank"].dropna().unique())
-                for j, m in enumerate(ranks):
-                    ru = g[g["rank"] == m].pivot(index="n_visual", columns="quantity", values="value")
-                    b.plot(
-                        ru.index,
-                        ru["reuse_ms"],
-                        color=colour,
-                        marker="o",
-                        markersize=2,
-                        alpha=1 - 0.3 * j,
-                        label=f"reuse, rank {m}",
-                    )
-                    if j == 0:
-                        for x, y, s in zip(ru.index, ru["reuse_ms"], ru["speedup_prefill"], strict=True):
-                            b.annotate(
-                                f"{s:.1f}×", (x, y), fontsize=4, xytext=(0, -7), textcoords="offset points", ha="center"
-                            )
-            b.set_xscale("log", base=2)
-            b.set_yscale("log")
-            sizes = sorted(t["n_visual"].unique())
-            b.set_xticks(sizes, [str(x) for x in sizes])
-            b.minorticks_off()
-            b.set_xlabel("segment length (visual tokens)")
-            b.set_ylabel("TTFT (ms)")
-            b.legend(fontsize=4, loc="upper left")
-            for i, ((model, device), g) in enumerate(cum.groupby(["model", "device"], sort=True)):
-                colour = f"C{i}"
-                n_b, rank = g["n_b"].max(), min(g["rank"])
-                sel = g[(g["n_b"] == n_b) & (g["rank"] == rank)]
-                curve = sel[sel["n_reuse"].notna()].pivot(index="n_reuse", columns="quantity", values="value") / 1e3
-                c.plot(
-                    curve.index,
-                    curve["kamera_ms"],
-                    color=colour,
-                    label=f"{model} ({device}): Kamera (r{rank}, n_B {n_b})",
-                )
-                c.plot(curve.index, curve["prefill_ms"], color=colour, linestyle=":", label="prefill every reuse")
-                c.plot(curve.index, curve["recompute_ms"], color=colour, linestyle="--", label="recompute every reuse")
-                star = sel[sel["quantity"] == "break_even_prefill"]["value"].iloc[0]
-                if not math.isnan(star):
-                    c.axvline(star, color=colour, linestyle=(0, (1, 2)), linewidth=0.7)
-                    c.annotate(
-                        f"N* = {star:.0f}",
-                        (star, 0.55 - 0.08 * i),
-                        xycoords=("data", "axes fraction"),
-                        fontsize=4.5,
-                        xytext=(2, 0),
-                        textcoords="offset points",
-                    )
-            c.set_xlabel("number of reuse contexts N")
-            c.set_ylabel("cumulative time (s)")
-            c.legend(fontsize=4, loc="upper left")
+            ttft_axes(b, t)
+            amortisation_axes(c, cum)
         b.set_title(f"(b) TTFT ({device_note(t) if not t.empty else 'no timings'})", fontsize=6)
         c.set_title("(c) amortisation", fontsize=6.5)
         fig.suptitle(title)
@@ -214,99 +132,206 @@ def plot(points: pd.DataFrame, t: pd.DataFrame, cum: pd.DataFrame, title: str) -
     return fig
 
 
+def bytes_axes(ax: plt.Axes, points: pd.DataFrame) -> None:
+    """Panel (a): one colour per (model, bench, subset), its arms as labelled points at (byte fraction, accuracy),
+    re-prefill dashed across as the ceiling and blind reuse dotted as the floor."""
+    if points.empty:
+        blank(ax, "no rows with bytes")
+        return
+    for i, ((model, bench, subset), g) in enumerate(points.groupby(["model", "bench", "subset"], sort=True)):
+        colour = f"C{i}"
+        g = g.set_index("arm")
+        for arm, line in ((CEILING, "--"), (FLOOR, ":")):
+            if arm in g.index:
+                ax.axhline(g.at[arm, "accuracy"], color=colour, linestyle=line, linewidth=0.7)
+        rest = g.drop(index=[FLOOR], errors="ignore")
+        ax.scatter(rest["bytes_frac"], rest["accuracy"], color=colour, s=8, label=f"{model} · {bench} · {subset}")
+        for arm, r in rest.iterrows():
+            ax.annotate(arm, (r["bytes_frac"], r["accuracy"]), fontsize=4, xytext=(2, 2), textcoords="offset points")
+    ax.set_xlabel("KV bytes stored or recomputed for B / B's KV page")
+    ax.set_ylabel("accuracy")
+    ax.legend(fontsize=4.5, loc="center right")
+
+
+def ttft_axes(ax: plt.Axes, t: pd.DataFrame) -> None:
+    """Panel (b), log-log: per (model, device) the per-segment times and reuse per rank vs segment length."""
+    for i, ((model, device), g) in enumerate(t.groupby(["model", "device"], sort=True)):
+        segment_lines(ax, g, f"C{i}", f"{model} ({device})")
+        reuse_lines(ax, g, f"C{i}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    sizes = sorted(t["n_visual"].unique())
+    ax.set_xticks(sizes, [str(x) for x in sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("segment length (visual tokens)")
+    ax.set_ylabel("TTFT (ms)")
+    ax.legend(fontsize=4, loc="upper left")
+
+
+def segment_lines(ax: plt.Axes, g: pd.DataFrame, colour: str, label: str) -> None:
+    """Panel (b)'s lines of one (model, device) that no rank changes: recompute, prefill alone, encoder alone."""
+    per = g[g["rank"].isna()].pivot(index="n_visual", columns="quantity", values="value")
+    ax.plot(
+        per.index,
+        per["recompute_ms"],
+        color=colour,
+        linestyle="--",
+        marker="s",
+        markersize=2,
+        label=f"{label}: recompute",
+    )
+    ax.plot(per.index, per["prefill_ms"], color=colour, linestyle=":", linewidth=0.8, label="prefill only")
+    ax.plot(per.index, per["vision_ms"], color=colour, linestyle=(0, (1, 3)), linewidth=0.8, label="vision encoder")
+
+
+def reuse_lines(ax: plt.Axes, g: pd.DataFrame, colour: str) -> None:
+    """Panel (b)'s reuse line per rank of one (model, device), fading with the rank; the first rank's points carry
+    their speed-up over the prefill."""
+    ranks = sorted(r for r in g["rank"].dropna().unique())
+    for j, m in enumerate(ranks):
+        ru = g[g["rank"] == m].pivot(index="n_visual", columns="quantity", values="value")
+        ax.plot(
+            ru.index,
+            ru["reuse_ms"],
+            color=colour,
+            marker="o",
+            markersize=2,
+            alpha=1 - 0.3 * j,
+            label=f"reuse, rank {m}",
+        )
+        if j == 0:
+            for x, y, s in zip(ru.index, ru["reuse_ms"], ru["speedup_prefill"], strict=True):
+                ax.annotate(f"{s:.1f}×", (x, y), fontsize=4, xytext=(0, -7), textcoords="offset points", ha="center")
+
+
+def amortisation_axes(ax: plt.Axes, cum: pd.DataFrame) -> None:
+    """Panel (c): per (model, device), at its longest segment and first rank, cumulative time over N reuse contexts
+    (forming once + N·reuse against N·prefill and N·recompute), the break-even N over the prefill marked."""
+    for i, ((model, device), g) in enumerate(cum.groupby(["model", "device"], sort=True)):
+        colour = f"C{i}"
+        n_b, rank = g["n_b"].max(), min(g["rank"])
+        sel = g[(g["n_b"] == n_b) & (g["rank"] == rank)]
+        curve = sel[sel["n_reuse"].notna()].pivot(index="n_reuse", columns="quantity", values="value") / 1e3
+        ax.plot(curve.index, curve["kamera_ms"], color=colour, label=f"{model} ({device}): Kamera (r{rank}, n_B {n_b})")
+        ax.plot(curve.index, curve["prefill_ms"], color=colour, linestyle=":", label="prefill every reuse")
+        ax.plot(curve.index, curve["recompute_ms"], color=colour, linestyle="--", label="recompute every reuse")
+        star = sel[sel["quantity"] == "break_even_prefill"]["value"].iloc[0]
+        if not math.isnan(star):
+            ax.axvline(star, color=colour, linestyle=(0, (1, 2)), linewidth=0.7)
+            ax.annotate(
+                f"N* = {star:.0f}",
+                (star, 0.55 - 0.08 * i),
+                xycoords=("data", "axes fraction"),
+                fontsize=4.5,
+                xytext=(2, 0),
+                textcoords="offset points",
+            )
+    ax.set_xlabel("number of reuse contexts N")
+    ax.set_ylabel("cumulative time (s)")
+    ax.legend(fontsize=4, loc="upper left")
+
+
+# ----- markdown ------------------------------------------------------------------------------------
+BYTES_HEADER = ["model", "bench", "subset", "arm", "n", "MB", "of B's page", "accuracy [95% CI]", "paper"]
+TTFT_HEADER = [
+    "model",
+    "device",
+    "visual",
+    "n_B",
+    "vision",
+    "prefill",
+    "form",
+    "m",
+    "apply",
+    "reuse",
+    "×prefill",
+    "×recomp",
+    "N* prefill",
+    "N* recomp",
+    "paper ×prefill",
+]
+
+
 def to_markdown(
     points: pd.DataFrame, dropped: int, t: pd.DataFrame, cum: pd.DataFrame, title: str, sources: list[str], paper: dict
 ) -> list[str]:
+    """Fig. 11's tables: (a) one row per point, (b, c) one per (segment, rank), then the paper's note."""
     src = f" plus source experiment(s) {', '.join(sources)}" if sources else ""
-    lines = [
+    bytes_caption = (
+        "(a) accuracy vs the KV bytes stored or recomputed for B (MB, and over B's KV page), "
+        f"per subset (rows of this experiment{src})"
+    )
+    ttft_caption = (
+        f"(b, c) TTFT in ms, median over items ({device_note(t) if not t.empty else 'no timings'}); "
+        "×prefill = prefill / reuse, ×recomp = (vision + prefill) / reuse; N* = break-even reuses"
+    )
+    return [
         f"**{title}**",
+        *panel_lines(bytes_caption, bytes_table(points, dropped, paper), "no rows with bytes"),
+        *panel_lines(ttft_caption, ttft_table(t, cum, paper), "no ttft records"),
         "",
-        "*(a) accuracy vs the KV bytes stored or recomputed for B (MB, and over B's KV page), "
-        f"per subset (rows of this experiment{src})*",
-        "",
+        paper["note"],
     ]
+
+
+def bytes_table(points: pd.DataFrame, dropped: int, paper: dict) -> list[str]:
+    """Panel (a)'s table, with the count of (item, arm) rows two sources shared; none without points."""
     if points.empty:
-        lines.append("no rows with bytes")
-    else:
-        body = [
-            [
-                r.model,
-                r.bench,
-                str(r.subset),
-                r.arm,
-                str(r.n),
-                cell(r.bytes / 2**20, ".4g"),
-                cell(r.bytes_frac, ".3f"),
-                r.cell,
-                paper.get("bytes", {}).get(r.arm, "–") if r.model == paper.get("model") else "–",
-            ]
-            for r in points.itertuples(index=False)
+        return []
+    body = [
+        [
+            r.model,
+            r.bench,
+            str(r.subset),
+            r.arm,
+            str(r.n),
+            cell(r.bytes / 2**20, ".4g"),
+            cell(r.bytes_frac, ".3f"),
+            r.cell,
+            paper.get("bytes", {}).get(r.arm, "–") if r.model == paper.get("model") else "–",
         ]
-        lines += markdown_rows(
-            ["model", "bench", "subset", "arm", "n", "MB", "of B's page", "accuracy [95% CI]", "paper"], body
-        )
-        if dropped:
-            lines.append(f"\n{dropped} (item, arm) row(s) present in two sources counted once")
-    lines += [
-        "",
-        f"*(b, c) TTFT in ms, median over items ({device_note(t) if not t.empty else 'no timings'}); "
-        "×prefill = prefill / reuse, ×recomp = (vision + prefill) / reuse; N* = break-even reuses*",
-        "",
+        for r in points.itertuples(index=False)
     ]
+    note = [f"\n{dropped} (item, arm) row(s) present in two sources counted once"] if dropped else []
+    return [*markdown_rows(BYTES_HEADER, body), *note]
+
+
+def ttft_table(t: pd.DataFrame, cum: pd.DataFrame, paper: dict) -> list[str]:
+    """Panels (b, c)'s table: per (model, device, n_B, segment) and rank, the per-segment times, the reuse, its
+    speed-ups and break-even reuses; none without timings."""
     if t.empty:
-        lines.append("no ttft records")
-    else:
-        # dropna=False: a point that never breaks even (reuse no faster than prefill, as on a loaded CPU) is NaN, kept
-        even = cum[cum["n_reuse"].isna()].pivot_table(
-            index=["model", "device", "n_b", "rank"], columns="quantity", values="value", dropna=False
-        )
-        body = []
-        for (model, device, n_b, n_vis), g in t.groupby(["model", "device", "n_b", "n_visual"], sort=True):
-            per = g[g["rank"].isna()].set_index("quantity")["value"]
-            for m in sorted(g["rank"].dropna().unique()):
-                r = g[g["rank"] == m].set_index("quantity")["value"]
-                key = (model, device, n_b, m)
-                be = even.loc[key] if key in even.index else pd.Series(math.nan, index=even.columns)
-                body.append(
-                    [
-                        model,
-                        device,
-                        str(n_vis),
-                        str(n_b),
-                        cell(per["vision_ms"], ".4g"),
-                        cell(per["prefill_ms"], ".4g"),
-                        cell(per["form_ms"], ".4g"),
-                        str(int(m)),
-                        cell(r["apply_ms"], ".3g"),
-                        cell(r["reuse_ms"], ".4g"),
-                        cell(r["speedup_prefill"], ".2f"),
-                        cell(r["speedup_recompute"], ".2f"),
-                        cell(be["break_even_prefill"], ".0f"),
-                        cell(be["break_even_recompute"], ".0f"),
-                        cell(paper.get("speedup", {}).get(n_vis), ".1f"),
-                    ]
-                )
-        lines += markdown_rows(
-            [
-                "model",
-                "device",
-                "visual",
-                "n_B",
-                "vision",
-                "prefill",
-                "form",
-                "m",
-                "apply",
-                "reuse",
-                "×prefill",
-                "×recomp",
-                "N* prefill",
-                "N* recomp",
-                "paper ×prefill",
-            ],
-            body,
-        )
-    return [*lines, "", paper["note"]]
+        return []
+    # dropna=False: a point that never breaks even (reuse no faster than prefill, as on a loaded CPU) is NaN, kept
+    even = cum[cum["n_reuse"].isna()].pivot_table(
+        index=["model", "device", "n_b", "rank"], columns="quantity", values="value", dropna=False
+    )
+    body = []
+    for (model, device, n_b, n_vis), g in t.groupby(["model", "device", "n_b", "n_visual"], sort=True):
+        per = g[g["rank"].isna()].set_index("quantity")["value"]
+        for m in sorted(g["rank"].dropna().unique()):
+            r = g[g["rank"] == m].set_index("quantity")["value"]
+            key = (model, device, n_b, m)
+            be = even.loc[key] if key in even.index else pd.Series(math.nan, index=even.columns)
+            body.append(
+                [
+                    model,
+                    device,
+                    str(n_vis),
+                    str(n_b),
+                    cell(per["vision_ms"], ".4g"),
+                    cell(per["prefill_ms"], ".4g"),
+                    cell(per["form_ms"], ".4g"),
+                    str(int(m)),
+                    cell(r["apply_ms"], ".3g"),
+                    cell(r["reuse_ms"], ".4g"),
+                    cell(r["speedup_prefill"], ".2f"),
+                    cell(r["speedup_recompute"], ".2f"),
+                    cell(be["break_even_prefill"], ".0f"),
+                    cell(be["break_even_recompute"], ".0f"),
+                    cell(paper.get("speedup", {}).get(n_vis), ".1f"),
+                ]
+            )
+    return markdown_rows(TTFT_HEADER, body)
 
 
 def render(

@@ -139,6 +139,11 @@ def kl_floor(rows: pd.DataFrame) -> pd.Series:
     return rows[rows["arm"] == KL_FLOOR_ARM].groupby("model")["kl"].median()
 
 
+NO_KL = f"no rows of {', '.join(FIG12A_ARMS)}"
+NO_AGREEMENT = f"no multiple-choice rows of {REFERENCE} and {', '.join(FIG12C_ARMS)}"
+AGREEMENT_CAPTION = "(c) multiple-choice accuracy and per-item agreement with re-prefill"
+
+
 def plot(
     kl: pd.DataFrame,
     reloc: pd.DataFrame,
@@ -147,103 +152,119 @@ def plot(
     title: str,
     kl_floors: pd.Series | None = None,
 ) -> plt.Figure:
+    """Fig. 12's three panels side by side: (a) KL per backbone, (b) relocation error, (c) reuse vs the ceiling."""
     with plt.style.context(str(STYLE)):
         fig, (a, b, c) = plt.subplots(1, 3, figsize=(7.0, 3.4))
-        if kl.empty:
-            blank(a, f"no rows of {', '.join(FIG12A_ARMS)}")
-        else:
-            models = sorted(kl["model"].unique())
-            arms = [x for x in FIG12A_ARMS if x in set(kl["arm"])]
-            width = 0.8 / len(arms)
-            for i, arm in enumerate(arms):
-                v = kl[kl["arm"] == arm].set_index("model")["kl_mean"]
-                a.bar(
-                    np.arange(len(models)) + i * width, [max(v.get(m, np.nan), 1e-12) for m in models], width, label=arm
-                )
-            floors = pd.Series(dtype=float) if kl_floors is None else kl_floors
-            for j, m in enumerate(models):
-                if m in floors.index:
-                    a.hlines(
-                        max(float(floors[m]), 1e-12),
-                        j - width / 2,
-                        j + 0.8 - width / 2,
-                        colors="k",
-                        linestyles=":",
-                        linewidth=0.9,
-                        label="dtype floor (full-rank patch)" if j == 0 else None,
-                    )
-            a.set_yscale("log")
-            a.set_xticks(np.arange(len(models)) + 0.4 - width / 2, models, rotation=30, ha="right", fontsize=4.5)
-            a.set_ylabel("KL to re-prefill (mean)")
-            a.legend(fontsize=4.5, loc="upper center", bbox_to_anchor=(0.5, -0.42), ncol=2)
+        kl_axes(a, kl, pd.Series(dtype=float) if kl_floors is None else kl_floors)
         a.set_title("(a) KL per backbone")
-        if reloc.empty:
-            blank(b, "no relocation records")
-        else:
-            colour = {m: f"C{i}" for i, m in enumerate(sorted(reloc["model"].unique()))}
-            dashes = {d: style for d, style in zip(sorted(reloc["dtype"].unique()), ("--", "-", "-."), strict=False)}
-            for (model, dtype), g in reloc.groupby(["model", "dtype"], sort=True):
-                b.plot(
-                    g["distance"],
-                    g["layer0"].clip(lower=1e-12),
-                    marker="o",
-                    markersize=2,
-                    color=colour[model],
-                    linestyle=dashes[dtype],
-                )
-            schemes = reloc.groupby("model")["scheme"].first()
-            handles = [plt.Line2D([], [], color=colour[m], label=f"{m} ({schemes[m]})") for m in colour]
-            handles += [plt.Line2D([], [], color="0.3", linestyle=st, label=d) for d, st in dashes.items()]
-            if not np.isnan(floor):
-                b.axhline(floor, color="k", linestyle=":", linewidth=0.9)
-                handles.append(plt.Line2D([], [], color="k", linestyle=":", label="bf16 floor"))
-            b.set_xscale("log")
-            b.set_yscale("log")
-            b.set_xlabel("relocation distance δ (positions)")
-            b.set_ylabel("rel. error vs prefill at δ (layer 0)")
-            b.legend(handles=handles, fontsize=4.5, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
+        relocation_axes(b, reloc, floor)
         b.set_title("(b) relocation error")
-        if agree.empty:
-            blank(c, f"no multiple-choice rows of {REFERENCE} and {', '.join(FIG12C_ARMS)}")
-        else:
-            groups = sorted({(m, x) for m, x in zip(agree["model"], agree["bench"], strict=True)})
-            arms = [REFERENCE, *[x for x in FIG12C_ARMS if x in set(agree["arm"])]]
-            width = 0.8 / len(arms)
-            right = c.twinx()
-            for i, arm in enumerate(arms):
-                g = agree[agree["arm"] == arm].set_index(["model", "bench"])
-                xs = np.arange(len(groups)) + i * width
-                c.bar(xs, [g["accuracy"].get(k, np.nan) for k in groups], width, label=arm)
-                if arm != REFERENCE:
-                    right.plot(xs, [100 * g["agreement"].get(k, np.nan) for k in groups], "kv", markersize=2.5)
-            chance = agree.groupby(["model", "bench"])["chance"].first()
-            for i, k in enumerate(groups):
-                c.hlines(
-                    chance[k],
-                    i - width / 2,
-                    i + 0.8 - width / 2,
-                    color="0.3",
-                    linestyle=":",
-                    linewidth=0.8,
-                    label="chance" if i == 0 else None,
-                )
-            c.set_xticks(
-                np.arange(len(groups)) + 0.4 - width / 2,
-                [f"{m} · {x}" for m, x in groups],
-                rotation=30,
-                ha="right",
-                fontsize=4.5,
-            )
-            c.set_ylim(0, 1)
-            c.set_ylabel("MC accuracy")
-            right.set_ylim(0, 105)
-            right.set_ylabel("agreement with re-prefill (%, ▼)")
-            right.grid(False)
-            c.legend(fontsize=4.5, loc="upper center", bbox_to_anchor=(0.5, -0.42), ncol=3)
+        agreement_axes(c, agree)
         c.set_title("(c) reuse vs the ceiling")
         fig.suptitle(title)
         fig.subplots_adjust(left=0.08, right=0.92, top=0.84, bottom=0.42, wspace=0.55)
     return fig
+
+
+def kl_axes(ax: plt.Axes, kl: pd.DataFrame, floors: pd.Series) -> None:
+    """Panel (a): per backbone one bar per arm (mean KL, log scale), the dtype's floor dotted across its bars."""
+    if kl.empty:
+        blank(ax, NO_KL)
+        return
+    models = sorted(kl["model"].unique())
+    arms = [x for x in FIG12A_ARMS if x in set(kl["arm"])]
+    width = 0.8 / len(arms)
+    for i, arm in enumerate(arms):
+        v = kl[kl["arm"] == arm].set_index("model")["kl_mean"]
+        ax.bar(np.arange(len(models)) + i * width, [max(v.get(m, np.nan), 1e-12) for m in models], width, label=arm)
+    for j, m in enumerate(models):
+        if m in floors.index:
+            ax.hlines(
+                max(float(floors[m]), 1e-12),
+                j - width / 2,
+                j + 0.8 - width / 2,
+                colors="k",
+                linestyles=":",
+                linewidth=0.9,
+                label="dtype floor (full-rank patch)" if j == 0 else None,
+            )
+    ax.set_yscale("log")
+    ax.set_xticks(np.arange(len(models)) + 0.4 - width / 2, models, rotation=30, ha="right", fontsize=4.5)
+    ax.set_ylabel("KL to re-prefill (mean)")
+    ax.legend(fontsize=4.5, loc="upper center", bbox_to_anchor=(0.5, -0.42), ncol=2)
+
+
+def relocation_axes(ax: plt.Axes, reloc: pd.DataFrame, floor: float) -> None:
+    """Panel (b), log-log: layer 0's relative error vs the distance moved, a colour per model (its RoPE scheme in the
+    legend) and a line style per dtype, the bf16 floor dotted across."""
+    if reloc.empty:
+        blank(ax, "no relocation records")
+        return
+    colour = {m: f"C{i}" for i, m in enumerate(sorted(reloc["model"].unique()))}
+    dashes = {d: style for d, style in zip(sorted(reloc["dtype"].unique()), ("--", "-", "-."), strict=False)}
+    for (model, dtype), g in reloc.groupby(["model", "dtype"], sort=True):
+        ax.plot(
+            g["distance"],
+            g["layer0"].clip(lower=1e-12),
+            marker="o",
+            markersize=2,
+            color=colour[model],
+            linestyle=dashes[dtype],
+        )
+    schemes = reloc.groupby("model")["scheme"].first()
+    handles = [plt.Line2D([], [], color=colour[m], label=f"{m} ({schemes[m]})") for m in colour]
+    handles += [plt.Line2D([], [], color="0.3", linestyle=st, label=d) for d, st in dashes.items()]
+    if not np.isnan(floor):
+        ax.axhline(floor, color="k", linestyle=":", linewidth=0.9)
+        handles.append(plt.Line2D([], [], color="k", linestyle=":", label="bf16 floor"))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("relocation distance δ (positions)")
+    ax.set_ylabel("rel. error vs prefill at δ (layer 0)")
+    ax.legend(handles=handles, fontsize=4.5, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
+
+
+def agreement_axes(ax: plt.Axes, agree: pd.DataFrame) -> None:
+    """Panel (c): per (model, bench) one accuracy bar per arm, chance dotted across, and on a right axis each reuse
+    arm's agreement with re-prefill (markers)."""
+    if agree.empty:
+        blank(ax, NO_AGREEMENT)
+        return
+    groups = sorted({(m, x) for m, x in zip(agree["model"], agree["bench"], strict=True)})
+    arms = [REFERENCE, *[x for x in FIG12C_ARMS if x in set(agree["arm"])]]
+    width = 0.8 / len(arms)
+    right = ax.twinx()
+    for i, arm in enumerate(arms):
+        g = agree[agree["arm"] == arm].set_index(["model", "bench"])
+        xs = np.arange(len(groups)) + i * width
+        ax.bar(xs, [g["accuracy"].get(k, np.nan) for k in groups], width, label=arm)
+        if arm != REFERENCE:
+            right.plot(xs, [100 * g["agreement"].get(k, np.nan) for k in groups], "kv", markersize=2.5)
+    chance = agree.groupby(["model", "bench"])["chance"].first()
+    for i, k in enumerate(groups):
+        ax.hlines(
+            chance[k],
+            i - width / 2,
+            i + 0.8 - width / 2,
+            color="0.3",
+            linestyle=":",
+            linewidth=0.8,
+            label="chance" if i == 0 else None,
+        )
+    labels = [f"{m} · {x}" for m, x in groups]
+    ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, labels, rotation=30, ha="right", fontsize=4.5)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("MC accuracy")
+    right.set_ylim(0, 105)
+    right.set_ylabel("agreement with re-prefill (%, ▼)")
+    right.grid(False)
+    ax.legend(fontsize=4.5, loc="upper center", bbox_to_anchor=(0.5, -0.42), ncol=3)
+
+
+def panel_lines(caption: str, table: list[str], empty: str = "") -> list[str]:
+    """One panel's markdown as Figs. 11 and 12 print each: its caption in italics between blank lines, then its table
+    lines, or ``empty`` (what is missing) when it has none."""
+    return ["", f"*{caption}*", "", *(table or [empty])]
 
 
 def to_markdown(
@@ -255,59 +276,68 @@ def to_markdown(
     paper: dict,
     kl_floors: pd.Series | None = None,
 ) -> list[str]:
-    lines = [
+    """Fig. 12's tables, one per panel, then the paper's note."""
+    floors = pd.Series(dtype=float) if kl_floors is None else kl_floors
+    kl_caption = (
+        "(a) next-token KL to re-prefill; dtype floor = median KL of the full-rank patch in the model's dtype "
+        "(what rounding alone leaves: bf16 at paper scale), the dotted line"
+    )
+    reloc_caption = f"(b) relative error of relocated keys (median over items); bf16 floor {cell(floor, '.2e')}"
+    return [
         f"**{title}** — the harness's own splice (the paper measures inside SGLang)",
+        *panel_lines(kl_caption, kl_table(kl, floors, paper), NO_KL),
+        *panel_lines(reloc_caption, relocation_table(reloc), "no relocation records"),
+        *panel_lines(AGREEMENT_CAPTION, agreement_table(agree, paper), NO_AGREEMENT),
         "",
-        "*(a) next-token KL to re-prefill; dtype floor = median KL of the full-rank patch in the model's dtype "
-        "(what rounding alone leaves: bf16 at paper scale), the dotted line*",
-        "",
+        paper["note"],
     ]
+
+
+def kl_table(kl: pd.DataFrame, floors: pd.Series, paper: dict) -> list[str]:
+    """Panel (a)'s table with the paper's KL per arm; none without KL rows."""
     if kl.empty:
-        lines.append(f"no rows of {', '.join(FIG12A_ARMS)}")
-    else:
-        floors = pd.Series(dtype=float) if kl_floors is None else kl_floors
-        body = [[*kl_cells(r, floors), paper.get("kl", {}).get(r.arm, "–")] for r in kl.itertuples(index=False)]
-        lines += markdown_rows(
-            ["model", "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor", "paper KL"], body
-        )
-    lines += ["", f"*(b) relative error of relocated keys (median over items); bf16 floor {cell(floor, '.2e')}*", ""]
+        return []
+    body = [[*kl_cells(r, floors), paper.get("kl", {}).get(r.arm, "–")] for r in kl.itertuples(index=False)]
+    return markdown_rows(["model", "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor", "paper KL"], body)
+
+
+def relocation_table(reloc: pd.DataFrame) -> list[str]:
+    """Panel (b)'s table: layer 0's and the worst layer's error per (model, dtype, distance); none without records."""
     if reloc.empty:
-        lines.append("no relocation records")
-    else:
-        body = [
-            [
-                r.model,
-                r.scheme,
-                r.dtype,
-                str(int(r.distance)),
-                str(int(r.items)),
-                cell(r.layer0, ".2e"),
-                cell(r.worst_layer, ".2e"),
-            ]
-            for r in reloc.itertuples(index=False)
+        return []
+    body = [
+        [
+            r.model,
+            r.scheme,
+            r.dtype,
+            str(int(r.distance)),
+            str(int(r.items)),
+            cell(r.layer0, ".2e"),
+            cell(r.worst_layer, ".2e"),
         ]
-        lines += markdown_rows(["model", "scheme", "dtype", "δ", "items", "layer 0", "worst layer"], body)
-    lines += ["", "*(c) multiple-choice accuracy and per-item agreement with re-prefill*", ""]
+        for r in reloc.itertuples(index=False)
+    ]
+    return markdown_rows(["model", "scheme", "dtype", "δ", "items", "layer 0", "worst layer"], body)
+
+
+def agreement_table(agree: pd.DataFrame, paper: dict) -> list[str]:
+    """Panel (c)'s table with the paper's agreement for the reuse arms; none without multiple-choice rows."""
     if agree.empty:
-        lines.append(f"no multiple-choice rows of {REFERENCE} and {', '.join(FIG12C_ARMS)}")
-    else:
-        body = [
-            [
-                r.model,
-                r.bench,
-                r.arm,
-                str(r.n),
-                cell(r.accuracy, ".3f"),
-                cell(100 * r.agreement, ".1f"),
-                cell(r.chance, ".2f"),
-                paper.get("agreement", "–") if r.arm != REFERENCE else "–",
-            ]
-            for r in agree.itertuples(index=False)
+        return []
+    body = [
+        [
+            r.model,
+            r.bench,
+            r.arm,
+            str(r.n),
+            cell(r.accuracy, ".3f"),
+            cell(100 * r.agreement, ".1f"),
+            cell(r.chance, ".2f"),
+            paper.get("agreement", "–") if r.arm != REFERENCE else "–",
         ]
-        lines += markdown_rows(
-            ["model", "bench", "arm", "n", "accuracy", "agreement %", "chance", "paper agreement"], body
-        )
-    return [*lines, "", paper["note"]]
+        for r in agree.itertuples(index=False)
+    ]
+    return markdown_rows(["model", "bench", "arm", "n", "accuracy", "agreement %", "chance", "paper agreement"], body)
 
 
 # ----- the live-engine panels ----------------------------------------------------------------------------
@@ -430,78 +460,93 @@ def engine_panels(records: EngineRecords) -> dict[str, pd.DataFrame]:
     }
 
 
+ENGINE_LABEL = "model · dtype · source"
+ULP_HEADER = [
+    ENGINE_LABEL,
+    "arm",
+    "n",
+    "≤ 1 ULP, all layers",
+    "≤ 1 ULP, layer 0",
+    "≤ 4 ULP, all layers",
+    "max ULP per element, all layers",
+    "max ULP per element, layer 0",
+    "max ULP per vector, all layers",
+    "max ULP per vector, layer 0",
+]
+TIMING_HEADER = [
+    "model",
+    "dtype",
+    "items",
+    "prompt",
+    "claimed",
+    "TTFT prefill ms",
+    "TTFT splice ms",
+    "compose µs / token",
+    "write µs / token",
+]
+
+
 def engine_markdown(panels: dict[str, pd.DataFrame], records: EngineRecords) -> list[str]:
-    kl, ulp, agree = panels["kl"], panels["ulp"], panels["agree"]
-    floors = panels["floor"]
-    lines = [
+    """The engine panels' tables: (a) KL, (b) ULP distances, (c) answers, then the timing and the fair clock."""
+    kl_caption = (
+        "(a) next-token KL to re-prefill; dtype floor = median KL of the full-rank patch (``patch_full``) in the "
+        "model's dtype through the same path, the dotted line"
+    )
+    kl_header = [ENGINE_LABEL, "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor"]
+    kl = [kl_cells(r, panels["floor"]) for r in panels["kl"].itertuples(index=False)]
+    agree_header = [ENGINE_LABEL, "arm", "n", "accuracy", "agreement %", "chance"]
+    agree = [
+        [r.model, r.arm, str(r.n), cell(r.accuracy, ".3f"), cell(100 * r.agreement, ".1f"), cell(r.chance, ".2f")]
+        for r in panels["agree"].itertuples(index=False)
+    ]
+    timing = timing_lines(panels["timing"]) if len(panels["timing"]) else []
+    return [
         "",
         "**Fig. 12 inside vLLM** — the chunk spliced through the KV connector (``vllm``) beside kamera's own "
         "splice on the same weights and items (``own``)",
-        "",
-        "*(a) next-token KL to re-prefill; dtype floor = median KL of the full-rank patch (``patch_full``) in the "
-        "model's dtype through the same path, the dotted line*",
-        "",
+        *panel_lines(kl_caption, markdown_rows(kl_header, kl)),
+        *ulp_lines(panels["ulp"], panels["ulp_max"]),
+        *panel_lines(AGREEMENT_CAPTION, markdown_rows(agree_header, agree)),
+        *timing,
+        *clock_lines(records.clock),
     ]
-    lines += markdown_rows(
-        ["model · dtype · source", "arm", "n", "KL mean", "KL median", "argmax flips", "dtype floor"],
-        [kl_cells(r, floors) for r in kl.itertuples(index=False)],
-    )
-    lines += [
-        "",
-        "*(b) B's K / V against the re-prefill's, in bf16 ULPs: the share within one ULP of each element's "
+
+
+def ulp_lines(ulp: pd.DataFrame, ulp_max: pd.DataFrame) -> list[str]:
+    """Engine panel (b)'s tables: the ULP shares and maxima per (label, arm) and, where recorded, the per-vector
+    maximum per layer and channel."""
+    caption = (
+        "(b) B's K / V against the re-prefill's, in bf16 ULPs: the share within one ULP of each element's "
         "own value (mean over items), and the largest distance (max over items) on both scales: per element, at "
-        "each element's own value (the bars), and per vector, at each token-head vector's largest magnitude*",
-        "",
+        "each element's own value (the bars), and per vector, at each token-head vector's largest magnitude"
+    )
+    body = [
+        [
+            r.model,
+            r.arm,
+            str(int(r.n)),
+            cell(r.le1, ".4f"),
+            cell(r.le1_l0, ".4f"),
+            cell(r.le4, ".4f"),
+            cell(r.max_element, ".3g"),
+            cell(r.max_element_l0, ".3g"),
+            cell(r.max, ".3g"),
+            cell(r.max_l0, ".3g"),
+        ]
+        for r in ulp.itertuples(index=False)
     ]
-    lines += markdown_rows(
-        [
-            "model · dtype · source",
-            "arm",
-            "n",
-            "≤ 1 ULP, all layers",
-            "≤ 1 ULP, layer 0",
-            "≤ 4 ULP, all layers",
-            "max ULP per element, all layers",
-            "max ULP per element, layer 0",
-            "max ULP per vector, all layers",
-            "max ULP per vector, layer 0",
-        ],
-        [
-            [
-                r.model,
-                r.arm,
-                str(int(r.n)),
-                cell(r.le1, ".4f"),
-                cell(r.le1_l0, ".4f"),
-                cell(r.le4, ".4f"),
-                cell(r.max_element, ".3g"),
-                cell(r.max_element_l0, ".3g"),
-                cell(r.max, ".3g"),
-                cell(r.max_l0, ".3g"),
-            ]
-            for r in ulp.itertuples(index=False)
-        ],
+    lines = panel_lines(caption, markdown_rows(ULP_HEADER, body))
+    if not len(ulp_max):
+        return lines
+    by_layer = [
+        [r.model, r.arm, r.channel, " · ".join(cell(v, ".3g") for v in r.max_by_layer)]
+        for r in ulp_max.itertuples(index=False)
+    ]
+    by_layer_caption = (
+        "(b) the maximum bf16 ULP distance per vector, per layer and channel (max over items; layers 0, 1, …)"
     )
-    if len(panels["ulp_max"]):
-        lines += ["", "*(b) the maximum bf16 ULP distance per vector, per layer and channel (max over items; layers 0, "
-                  "1, …)*", ""]
-        lines += markdown_rows(
-            ["model · dtype · source", "arm", "channel", "max ULP by layer"],
-            [
-                [r.model, r.arm, r.channel, " · ".join(cell(v, ".3g") for v in r.max_by_layer)]
-                for r in panels["ulp_max"].itertuples(index=False)
-            ],
-        )
-    lines += ["", "*(c) multiple-choice accuracy and per-item agreement with re-prefill*", ""]
-    lines += markdown_rows(
-        ["model · dtype · source", "arm", "n", "accuracy", "agreement %", "chance"],
-        [
-            [r.model, r.arm, str(r.n), cell(r.accuracy, ".3f"), cell(100 * r.agreement, ".1f"), cell(r.chance, ".2f")]
-            for r in agree.itertuples(index=False)
-        ],
-    )
-    timing = timing_lines(panels["timing"]) if len(panels["timing"]) else []
-    return lines + timing + clock_lines(records.clock)
+    header = [ENGINE_LABEL, "arm", "channel", "max ULP by layer"]
+    return lines + panel_lines(by_layer_caption, markdown_rows(header, by_layer))
 
 
 def clock_lines(path: Path) -> list[str]:
@@ -516,77 +561,34 @@ def clock_lines(path: Path) -> list[str]:
 
 def timing_lines(timing: pd.DataFrame) -> list[str]:
     """The engine's timing table (:func:`timing_panel`): Fig. 11(b)'s second source, printed by Fig. 11 and Fig. 12."""
-    lines = [
-        "",
-        "*time to first token in vLLM (Fig. 11(b), second source; median over items) and the connector's cost*",
-        "",
+    caption = "time to first token in vLLM (Fig. 11(b), second source; median over items) and the connector's cost"
+    body = [
+        [
+            r.model,
+            r.dtype,
+            str(int(r.n)),
+            str(int(r.prompt)),
+            str(int(r.claimed)),
+            cell(r.ttft_prefill_ms, ".2f"),
+            cell(r.ttft_splice_ms, ".2f"),
+            cell(r.compose_us, ".2f"),
+            cell(r.write_us, ".2f"),
+        ]
+        for r in timing.itertuples(index=False)
     ]
-    return lines + markdown_rows(
-        [
-            "model",
-            "dtype",
-            "items",
-            "prompt",
-            "claimed",
-            "TTFT prefill ms",
-            "TTFT splice ms",
-            "compose µs / token",
-            "write µs / token",
-        ],
-        [
-            [
-                r.model,
-                r.dtype,
-                str(int(r.n)),
-                str(int(r.prompt)),
-                str(int(r.claimed)),
-                cell(r.ttft_prefill_ms, ".2f"),
-                cell(r.ttft_splice_ms, ".2f"),
-                cell(r.compose_us, ".2f"),
-                cell(r.write_us, ".2f"),
-            ]
-            for r in timing.itertuples(index=False)
-        ],
-    )
+    return panel_lines(caption, markdown_rows(TIMING_HEADER, body))
 
 
 def engine_plot(panels: dict[str, pd.DataFrame], title: str) -> plt.Figure:
+    """The engine panels side by side: (a) KL, (b) the largest ULP distance per element, (c) agreement, per arm with
+    one bar per (model, dtype, source) label (kamera's own splice hatched)."""
     kl, ulp, agree = panels["kl"], panels["ulp"], panels["agree"]
     with plt.style.context(str(STYLE)):
         fig, (a, b, c) = plt.subplots(1, 3, figsize=(7.0, 3.2))
-        for ax, frame, column, arms in (
-            (a, kl, "kl_mean", FIG12A_ARMS),
-            (b, ulp, "max_element", (REFERENCE, *FIG12A_ARMS, "patch_r256")),
-            (c, agree, "agreement", FIG12C_ARMS),
-        ):
-            if frame.empty:
-                blank(ax, "no rows")
-                continue
-            labels = sorted(frame["model"].unique())
-            arms = [x for x in arms if x in set(frame["arm"])]
-            width = 0.8 / max(len(labels), 1)
-            for i, label in enumerate(labels):
-                v = frame[frame["model"] == label].set_index("arm")[column]
-                ax.bar(
-                    np.arange(len(arms)) + i * width,
-                    [max(v.get(x, np.nan), 1e-12) for x in arms],
-                    width,
-                    label=label,
-                    hatch="//" if label.endswith("own") else None,
-                )
-            ax.set_xticks(np.arange(len(arms)) + 0.4 - width / 2, arms, rotation=30, ha="right", fontsize=4.5)
-        labels = sorted(kl["model"].unique()) if not kl.empty else []
-        for i, label in enumerate(labels):  # each label's dtype floor across its bars, dotted
-            if label in panels["floor"].index:
-                a.hlines(
-                    max(float(panels["floor"][label]), 1e-12),
-                    -0.1,
-                    len(FIG12A_ARMS) - 0.2,
-                    colors=f"C{i}",
-                    linestyles=":",
-                    linewidth=0.8,
-                    label="dtype floor (full-rank patch)" if i == 0 else None,
-                )
+        engine_bars(a, kl, "kl_mean", FIG12A_ARMS)
+        engine_bars(b, ulp, "max_element", (REFERENCE, *FIG12A_ARMS, "patch_r256"))
+        engine_bars(c, agree, "agreement", FIG12C_ARMS)
+        engine_floor_lines(a, kl, panels["floor"])
         a.set_yscale("log")
         a.set_ylabel("KL to re-prefill (mean)")
         a.set_title("(a) KL inside vLLM")
@@ -602,6 +604,42 @@ def engine_plot(panels: dict[str, pd.DataFrame], title: str) -> plt.Figure:
         fig.suptitle(title)
         fig.subplots_adjust(left=0.08, right=0.98, top=0.84, bottom=0.4, wspace=0.45)
     return fig
+
+
+def engine_bars(ax: plt.Axes, frame: pd.DataFrame, column: str, arms: tuple[str, ...]) -> None:
+    """One engine panel: ``column`` per arm (those of ``arms`` present, in that order), a bar per label."""
+    if frame.empty:
+        blank(ax, "no rows")
+        return
+    labels = sorted(frame["model"].unique())
+    arms = [x for x in arms if x in set(frame["arm"])]
+    width = 0.8 / max(len(labels), 1)
+    for i, label in enumerate(labels):
+        v = frame[frame["model"] == label].set_index("arm")[column]
+        ax.bar(
+            np.arange(len(arms)) + i * width,
+            [max(v.get(x, np.nan), 1e-12) for x in arms],
+            width,
+            label=label,
+            hatch="//" if label.endswith("own") else None,
+        )
+    ax.set_xticks(np.arange(len(arms)) + 0.4 - width / 2, arms, rotation=30, ha="right", fontsize=4.5)
+
+
+def engine_floor_lines(ax: plt.Axes, kl: pd.DataFrame, floors: pd.Series) -> None:
+    """Engine panel (a): each label's dtype floor dotted across its bars, in the label's colour."""
+    labels = sorted(kl["model"].unique()) if not kl.empty else []
+    for i, label in enumerate(labels):
+        if label in floors.index:
+            ax.hlines(
+                max(float(floors[label]), 1e-12),
+                -0.1,
+                len(FIG12A_ARMS) - 0.2,
+                colors=f"C{i}",
+                linestyles=":",
+                linewidth=0.8,
+                label="dtype floor (full-rank patch)" if i == 0 else None,
+            )
 
 
 def engine_outputs(records: EngineRecords, group: str, stem: Path) -> tuple[str, list[Path]]:
