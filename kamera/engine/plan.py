@@ -138,7 +138,10 @@ def segment_delta(s: Segment, page_positions: torch.Tensor, positions: torch.Ten
 
 def media_of(features: list[Any] | None) -> list[dict]:
     """A request's media as the page metadata records them: modality, full content digest (vLLM's
-    ``MultiModalFeatureSpec.identifier``, the hash its encoder cache is keyed by) and placeholder range."""
+    ``MultiModalFeatureSpec.identifier``, the hash its encoder cache is keyed by) and placeholder range; where
+    the range's ``is_embed`` mask leaves some of its tokens out (vLLM's ``PlaceholderRange``: a non-contiguous
+    run of embeddings), also ``embeds``, the [start, end) runs of prompt tokens that take the medium's embeddings.
+    Placeholder token ids never identify a medium: they are alike for every image."""
     out = []
     for f in sorted(features or [], key=lambda f: f.mm_position.offset):
         digest = str(f.identifier)
@@ -146,24 +149,34 @@ def media_of(features: list[Any] | None) -> list[dict]:
             raise EngineError(
                 f"{f.modality} digest {digest!r} is too short to key cached KV by (a full digest is needed)"
             )
-        out.append(
-            {
-                "modality": f.modality,
-                "digest": digest,
-                "offset": int(f.mm_position.offset),
-                "length": int(f.mm_position.length),
-            }
-        )
+        pos = f.mm_position
+        medium = {"modality": f.modality, "digest": digest, "offset": int(pos.offset), "length": int(pos.length)}
+        mask = getattr(pos, "is_embed", None)
+        if mask is not None and not bool(torch.as_tensor(mask).all()):
+            medium["embeds"] = embed_runs(torch.as_tensor(mask, dtype=torch.bool), int(pos.offset))
+        out.append(medium)
     return out
 
 
+def embed_runs(mask: torch.Tensor, offset: int) -> list[list[int]]:
+    """The [start, end) runs where ``mask`` ([length] bool) is True, in prompt positions from ``offset``."""
+    edges = torch.diff(torch.cat([torch.zeros(1), mask.to(torch.int8), torch.zeros(1)]).to(torch.int8))
+    starts, ends = (edges == 1).nonzero().flatten(), (edges == -1).nonzero().flatten()
+    return [[offset + int(a), offset + int(b)] for a, b in zip(starts, ends, strict=True)]
+
+
 def windows(media: list[dict], a: int, b: int) -> list[tuple]:
-    """The media inside tokens [a, b): (modality, digest, offset from a, offset inside the medium, tokens) each."""
+    """The media inside tokens [a, b): (modality, digest, offset from a, offset inside the medium, tokens) each,
+    and for a medium with ``embeds`` runs (:func:`media_of`) the runs inside [a, b), from a."""
     out = []
     for m in media:
         lo, hi = max(a, m["offset"]), min(b, m["offset"] + m["length"])
         if lo < hi:
-            out.append((m["modality"], m["digest"], lo - a, lo - m["offset"], hi - lo))
+            window = (m["modality"], m["digest"], lo - a, lo - m["offset"], hi - lo)
+            if "embeds" in m:
+                runs = [(max(lo, s) - a, min(hi, e) - a) for s, e in m["embeds"] if max(lo, s) < min(hi, e)]
+                window += (tuple(runs),)
+            out.append(window)
     return out
 
 

@@ -1,8 +1,10 @@
 """A vLLM V1 KV connector that splices a stored chunk into the engine's paged KV cache (paper §6, Fig. 12).
 
 The connector follows vLLM's out-of-tree connector API, ``KVConnectorBase_V1`` in
-``vllm/distributed/kv_transfer/kv_connector/v1/base.py`` (read in vllm-project/vllm and in the installed
-0.32 build), and the shape of its reference connector ``.../v1/example_connector.py``:
+``vllm/distributed/kv_transfer/kv_connector/v1/base.py`` (read in vllm-project/vllm, the installed 0.32 CPU
+build and the 0.34 wheel: the same constructor and seven abstract methods; 0.34's optional hooks are answered
+explicitly, :meth:`KameraConnector.supports_lookahead_block_hashes`), and the shape of its reference connector
+``.../v1/example_connector.py``:
 
 - **scheduler side** — :meth:`KameraConnector.get_num_new_matched_tokens` claims the first ``n`` prompt
   tokens as externally cached (``n`` = the request's segments, below), :meth:`update_state_after_alloc`
@@ -182,7 +184,8 @@ class KameraConnector(KVConnectorBase_V1):
     ``kv_connector_extra_config``: ``store`` (the folder of pages and patches) and ``model`` (the store's
     model id, :func:`kamera.engine.store.model_id`). The constructor is vLLM's current contract,
     ``(vllm_config, role, kv_cache_config)`` passed on to the base: ``KVConnectorFactory.get_connector_class``
-    (``vllm/distributed/kv_transfer/kv_connector/factory.py``, identical in the 0.32 CPU build and the 0.33 wheel)
+    (``vllm/distributed/kv_transfer/kv_connector/factory.py``, identical in the 0.32 CPU build and the 0.33 and 0.34
+    wheels)
     refuses an external connector whose constructor does not take ``kv_cache_config``.
     """
 
@@ -203,6 +206,19 @@ class KameraConnector(KVConnectorBase_V1):
         self._captured: dict[str, dict[int, tuple[torch.Tensor, torch.Tensor]]] = {}
         self._failed: set[str] = set()  # requests whose load failed on the worker this step: nothing of them is kept
         self._load_errors: set[int] = set()  # their blocks, for vLLM to recompute (get_block_ids_with_load_errors)
+
+    # ----- vLLM 0.34's optional hooks (0.32's base has none of them; defined here, they are plain methods) -----
+    @classmethod
+    def supports_lookahead_block_hashes(cls, kv_transfer_config: Any) -> bool:
+        """False: a claim is keyed by its segments' store keys, token ids and media, never by
+        ``request.block_hashes``, so 0.34's lookahead hashing (a speculative decoder's next tokens folded into each
+        block's hash, ``VllmConfig._resolve_num_hash_lookahead_tokens`` in ``vllm/config/vllm.py``) serves it
+        nothing; vLLM then keeps no lookahead."""
+        return False
+
+    def may_load_async(self, request: Request) -> bool:
+        """False: every splice is loaded synchronously, in the step that computes the rest of the prompt."""
+        return False
 
     # ----- scheduler side ------------------------------------------------------------------------
     def positions(self, request: Request) -> torch.Tensor:

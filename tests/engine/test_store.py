@@ -158,6 +158,27 @@ def test_media_windows_name_the_full_digest_and_the_offset_inside_the_image():
         media_of([feature("renderer0-mm-1-image-0"[:8], 0, 4)])
 
 
+def test_a_non_contiguous_embedding_run_is_part_of_the_media_identity():
+    """vLLM's ``PlaceholderRange.is_embed``: the runs of a placeholder that take embeddings are recorded (only where
+    some token does not), so a page is served only where the prompt's medium has the same runs at the same place."""
+    from types import SimpleNamespace
+
+    from kamera.engine.plan import media_of, windows
+
+    def feature(mask):
+        is_embed = None if mask is None else torch.tensor(mask)
+        position = SimpleNamespace(offset=10, length=5, is_embed=is_embed)
+        return SimpleNamespace(modality="image", identifier="a" * 64, mm_position=position)
+
+    runs = media_of([feature([False, True, True, False, True])])
+    assert runs[0]["embeds"] == [[11, 13], [14, 15]]
+    assert windows(runs, 12, 20) == [("image", "a" * 64, 0, 2, 3, ((0, 1), (2, 3)))]
+    plain, full = media_of([feature(None)]), media_of([feature([True] * 5)])
+    assert plain == full and "embeds" not in plain[0]
+    other = media_of([feature([True, True, False, False, True])])
+    assert windows(other, 0, 20) != windows(runs, 0, 20) != windows(plain, 0, 20)
+
+
 def test_the_engine_preflight_refuses_in_one_line_and_never_says_ok_without_vllm(tmp_path, monkeypatch, capsys):
     import importlib.util
 
