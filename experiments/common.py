@@ -47,12 +47,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from experiments.artefact_map import docs
-from experiments.formats import document, latex_table, markdown_rows, markdown_table, partial_tag, row_cell  # noqa: F401  TEMP fig11/fig12
-from experiments.paper import (
-    arm_labels,
-    paper_or,  # noqa: F401  TEMP fig11/fig12
-    paper_prose,
-)
+from experiments.formats import latex_table, markdown_table
+from experiments.paper import arm_labels, paper_prose
 from kamera.job import config_identity
 from kamera.job.store import STAMP, ShardCorruptError, StoreWriteError, atomic_write_text, staged
 from kamera.provenance import digest

@@ -28,16 +28,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    STYLE,
-    cli,
-    document,
-    figure_outputs,
-    markdown_rows,
-    paper_or,
-    partial_tag,
-    row_cell,
-)
+from experiments.common import STYLE, cli, figure_outputs
 from experiments.fig12 import (
     EngineRecords,
     clock_lines,
@@ -46,7 +37,9 @@ from experiments.fig12 import (
     timing_lines,
     timing_panel,
 )
+from experiments.formats import document, markdown_rows, partial_tag, row_cell
 from experiments.panels import blank, cell, load_sources, of_probe, one_label
+from experiments.paper import paper_or
 from kamera.diagnostics.records import cumulative
 
 ITEM_ARM = ["model", "dtype", "bench", "subset", "seed", "item_id", "arm", "knobs"]

@@ -41,19 +41,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import (
-    STYLE,
-    Experiment,
-    cli,
-    companion,
-    document,
-    figure_outputs,
-    markdown_rows,
-    paper_or,
-    partial_tag,
-    suffixed,
-)
+from experiments.common import STYLE, Experiment, cli, companion, figure_outputs, suffixed
+from experiments.formats import document, markdown_rows, partial_tag
 from experiments.panels import blank, cell, of_probe, one_label
+from experiments.paper import paper_or
 from kamera.diagnostics.fidelity import FIG12A_ARMS, FIG12C_ARMS, REFERENCE, kl_by_arm, mc_agreement
 
 FLOOR_LAYER = 0
