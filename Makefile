@@ -97,6 +97,12 @@ engine-venv: ## the engine tier's own venv at ENGINE_VENV: torch + torchvision, 
 	python3 -m venv $(ENGINE_VENV)
 	. $(ENGINE_VENV)/bin/activate && bash scripts/install_engine.sh $(ENGINE_KIND)
 
+# vLLM 0.34 has no CPU build: a side venv with its scheduler-side classes only (torch 2.13.0 CPU, the 0.34 wheel
+# --no-deps, kamera -e) for tests/engine/test_vllm034_contract.py, which the engine tier skips without it
+VLLM034_VENV ?= $(HOME)/.cache/kamera/venv-vllm034
+vllm034-venv: ## a side venv at VLLM034_VENV with vLLM 0.34's scheduler-side classes on CPU for the connector's contract test (scripts/vllm034_venv.sh; ~4 min)
+	bash scripts/vllm034_venv.sh $(VLLM034_VENV)
+
 test-engine: ## the engine tier in ENGINE_VENV: vLLM with the kamera KV connector on 4 tiny families and engine jobs (make engine-venv first; ~2-3 min)
 	$(ENGINE_VENV)/bin/python -m pytest -m engine tests/engine
 
