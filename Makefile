@@ -31,7 +31,7 @@ render = $(PYTHON) -m experiments.common experiment=$(1) $(strip $(ARGS) $(RENDE
 ENGINE ?=
 ENGINE_VENV ?= $(HOME)/.cache/kamera/venv-engine
 
-.PHONY: help doctor test test-budget test-ci ci-pytest test-kernels test-full test-shaped test-integration test-slow test-engine engine-venv engine-fig12 engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse device-rehearsal
+.PHONY: help doctor test test-budget test-ci ci-pytest test-kernels test-full test-shaped test-integration test-slow test-engine engine-venv vllm034-venv engine-fig12 engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse device-rehearsal
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
