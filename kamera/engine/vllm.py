@@ -178,6 +178,12 @@ def mrope_stand_in(vllm_config: VllmConfig) -> Any:
     return model
 
 
+NO_METADATA = (
+    "the step has no attention metadata (vLLM 0.34 calls start_load_kv outside the forward in FULL CUDA-graph "
+    "mode), so the splice cannot be written: run the engine eager (enforce_eager=True)"
+)
+
+
 class KameraConnector(KVConnectorBase_V1):
     """Serves kamera chunks (canonical page, R(δ), rank-m patch) into vLLM's paged KV cache; see the module docstring.
 
@@ -305,7 +311,12 @@ class KameraConnector(KVConnectorBase_V1):
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
-        if not isinstance(meta, KameraMetadata) or forward_context.attn_metadata is None:
+        if not isinstance(meta, KameraMetadata):
+            return
+        if forward_context.attn_metadata is None:  # nothing can be written (vLLM 0.34 in FULL CUDA-graph mode)
+            for w in meta.work:
+                if w.segments:
+                    self._fail(w, EngineError(NO_METADATA))
             return
         layers = self._attention_layers(forward_context)
         self._failed.clear()

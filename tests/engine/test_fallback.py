@@ -9,8 +9,10 @@ corrupts the page after the scheduler checked it, so the worker's own load fails
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+from types import SimpleNamespace
 
 import pytest
 
@@ -109,3 +111,24 @@ def test_the_model_id_follows_the_weights_at_one_path(checkpoint, tmp_path):
     weights.write_bytes(bytes(data))
     after = model_id(copy, "float32")
     assert before != after and before.rsplit("::", 1)[0] == after.rsplit("::", 1)[0]
+
+
+def test_a_step_without_attention_metadata_recomputes_its_splice(tmp_path, monkeypatch):
+    """vLLM 0.34 calls start_load_kv outside the forward in FULL CUDA-graph mode (attn_metadata None): a splice
+    that cannot be written is reported for recompute, never silently skipped; a capture alone is no failure."""
+    import torch
+
+    from kamera.engine.plan import Segment
+    from kamera.engine.vllm import NO_METADATA, TIMING_FILE, KameraConnector, KameraMetadata, _Work
+
+    def work(req_id, segments):
+        return _Work(req_id, [1] * 40, [3, 4, 5], segments, "cap", "t", torch.arange(40), [])
+
+    c = KameraConnector.__new__(KameraConnector)
+    c.store, c.block_size, c._failed, c._captured, c._load_errors = tmp_path, 16, set(), {}, set()
+    meta = KameraMetadata([work("spliced", [Segment("p", 0, 20, 0)]), work("capture", [])])
+    monkeypatch.setattr(c, "_get_connector_metadata", lambda: meta)
+    c.start_load_kv(SimpleNamespace(attn_metadata=None))
+    assert c.get_block_ids_with_load_errors() == {3, 4} and c._failed == {"spliced"}
+    (record,) = [json.loads(line) for line in (tmp_path / TIMING_FILE).read_text().splitlines()]
+    assert record["request"] == "spliced" and record["fallback"] == NO_METADATA and record["side"] == "worker"
