@@ -152,15 +152,15 @@ def media_of(features: list[Any] | None) -> list[dict]:
         pos = f.mm_position
         medium = {"modality": f.modality, "digest": digest, "offset": int(pos.offset), "length": int(pos.length)}
         mask = getattr(pos, "is_embed", None)
-        if mask is not None and not bool(torch.as_tensor(mask).all()):
-            medium["embeds"] = embed_runs(torch.as_tensor(mask, dtype=torch.bool), int(pos.offset))
+        if mask is not None and not (mask := torch.as_tensor(mask, dtype=torch.bool)).all():
+            medium["embeds"] = embed_runs(mask, int(pos.offset))
         out.append(medium)
     return out
 
 
 def embed_runs(mask: torch.Tensor, offset: int) -> list[list[int]]:
     """The [start, end) runs where ``mask`` ([length] bool) is True, in prompt positions from ``offset``."""
-    edges = torch.diff(torch.cat([torch.zeros(1), mask.to(torch.int8), torch.zeros(1)]).to(torch.int8))
+    edges = torch.nn.functional.pad(mask.to(torch.int8), (1, 1)).diff()  # +1 where a run starts, −1 after it ends
     starts, ends = (edges == 1).nonzero().flatten(), (edges == -1).nonzero().flatten()
     return [[offset + int(a), offset + int(b)] for a, b in zip(starts, ends, strict=True)]
 
