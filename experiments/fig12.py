@@ -50,7 +50,7 @@ from kamera.diagnostics.fidelity import FIG12A_ARMS, FIG12C_ARMS, REFERENCE, kl_
 FLOOR_LAYER = 0
 KL_FLOOR_ARM = "patch_full"  # the full-rank patch in the model's dtype: its KL is what the dtype's rounding leaves
 ENGINE_EXPERIMENT = "engine_experiment"  # the config key naming an experiment's live-engine jobs
-TIMING = "timing"  # the probe label of an engine=vllm job's timing records (kamera.job.engine_shape)
+TIMING = "timing"  # the probe label of an engine=vllm job's timing records (kamera.engine.shape)
 ENGINE_ARMS = tuple(dict.fromkeys([REFERENCE, *FIG12A_ARMS, *FIG12C_ARMS, KL_FLOOR_ARM]))  # the engine panels' order
 CLOCK = "engine_clock"  # <results root>/engine_clock/clock.md: the fair clock's table (make engine-clock)
 

@@ -1,6 +1,6 @@
 """What the window renderers (Table 1, the turnover figure, Table 2, App. D, App. E) share.
 
-Window rows (:mod:`kamera.job.window_shape`) carry one row per (item, probe, setting, variant); these helpers
+Window rows (:mod:`kamera.window.shape`) carry one row per (item, probe, setting, variant); these helpers
 turn them into records, reduce them (:func:`table1`: recall at full turnover and the survivor;
 :func:`turnover_curve`: η against τ for the stale and the fresh patch formed at the recall), name each model by its
 architecture as the paper's tables do (GQA, deepstack, MLA, MHA) and format cells; the tables and figures are written by

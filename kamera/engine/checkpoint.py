@@ -15,7 +15,7 @@ of 128.
 The Qwen2 and the DeepSeek-V2 are the registry's engine twins, ``tiny_qwen2`` and ``tiny_deepseek_v2_engine``
 (:func:`kamera.models.tiny.qwen2_config`, :func:`~kamera.models.tiny.deepseek_v2_engine_config`: the MLA twin with
 DeepSeek-V2's own latent 512 and k_pe 64, the widths vLLM's MLA takes, and one expert group); an engine job
-(:mod:`kamera.job.engine_shape`) writes the twin it loaded with :func:`save_checkpoint`, so vLLM and kamera's own
+(:mod:`kamera.engine.shape`) writes the twin it loaded with :func:`save_checkpoint`, so vLLM and kamera's own
 splice read the same weights.
 """
 

@@ -1,5 +1,5 @@
 """Fig. 12 inside vLLM, one item at a time: the item's arms spliced through the KV connector, measured against vLLM's
-own re-prefill (an engine job's measurement, :mod:`kamera.job.engine_shape`; ``scripts/gpu_check.py --engine``).
+own re-prefill (an engine job's measurement, :mod:`kamera.engine.shape`; ``scripts/gpu_check.py --engine``).
 
 An item is random token ids [prefix · A · B · query] with a four-way choice at the answer (:func:`items`:
 ``bench=engine_mc``, :mod:`kamera.engine.benches`). Per item

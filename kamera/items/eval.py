@@ -27,7 +27,7 @@ class EvalItem:
     score: Callable[[str], float] | None = None  # open answers: prediction text → score in [0, 1]
     answered: Callable[[str], bool] | None = None  # open answers: whether the scorer's parse finds an answer at all
     meta: dict = field(default_factory=dict)
-    offset: int = 0  # the absolute position the item (prefix included) is placed at (item_offset, kamera.job.arm_shape)
+    offset: int = 0  # the absolute position the item (prefix included) is placed at (item_offset, kamera.arms.shape)
 
     def __post_init__(self) -> None:
         if self.choices is not None and self.gold not in self.choices:

@@ -1,10 +1,11 @@
 """What a job is and what it keeps: its plugin lists (:mod:`~kamera.job.spec`), its checks
-(:mod:`~kamera.job.checks`), its item shape, chosen once (:mod:`~kamera.job.shape`: arm items × arms in
-:mod:`~kamera.job.arm_shape`, window items × window probes in :mod:`~kamera.job.window_shape`), the data it
-reads (:mod:`~kamera.job.selection`), its identity (:mod:`~kamera.job.identity`) and its results shard
-(:mod:`~kamera.job.store`).
+(:mod:`~kamera.job.checks`), its item shape, chosen once (:mod:`~kamera.job.shapes`: the :class:`JobShape` each
+room declares beside what it drives, :mod:`kamera.arms.shape`, :mod:`kamera.window.shape`,
+:mod:`kamera.agent.shape`, :mod:`kamera.engine.shape`), the data it reads (:mod:`~kamera.job.selection`), its
+identity (:mod:`~kamera.job.identity`) and its results shard (:mod:`~kamera.job.store`).
 
-A job is one model × one benchmark selection × a list of arms (and probes), or of window probes.
+A job is one model × one benchmark selection × a list of arms (and probes), of window probes, of policies, or of
+arms served through an engine.
 """
 
 from kamera.items.selection import Selection
@@ -28,7 +29,7 @@ from kamera.job.identity import (
     safetensors_header,
 )
 from kamera.job.selection import bench_root, read_benchmark
-from kamera.job.shape import job_specs, select, shape_of
+from kamera.job.shapes import job_specs, select, shape_of
 from kamera.job.spec import CONF_DIR, DTYPES, JobError, Spec, build_specs, conf_labels, expected_of
 from kamera.job.store import results_root
 

@@ -19,17 +19,16 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from kamera.items.selection import Selection
-from kamera.job.arm_shape import ArmItems
 from kamera.job.identity import safetensors_header
 from kamera.job.lists import list_key
-from kamera.job.shape import shape_of
+from kamera.job.shapes import shape_of
 from kamera.job.spec import CONF_DIR, DTYPES, JobError, build_specs
 from kamera.job.store import results_root
 from kamera.knobs import is_int, is_number
 from kamera.reuse.context import CanonicalContext
 
 # where an arm job's canonical KV(B|∅) may be prefilled: the values kamera.reuse.context reads (a window job takes
-# fewer: kamera.job.window_shape.WINDOW_CONTEXTS)
+# fewer: kamera.window.shape.WINDOW_CONTEXTS)
 CANONICAL_CONTEXTS: tuple[str, ...] = get_args(CanonicalContext)
 
 ATTENTION = ("auto", "sdpa", "eager", "flash_attention_2")  # kamera.models.loading.ATTENTION and "auto"
@@ -364,7 +363,7 @@ def preflight(cfg: DictConfig, sample: int = PREFLIGHT_SAMPLE) -> list[str]:
     items are decoded (data defects there are problems: the job would skip or fail on them)."""
     shape = shape_of(cfg)
     problems = validate(cfg)
-    if cfg.item_offset != 0 and not isinstance(shape, ArmItems):
+    if cfg.item_offset != 0 and not shape.places_items:
         problems.append(f"item_offset={cfg.item_offset!r}: places an arm job's items; a window, agent or engine "
                         f"job's items (bench={cfg.bench.name}) stay where their benchmark puts them")
     problems += results_problems(cfg) if isinstance(cfg.group, str) and cfg.group else []

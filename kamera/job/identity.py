@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kamera.data.media import cache_root, cached_sha256, content_digest, digest_store, sha256_file
 from kamera.items.selection import Selection
-from kamera.job.shape import shape_of
+from kamera.job.shapes import shape_of
 from kamera.job.spec import DTYPES
 from kamera.provenance import digest
 

@@ -33,7 +33,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -54,6 +54,7 @@ from kamera.job import (
 from kamera.job.checks import defect_problems, unwritable
 from kamera.job.rows import job_keys, lacking_columns
 from kamera.job.samples import samples_path, write_samples
+from kamera.job.shapes import JobShape
 from kamera.job.spec import Spec
 from kamera.job.store import RUN, SOURCE, STAMP, TABLES, JobState, Shard, current, provenance
 from kamera.models import Adapter, load_model
@@ -62,14 +63,6 @@ from kamera.models.weights import CheckpointWeightsError
 from kamera.progress import Progress
 from kamera.provenance import digest, now
 from kamera.run.track import Tracker
-
-if TYPE_CHECKING:
-    from kamera.job.agent_shape import AgentItems
-    from kamera.job.arm_shape import ArmItems
-    from kamera.job.engine_shape import EngineItems
-    from kamera.job.window_shape import WindowItems
-
-    Shape = ArmItems | WindowItems | AgentItems | EngineItems
 
 log = logging.getLogger("kamera.run")
 
@@ -271,7 +264,7 @@ def _run_locked(
     probes: list[Spec],
     adapter: Adapter | None,
     device: str,
-    shape: Shape,
+    shape: JobShape,
 ) -> None:
     """The job's work under its shard lock: the job shape's ``evaluate_item`` (an arm item × its arms, a window item ×
     its window probes, an engine item × its arms) runs on what the shape's ``serving`` yields for the run (the
@@ -346,7 +339,7 @@ def _refuse_arms(run: _Run, adapter: Adapter, meta: dict) -> set[tuple[str, str]
 
 def _item_loop(
     run: _Run,
-    shape: Shape,
+    shape: JobShape,
     served: Any,
     items: list,
     todo: dict[str, list[str]],

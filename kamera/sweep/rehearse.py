@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kamera.data import BENCHMARKS, load_items, make_fixture
-from kamera.job.shape import shape_of
+from kamera.job.shapes import shape_of
 from kamera.models import entry, image_problems
 from kamera.models.shaped import models_root
 from kamera.sweep.cost import experiment_hours

@@ -4,7 +4,7 @@ A :class:`WindowItem` is a stream of chunks and a query; an operation (:mod:`kam
 recall, reorder, drift) turns one window :class:`Layout` into another; a :class:`WindowContext` runs each
 layout's re-prefill (the operation's reference) and each chunk's canonical once; the probes
 (:mod:`kamera.window.probes`) build the target chunk's KV in the ways the paper compares and return one
-row per (item, setting, variant). A window job (:mod:`kamera.job.window_shape`) runs them through the runner;
+row per (item, setting, variant). A window job (:mod:`kamera.window.shape`) runs them through the runner;
 ``make table1`` and ``make turnover`` draw Table 1 and the turnover curve at tiny scale.
 """
 

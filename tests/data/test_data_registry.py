@@ -14,7 +14,7 @@ import yaml
 from kamera.data import BENCHMARKS
 from kamera.data.base import Benchmark
 from kamera.engine.benches import ENGINE_BENCHES, EngineBench
-from kamera.job.shape import BENCHES, one_map
+from kamera.job.shapes import BENCHES, one_map
 from kamera.toy.benches import MODEL_BENCHES, ModelBench
 from kamera.window.benches import WINDOW_BENCHES, WindowBench
 

@@ -14,8 +14,8 @@ import json
 import pytest
 
 from kamera.arms.budget import channel_ranks, patch_numbers, widths
+from kamera.arms.shape import evaluate_item
 from kamera.job import build_specs, conf_labels, select
-from kamera.job.arm_shape import evaluate_item
 from kamera.reuse.context import ReuseContext
 from kamera.sweep import compose_config
 

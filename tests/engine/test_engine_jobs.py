@@ -1,4 +1,4 @@
-"""Engine jobs are ordinary kamera jobs (kamera.job.engine_shape through kamera.run.runner), without vLLM: the
+"""Engine jobs are ordinary kamera jobs (kamera.engine.shape through kamera.run.runner), without vLLM: the
 engine=own control runs here, so keying, resume after kill -9, a truncated shard, code versions, the refusals,
 ``make status`` and the renderer are checked on the one job system; the vLLM jobs' own tests are ``engine``-marked."""
 
@@ -15,9 +15,9 @@ import pytest
 import torch
 from pipeline.pipeline_support import all_rows, cli, job_config
 
+from kamera.engine import shape as es
 from kamera.job import config_key, identity, preflight
-from kamera.job import engine_shape as es
-from kamera.job.shape import shape_of
+from kamera.job.shapes import shape_of
 from kamera.job.store import ShardCorruptError
 from kamera.run import runner
 

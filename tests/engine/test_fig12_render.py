@@ -1,5 +1,5 @@
 """Fig. 12's engine panels read an experiment's live-engine jobs: KL, ULP shares and maxima, agreement and timing per
-source (the rows as kamera.job.engine_shape writes them; the jobs themselves: tests/engine/test_engine_jobs.py)."""
+source (the rows as kamera.engine.shape writes them; the jobs themselves: tests/engine/test_engine_jobs.py)."""
 
 from __future__ import annotations
 

@@ -209,7 +209,7 @@ def test_only_the_unrotated_k_frame_pools_items_that_item_offset_places_apart(ti
     a key direction is position-free, keeps as much as at step 0 (0.99)."""
     from pipeline.pipeline_support import job_config
 
-    from kamera.job.arm_shape import ArmItems, evaluate_item
+    from kamera.arms.shape import ArmItems, evaluate_item
     from kamera.job.spec import build_specs
 
     cfg = job_config(tmp_path, "model=tiny_kimi", "n_items=6", f"item_offset={step}", "arms=[]",
@@ -229,8 +229,8 @@ def test_an_item_placed_past_the_models_context_fails_in_one_line(tiny, tmp_path
     8192) the item fails with an ItemError naming the offset and the context, not a silent wrap-around."""
     from pipeline.pipeline_support import job_config
 
+    from kamera.arms.shape import ArmItems, evaluate_item
     from kamera.errors import ItemError
-    from kamera.job.arm_shape import ArmItems, evaluate_item
 
     cfg = job_config(tmp_path, "model=tiny_kimi", "n_items=2", "item_offset=9000", "arms=[blind]")
     first, second = ArmItems().select(cfg, 2).items

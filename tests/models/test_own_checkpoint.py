@@ -587,7 +587,7 @@ def test_samples_jsonl_has_one_line_per_row_and_matches_them(tmp_path):
 
 # ----- item 7: scoring=generate (lmms-eval's way) beside the logit argmax ---------------------------------------
 def test_parse_choice_reads_the_first_choice_word():
-    from kamera.job.arm_shape import parse_choice
+    from kamera.arms.shape import parse_choice
 
     letters = ["A", "B", "C", "D"]
     for text, want in [
@@ -608,7 +608,7 @@ def test_scoring_generate_parses_a_generated_letter_as_its_own_job(tmp_path, mus
     rows = pd.read_parquet(runner.run(job(tmp_path, "model=hf", f"model.path={ckpt}", "scoring=generate", *mc)))
     check_identities(rows)
     assert set(rows.scoring) == {"generate"} and rows.generated.map(lambda t: isinstance(t, str)).all()
-    from kamera.job.arm_shape import parse_choice
+    from kamera.arms.shape import parse_choice
 
     for r in rows.itertuples():
         assert r.pred == parse_choice(r.generated, ["A", "B", "C", "D"]) and r.correct == float(r.pred == r.gold)

@@ -61,7 +61,7 @@ def test_a_testbed_sweep_is_narrowed_by_testbed_and_gpu_probes_get_their_cpu_twi
 
 def test_each_job_names_the_data_benchmark_its_shape_reads():
     """The fixture copies a rehearsal writes: a data benchmark for its own arm jobs, Video-MME for the window job cut
-    from it (asked of the job's shape, kamera.job.shape.shape_of)."""
+    from it (asked of the job's shape, kamera.job.shapes.shape_of)."""
     assert {(j.bench, j.data) for j in rehearsal_jobs("table3")} == {("mm_niah", "mm_niah")}
     assert {(j.bench, j.data) for j in rehearsal_jobs("appd")} == {("videomme_window", "videomme")}
 

@@ -11,7 +11,7 @@ from pipeline_support import job_config
 from kamera import job
 from kamera.data import load_items, make_fixture
 from kamera.data import media as m
-from kamera.job.shape import shape_of
+from kamera.job.shapes import shape_of
 from kamera.provenance import digest
 
 

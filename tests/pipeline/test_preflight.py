@@ -174,9 +174,9 @@ def test_one_set_of_canonical_contexts_per_item_shape(tmp_path):
     from typing import get_args
 
     from kamera.job.checks import CANONICAL_CONTEXTS
-    from kamera.job.window_shape import WINDOW_CONTEXTS
     from kamera.reuse.context import CanonicalContext
     from kamera.window.context import WindowCanonical
+    from kamera.window.shape import WINDOW_CONTEXTS
 
     assert CANONICAL_CONTEXTS == get_args(CanonicalContext) == ("prefix", "native", "none")
     assert WINDOW_CONTEXTS == get_args(WindowCanonical) == ("prefix", "none")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from pipeline_support import all_rows, job_config
 
+from kamera.arms.shape import ArmItems
 from kamera.errors import ItemError
-from kamera.job.arm_shape import ArmItems
 from kamera.job.store import Shard, shards
 from kamera.run import runner
 

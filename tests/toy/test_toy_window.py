@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from experiments.windows import mean, select, table1, turnover_curve
-from kamera.job.shape import shape_of
+from kamera.job.shapes import shape_of
 from kamera.models import load_model
 from kamera.sweep.expand import compose_config
 from kamera.toy.model import WEIGHTS, load

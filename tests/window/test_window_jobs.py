@@ -16,7 +16,7 @@ from experiments import table1
 from kamera import job
 from kamera.data import make_fixture
 from kamera.items.spans import Clip
-from kamera.job import JobError, window_shape
+from kamera.job import JobError
 from kamera.job.store import shards
 from kamera.models import load_model
 from kamera.run import runner
@@ -24,6 +24,7 @@ from kamera.sweep import compose_config, status
 from kamera.sweep import main as sweep
 from kamera.toy.window_task import window_item
 from kamera.window import WindowContext, make_probe
+from kamera.window import shape as window_shape
 from kamera.window.benches import toy as window_toy
 
 

@@ -1,4 +1,4 @@
-"""Benchmarks an engine job serves (:mod:`kamera.job.engine_shape`), one module each with its ``SPEC`` (an
+"""Benchmarks an engine job serves (:mod:`kamera.engine.shape`), one module each with its ``SPEC`` (an
 :class:`~kamera.engine.benches.base.EngineBench`), found by the rule every benchmark folder follows
 (:mod:`kamera.discover`):
 

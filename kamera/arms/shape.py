@@ -42,11 +42,22 @@ from kamera.toy.benches import MODEL_BENCHES
 
 
 class ArmItems:
-    """Evaluation items × arms (and probes): every job whose benchmark is not a window benchmark."""
+    """Evaluation items × arms (and probes): every job no other shape claims (a data benchmark, the model's task)."""
 
+    name = "arm"
+    order = 9  # asked last: it takes every job the other shapes leave
+    places_items = True  # item_offset moves its items
     kinds = ("arm", "probe")  # the plugin lists the job reads: cfg.arms, cfg.probes
     identity_tag: ClassVar[dict] = {}  # nothing added to the config identity
     cost_keys = ("n", "n_b", "image_tokens")  # cost.tokens.<bench>: tokens per item, B's tokens, image tokens
+
+    @classmethod
+    def claims(cls, cfg: DictConfig, bench: object) -> bool:
+        return True
+
+    @classmethod
+    def of(cls, cfg: DictConfig, bench: object) -> ArmItems:
+        return cls()
 
     def selects_from_model(self, cfg: DictConfig) -> bool:
         """Whether selecting the items needs the loaded model (the toy task's items are the toy model's)."""
@@ -280,3 +291,6 @@ def evaluate_item(
             "stuck": is_stuck, **sample,
         }))
     return rows, records, refusals
+
+
+SHAPE = ArmItems  # this room's job shape (kamera.discover.job_shapes)

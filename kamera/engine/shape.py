@@ -2,7 +2,7 @@
 vLLM with kamera's KV connector, :mod:`kamera.engine`) or by kamera's own splice on the same weights and items
 (``engine=own``, the control), keyed, stored, resumed and listed like every job (:mod:`kamera.run.runner`).
 
-:func:`kamera.job.shape.shape_of` picks this shape when ``engine`` is set (``engine: null``, the default, is the
+:func:`kamera.job.shapes.shape_of` picks this shape when ``engine`` is set (``engine: null``, the default, is the
 harness; no other job's key moves):
 
     config      ``engine`` (vllm | own: conf/engine), ``bench=engine_mc`` (the items below, an engine benchmark of
@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 import torch
 from omegaconf import DictConfig
 
-from kamera.engine.benches import ENGINE_BENCHES
+from kamera.engine.benches import ENGINE_BENCHES, EngineBench
 from kamera.engine.family import DTYPES, EngineError, mrope, platform_kernels, preflight
 from kamera.engine.measure import answer, engine_item, items, ulp_stats
 from kamera.env import installed
@@ -151,11 +151,22 @@ def engine_kernels(cfg: DictConfig) -> str | None:
 class EngineItems:
     """The engine's token-id items × arms, through vLLM's connector or kamera's own splice (the module docstring)."""
 
+    name = "engine"
+    order = 1  # before the window and arm shapes: ``engine`` set serves any benchmark through the engine
+    places_items = False  # the engine's items sit where their generator puts them
     kinds = ("arm",)  # the plugin list the job reads (its timing record is the shape's own probe)
     cost_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, engine: str | None) -> None:
         self.engine = engine  # None: an engine benchmark asked for without an engine (a preflight problem)
+
+    @classmethod
+    def claims(cls, cfg: DictConfig, bench: object) -> bool:
+        return bool(cfg.get("engine")) or isinstance(bench, EngineBench)
+
+    @classmethod
+    def of(cls, cfg: DictConfig, bench: object) -> EngineItems:
+        return cls(cfg.engine.name if cfg.get("engine") else None)
 
     @property
     def identity_tag(self) -> dict:
@@ -344,3 +355,6 @@ def own_item(adapter: Adapter, item: EngineItem, arms: list[Spec], canonical_con
         out[s.label] = {**answer(logits, ref, item.gold, False), "seconds": time.perf_counter() - t0,
                         **ulp_stats(b_kv, ctx.conditioned), "delta": ctx.delta}
     return out, None
+
+
+SHAPE = EngineItems  # this room's job shape (kamera.discover.job_shapes)

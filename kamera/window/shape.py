@@ -1,6 +1,6 @@
 """A window job: one model × one window benchmark selection × a list of window probes → rows in a shard.
 
-The second item shape (:mod:`kamera.job.shape` picks it when the benchmark is a window benchmark), with the
+The second item shape (:mod:`kamera.job.shapes` picks it when the benchmark is a window benchmark), with the
 arm jobs' identity, preflight, resume, completeness, failed-item and refusal semantics unchanged:
 
     config      ``window_probes`` (conf/window_probe labels, the same entry forms as ``arms``) instead of
@@ -58,12 +58,23 @@ GIB = 1 << 30
 class WindowItems:
     """Window items × window probes: every job whose benchmark is a window benchmark."""
 
+    name = "window"
+    order = 2
+    places_items = False  # a window benchmark places its chunks itself
     kinds = ("window_probe",)  # the plugin list the job reads: cfg.window_probes
     identity_tag: ClassVar[dict] = {"shape": "window"}  # a window job's key never equals an arm job's
     cost_keys = ("chunk", "image_tokens")  # cost.tokens.<bench>: tokens per chunk, image tokens per chunk
 
     def __init__(self, bench: WindowBench) -> None:
         self.bench = bench
+
+    @classmethod
+    def claims(cls, cfg: DictConfig, bench: object) -> bool:
+        return isinstance(bench, WindowBench)
+
+    @classmethod
+    def of(cls, cfg: DictConfig, bench: object) -> WindowItems:
+        return cls(bench)  # type: ignore[arg-type]
 
     def selects_from_model(self, cfg: DictConfig) -> bool:
         return False  # entries are built with the model later, one at a time
@@ -208,3 +219,4 @@ def evaluate_item(bench: WindowBench, adapter: Adapter, entry: WindowEntry, arms
     return rows, [], refusals
 
 
+SHAPE = WindowItems  # this room's job shape (kamera.discover.job_shapes)

@@ -1,6 +1,6 @@
 """An agent job: one model × one window benchmark selection (the pools) × one trace kind × a list of policies.
 
-The third item shape (:mod:`kamera.job.shape` picks it when the job lists ``policies``): each selected window
+The third item shape (:mod:`kamera.job.shapes` picks it when the job lists ``policies``): each selected window
 item is a pool of chunks; the job's ``trace`` (conf/trace: a seeded generator ``web`` / ``video`` / ``doc`` and
 its knobs, or ``trace.path``, a JSONL file of the user's own agent) gives each pool its sequence of windows, and
 every policy replays it (:func:`kamera.agent.replay.replay`). The arm jobs' identity, preflight, resume,
@@ -36,11 +36,11 @@ from kamera.items.window import WindowEntry
 from kamera.job.lists import unread_lists
 from kamera.job.rows import row
 from kamera.job.spec import Spec, build_specs
-from kamera.job.window_shape import ARM_COLUMNS, GIB, WindowItems
 from kamera.models.base import Adapter
 from kamera.models.flops import Forward, paper_model_flops
 from kamera.window.benches import WindowBench
 from kamera.window.context import WindowContext
+from kamera.window.shape import ARM_COLUMNS, GIB, WindowItems
 
 TRACE_KEYS = ("kind", "path", "knobs", "budget", "eviction", "cost_model")
 
@@ -57,12 +57,22 @@ def item_seed(item_id: str) -> int:
 class AgentItems(WindowItems):
     """Window items as pools × policies replaying a trace over them."""
 
+    name = "agent"
+    order = 0  # asked first: a job listing policies is an agent job whatever its benchmark
     kinds = ("policy",)  # the plugin list the job reads: cfg.policies
     identity_tag: ClassVar[dict] = {"shape": "agent"}
 
     def __init__(self, bench: WindowBench | None, cfg: DictConfig) -> None:
         super().__init__(bench)  # type: ignore[arg-type]
         self.identity_tag = {"shape": "agent", "trace": self.trace_identity(cfg)}
+
+    @classmethod
+    def claims(cls, cfg: DictConfig, bench: object) -> bool:
+        return bool(cfg.get("policies"))
+
+    @classmethod
+    def of(cls, cfg: DictConfig, bench: object) -> AgentItems:
+        return cls(bench if isinstance(bench, WindowBench) else None, cfg)
 
     # ----- the trace ---------------------------------------------------------------------------------
     @staticmethod
@@ -269,3 +279,6 @@ class AgentItems(WindowItems):
                     )
                 )
         return rows, [], []
+
+
+SHAPE = AgentItems  # this room's job shape (kamera.discover.job_shapes)
