@@ -1,11 +1,13 @@
 """Hub-layout safetensors checkpoints, read into native modules by an explicit weight plan.
 
-Remote-code checkpoints (Kimi-VL, Phi-3.5-V) keep their own tensor names; we load them into native
-transformers modules through a :class:`Load` plan: each native parameter names the checkpoint
+Remote-code checkpoints (Kimi-VL, Phi-3.5-V, InternVL-Chat) keep their own tensor names; we load them into
+native transformers modules through a :class:`Load` plan: each native parameter names the checkpoint
 tensors it is built from and how. Before any weight is read the plan is checked against the shard
 headers (names and shapes, via meta tensors) and against the model's own parameter list, so a
 renamed, missing, extra or mis-shaped tensor fails naming it, and every checkpoint tensor is either
-loaded or named, with a reason, in the model's ignore list.
+loaded or named, with a reason, in the model's ignore list. Their loaders share what comes before the
+model-specific part (:func:`open_remote`: config.json, native config, image processor, shard headers)
+and the load itself (:meth:`RemoteCheckpoint.load`).
 
 Layout (as ``save_pretrained`` writes it): ``model.safetensors``, or ``model-0000k-of-0000n.safetensors``
 shards plus ``model.safetensors.index.json`` (``{"metadata": {"total_size"}, "weight_map": {name: shard}}``).
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import torch
 from safetensors import safe_open
@@ -26,6 +29,8 @@ from transformers.initialization import no_init_weights
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
+C = TypeVar("C")  # a native transformers config
+P = TypeVar("P")  # an image processor with ``from_dict(preprocessor_config.json)``
 
 
 class CheckpointMismatchError(ValueError):
@@ -231,3 +236,40 @@ def build_empty(cls, config, dtype: torch.dtype, attn_implementation: str) -> to
     """A native model of ``config`` with allocated but uninitialised weights (the plan fills them all)."""
     with no_init_weights():
         return cls._from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+
+
+@dataclass
+class RemoteCheckpoint(Generic[C, P]):
+    """What every remote-code loader reads before it builds its model (:func:`open_remote`)."""
+
+    path: Path
+    hub: dict  # config.json as published (remote code's own fields)
+    config: C  # the native config ``native_config(hub)`` made of it
+    processor: P  # the image processor of preprocessor_config.json
+    ckpt: HubCheckpoint  # the shard headers
+
+    def load(self, build: Callable[[], torch.nn.Module], plan: WeightPlan, device: str) -> torch.nn.Module:
+        """``build()`` (empty native modules) on ``device``, filled by ``plan`` from the checkpoint."""
+        with torch.device(device):
+            model = build()
+        plan.apply(self.ckpt, model)
+        return model
+
+
+def open_remote(
+    path: str | Path,
+    native_config: Callable[[dict], C],
+    processor_cls: type[P],
+    check: Callable[[Path, dict, P], None] | None = None,
+) -> RemoteCheckpoint[C, P]:
+    """The loader prologue of a remote-code checkpoint directory, in this order, each step failing by itself:
+    config.json, its native config (a field the native classes do not implement raises), the image processor
+    (``processor_cls.from_dict``) of preprocessor_config.json, ``check(path, hub, processor)`` where the two
+    files must agree, then the shard headers (:meth:`HubCheckpoint.open`)."""
+    path = Path(path)
+    hub = read_json(path / "config.json")
+    config = native_config(hub)
+    processor = processor_cls.from_dict(read_json(path / "preprocessor_config.json"))
+    if check is not None:
+        check(path, hub, processor)
+    return RemoteCheckpoint(path, hub, config, processor, HubCheckpoint.open(path))

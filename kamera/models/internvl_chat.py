@@ -45,12 +45,11 @@ from torch import nn
 
 from kamera.models.hub_checkpoint import (
     CheckpointMismatchError,
-    HubCheckpoint,
     Ignored,
     Load,
     WeightPlan,
     build_empty,
-    read_json,
+    open_remote,
 )
 from kamera.models.mha import MHAAdapter
 from kamera.models.shaped.writer import published_json
@@ -416,32 +415,35 @@ def _tokenizer(path: Path):
     return tf.LlamaTokenizer.from_pretrained(path)
 
 
-def load_internvl_chat_v1_1(
-    path: Path, *, dtype: torch.dtype, device: str, attn_implementation: str
-) -> InternVLChatAdapter:
-    """Load an InternVL-Chat-V1.1 checkpoint directory (Hub layout) into native modules; no remote code runs."""
-    path = Path(path)
-    hub = read_json(path / "config.json")
-    text_config = native_text_config(hub)
-    processor = TileImageProcessor.from_dict(read_json(path / "preprocessor_config.json"))
+def _check_tile(path: Path, hub: dict, processor: TileImageProcessor) -> None:
+    """The preprocessor's tile must be the side the tower reads."""
     if processor.size != image_size(hub):
         raise CheckpointMismatchError(
             f"{path}: preprocessor crop_size {processor.size} is not the tower's {image_size(hub)} px"
         )
-    ckpt = HubCheckpoint.open(path)
+
+
+def load_internvl_chat_v1_1(
+    path: Path, *, dtype: torch.dtype, device: str, attn_implementation: str
+) -> InternVLChatAdapter:
+    """Load an InternVL-Chat-V1.1 checkpoint directory (Hub layout) into native modules; no remote code runs."""
+    remote = open_remote(path, native_text_config, TileImageProcessor, _check_tile)
+    hub = remote.hub
     used = read_layers(hub, hub["vision_config"]["num_hidden_layers"])
     plan = weight_plan(hub, used)
-    tokenizer = _tokenizer(path)
-    ids = image_ids(tokenizer, text_config.vocab_size, path)
-    with torch.device(device):
-        model = InternVLChatModel(
-            build_empty(tf.LlamaForCausalLM, text_config, dtype, attn_implementation),
+    tokenizer = _tokenizer(remote.path)
+    ids = image_ids(tokenizer, remote.config.vocab_size, remote.path)
+    model = remote.load(
+        lambda: InternVLChatModel(
+            build_empty(tf.LlamaForCausalLM, remote.config, dtype, attn_implementation),
             build_empty(tf.InternVLVisionModel, native_vision_config(hub, used), dtype, attn_implementation),
             float(hub["downsample_ratio"]),
             str(hub.get("ps_version", "v1")),
-        )
-    plan.apply(ckpt, model)
-    adapter = InternVLChatAdapter(model, tokenizer, processor, name="internvl_chat_v1_1")
+        ),
+        plan,
+        device,
+    )
+    adapter = InternVLChatAdapter(model, tokenizer, remote.processor, name="internvl_chat_v1_1")
     adapter.image_ids = ids
     adapter.chat = CHAT
     return adapter

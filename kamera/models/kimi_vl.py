@@ -50,6 +50,7 @@ from kamera.models.hub_checkpoint import (
     WeightPlan,
     build_empty,
     check_specials,
+    open_remote,
     read_json,
 )
 from kamera.models.mla import KimiK25Adapter
@@ -429,21 +430,21 @@ def _tokenizer(path: Path):
 
 def load_kimi_vl_a3b(path: Path, *, dtype: torch.dtype, device: str, attn_implementation: str) -> KimiVLAdapter:
     """Load a Kimi-VL checkpoint directory (Hub layout) into native modules; no remote model code runs."""
-    path = Path(path)
-    hub = read_json(path / "config.json")
-    config = native_config(hub)
-    processor = MoonViTImageProcessor.from_dict(read_json(path / "preprocessor_config.json"))
-    ckpt = HubCheckpoint.open(path)
-    plan = weight_plan(hub)
-    tokenizer = _tokenizer(path)
+    remote = open_remote(path, native_config, MoonViTImageProcessor)
+    plan = weight_plan(remote.hub)
+    tokenizer = _tokenizer(remote.path)
     check_specials(
-        tokenizer, {k: SPECIALS[k] for k in (MEDIA_START, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, *CHAT_TOKENS)}, path
+        tokenizer,
+        {k: SPECIALS[k] for k in (MEDIA_START, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD, *CHAT_TOKENS)},
+        remote.path,
     )
-    with torch.device(device):
-        model = build_empty(tf.Kimi_K25ForConditionalGeneration, config, dtype, attn_implementation)
-    plan.apply(ckpt, model)
-    _check_inv_freq(ckpt, model)
-    adapter = KimiVLAdapter(model, tokenizer, processor, name="kimi_vl_a3b")
+    model = remote.load(
+        lambda: build_empty(tf.Kimi_K25ForConditionalGeneration, remote.config, dtype, attn_implementation),
+        plan,
+        device,
+    )
+    _check_inv_freq(remote.ckpt, model)
+    adapter = KimiVLAdapter(model, tokenizer, remote.processor, name="kimi_vl_a3b")
     adapter.chat = CHAT
     return adapter
 

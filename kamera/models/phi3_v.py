@@ -49,7 +49,7 @@ from kamera.models.hub_checkpoint import (
     WeightPlan,
     build_empty,
     check_specials,
-    read_json,
+    open_remote,
 )
 from kamera.models.mha import MHAAdapter
 from kamera.models.shaped.writer import published_json
@@ -383,24 +383,25 @@ def weight_plan(hub: dict, ckpt_layers: int, used: int) -> WeightPlan:
 
 def load_phi3_5_vision(path: Path, *, dtype: torch.dtype, device: str, attn_implementation: str) -> Phi3VAdapter:
     """Load a Phi-3.5-V checkpoint directory (Hub layout) into native modules; no remote code runs."""
-    path = Path(path)
-    hub = read_json(path / "config.json")
-    text_config = native_text_config(hub)
-    processor = HDImageProcessor.from_dict(read_json(path / "preprocessor_config.json"))
-    ckpt = HubCheckpoint.open(path)
-    ckpt_layers = clip_layers(ckpt)
-    vision_config, used = read_vision(hub, ckpt_layers)
-    plan = weight_plan(hub, ckpt_layers, used)
-    tokenizer = tf.PreTrainedTokenizerFast.from_pretrained(path)  # tokenizer.json alone: config.json names remote code
+    remote = open_remote(path, native_text_config, HDImageProcessor)
+    ckpt_layers = clip_layers(remote.ckpt)
+    vision_config, used = read_vision(remote.hub, ckpt_layers)
+    plan = weight_plan(remote.hub, ckpt_layers, used)
+    # tokenizer.json alone: config.json names remote code
+    tokenizer = tf.PreTrainedTokenizerFast.from_pretrained(remote.path)
     check_specials(
-        tokenizer, {IMAGE_TOKEN: IMAGE_ID, **{k: SPECIALS[k] for k in ("<|user|>", "<|assistant|>", "<|end|>")}}, path
+        tokenizer,
+        {IMAGE_TOKEN: IMAGE_ID, **{k: SPECIALS[k] for k in ("<|user|>", "<|assistant|>", "<|end|>")}},
+        remote.path,
     )
-    with torch.device(device):
-        model = Phi3VisionModel(
-            build_empty(tf.Phi3ForCausalLM, text_config, dtype, attn_implementation),
+    model = remote.load(
+        lambda: Phi3VisionModel(
+            build_empty(tf.Phi3ForCausalLM, remote.config, dtype, attn_implementation),
             build_empty(tf.CLIPVisionModel, vision_config, dtype, attn_implementation),
-        )
-    plan.apply(ckpt, model)
-    adapter = Phi3VAdapter(model, tokenizer, processor, name="phi3_5_vision")
+        ),
+        plan,
+        device,
+    )
+    adapter = Phi3VAdapter(model, tokenizer, remote.processor, name="phi3_5_vision")
     adapter.chat = CHAT
     return adapter
