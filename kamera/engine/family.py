@@ -33,10 +33,12 @@ import torch
 
 from kamera.core import ChannelSpec, RotarySpec
 from kamera.engine.store import gqa_specs
+from kamera.models.families import engine_served
 
-GQA_SERVED = ("qwen2", "llama", "mistral", "qwen3")  # GQA / MHA decoders with 1-D RoPE in "half" layout
-MROPE_SERVED = ("qwen2_5_vl", "qwen3_vl")  # GQA with M-RoPE (sectioned, interleaved) and image tokens
-MLA_SERVED = ("deepseek_v2",)  # MLA decoders whose k_pe vLLM rotates on interleaved pairs
+# the families each page serves, read from the one family table (kamera.models.families)
+GQA_SERVED = engine_served("rope")  # GQA / MHA decoders with 1-D RoPE in "half" layout
+MROPE_SERVED = engine_served("mrope")  # GQA with M-RoPE (sectioned, interleaved) and image tokens
+MLA_SERVED = engine_served("mla")  # MLA decoders whose k_pe vLLM rotates on interleaved pairs
 # the latent page rows vLLM's MLA metadata accepts (MLACommonBackend.get_supported_head_sizes in
 # vllm/model_executor/layers/attention/mla_attention.py; "Head dimension 160 is not supported by MLA" otherwise)
 MLA_ROWS = (320, 512, 576)

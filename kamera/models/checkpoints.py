@@ -24,6 +24,7 @@ from pathlib import Path
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from kamera.models.entry import ModelEntry
+from kamera.models.families import GGUF_TYPES, TEXT_DECODER_TYPES
 from kamera.models.loading import checkpoint_config, checkpoint_model_type, is_gguf
 from kamera.models.registry import MODELS, ModelConfError, entry
 from kamera.models.text import TextAdapter
@@ -37,13 +38,12 @@ class UnsupportedCheckpointError(ValueError):
     """A checkpoint whose config.json names a model_type no adapter serves."""
 
 
-# Plain text decoders model=hf serves: model_type → transformers' causal-LM class for it (its AutoModelForCausalLM).
-TEXT_DECODERS = {kind: MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[kind] for kind in ("llama", "mistral", "qwen2", "qwen3",
-                                                                          "phi3", "olmo2")}
+# Plain text decoders model=hf serves (the family table): model_type → transformers' causal-LM class for it.
+TEXT_DECODERS = {kind: MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[kind] for kind in TEXT_DECODER_TYPES}
 _SERVED_FIELDS = ("attention", "adapter", "model_class", "load_kwargs", "submodule")  # what a served family lends
-# Served families whose llama.cpp GGUF transformers reads into the family's own class (text only): a GGUF of any
-# other served family holds no vision tower, so it stays a one-line refusal
-GGUF_SERVED = ("gemma3_text",)
+# Served families whose llama.cpp GGUF transformers reads into the family's own class (text only; the family
+# table): a GGUF of any other served family holds no vision tower, so it stays a one-line refusal
+GGUF_SERVED = GGUF_TYPES
 
 
 def served_families() -> dict[str, ModelEntry]:

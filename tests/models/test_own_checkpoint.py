@@ -24,6 +24,7 @@ from kamera.job import checkpoint_fingerprint, preflight
 from kamera.job.identity import config_key
 from kamera.models import UnsupportedCheckpointError, entry, load_model, model_problems, own_entry
 from kamera.models.checkpoints import served_families, supported_model_types
+from kamera.models.families import TEXT_DECODER_TYPES
 from kamera.models.loading import chat_with_content
 from kamera.models.standin_tokenizer import standin_tokenizer, write_standin_tokenizer
 from kamera.run import runner
@@ -139,7 +140,7 @@ def check_identities(rows: pd.DataFrame) -> None:
 
 
 # ----- item 1: model=hf model.path=DIR --------------------------------------------------------------------
-@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2"])
+@pytest.mark.parametrize("model_type", TEXT_DECODER_TYPES)
 def test_a_text_checkpoint_runs_by_path_with_full_rank_equal_to_reprefill(tmp_path, musique, model_type):
     ckpt = text_checkpoint(tmp_path / f"my-{model_type}", model_type)
     rows = pd.read_parquet(runner.run(hf_job(tmp_path, ckpt, musique)))
