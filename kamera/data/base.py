@@ -105,6 +105,21 @@ def generated_id(ctx: LoadContext, index: int) -> str:
     return ctx.item_id(f"s{ctx.seed}-{index:05d}")
 
 
+def generated_benchmark(name: str, rows: Callable[..., Iterator[Row]],
+                        subsets: tuple[str, ...] = ("bind",)) -> Benchmark:
+    """The ``SPEC`` of a benchmark generated in memory by ``kamera.data.<name>``: no files, every subset by default,
+    one split (``test``)."""
+    return Benchmark(name=name, dir_name=None, published=f"generated in memory by kamera.data.{name}",
+                     expected_files=(), subsets=subsets, default_subsets=subsets, splits=("test",),
+                     default_split="test", rows=rows)
+
+
+def check_within(knob: str, value: int, low: int, high: int) -> None:
+    """ValueError naming ``knob`` unless ``low <= value <= high`` (a generated benchmark's option)."""
+    if not low <= value <= high:
+        raise ValueError(f"{knob} must be {low}..{high}, got {value}")
+
+
 def generated_rows(ctx: LoadContext, n_total: int | None, build: Callable[[int], ChunkedItem]) -> Iterator[Row]:
     """``n_total`` rows (default ``max(64, n_items)``), each built lazily (on selection) by ``build(index)``."""
     total = n_total if n_total is not None else max(64, ctx.n_items or 0)

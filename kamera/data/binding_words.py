@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from kamera.data.base import Benchmark, LoadContext, generated_rows, letter_item
+from kamera.data.base import LoadContext, generated_benchmark, generated_rows, letter_item
 from kamera.data.schema import ChunkedItem, PromptTemplate, Unit, layout
 from kamera.data.selection import Row
 
@@ -75,14 +75,4 @@ def rows(ctx: LoadContext, *, n_entries: int = 6, n_choices: int = 4, n_total: i
         raise ValueError(f"n_choices must be 2..min(6, n_entries={n_entries}), got {n_choices}")
     return generated_rows(ctx, n_total, lambda i: _build(ctx, i, n_entries, n_choices))
 
-SPEC = Benchmark(
-    name="binding_words",
-    dir_name=None,
-    published="generated in memory by kamera.data.binding_words",
-    expected_files=(),
-    subsets=KINDS,
-    default_subsets=KINDS,
-    splits=("test",),
-    default_split="test",
-    rows=rows,
-)
+SPEC = generated_benchmark("binding_words", rows, KINDS)

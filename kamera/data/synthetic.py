@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from PIL import Image, ImageDraw
 
-from kamera.data.base import Benchmark, LoadContext, generated_rows, letter_item
+from kamera.data.base import LoadContext, check_within, generated_benchmark, generated_rows, letter_item
 from kamera.data.fixtures import png_bytes
 from kamera.data.schema import ChunkedItem, MediaRef, PromptTemplate, Unit, layout
 from kamera.data.selection import Row
@@ -136,22 +136,10 @@ def rows(
     n_total: int | None = None,
 ) -> Iterator[Row]:
     """``n_total`` generated rows (default: ``max(64, n_items)``), built lazily on selection."""
-    if not 1 <= n_a_chunks <= 3:
-        raise ValueError(f"n_a_chunks must be 1..3, got {n_a_chunks}")
-    if not 2 <= n_choices <= len(COLOURS):
-        raise ValueError(f"n_choices must be 2..{len(COLOURS)}, got {n_choices}")
+    check_within("n_a_chunks", n_a_chunks, 1, 3)
+    check_within("n_choices", n_choices, 2, len(COLOURS))
     if image_size < 28:
         raise ValueError(f"image_size must be >= 28, got {image_size}")
     return generated_rows(ctx, n_total, lambda i: _build(ctx, i, n_a_chunks, image_size, n_choices))
 
-SPEC = Benchmark(
-    name="synthetic",
-    dir_name=None,
-    published="generated in memory by kamera.data.synthetic",
-    expected_files=(),
-    subsets=("bind",),
-    default_subsets=("bind",),
-    splits=("test",),
-    default_split="test",
-    rows=rows,
-)
+SPEC = generated_benchmark("synthetic", rows)

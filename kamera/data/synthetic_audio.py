@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from kamera.data.base import Benchmark, LoadContext, generated_rows, letter_item
+from kamera.data.base import LoadContext, check_within, generated_benchmark, generated_rows, letter_item
 from kamera.data.schema import ChunkedItem, MediaRef, PromptTemplate, Unit, layout
 from kamera.data.selection import Row
 from kamera.data.synthetic import COLOURS
@@ -108,24 +108,11 @@ def rows(
     n_total: int | None = None,
 ) -> Iterator[Row]:
     """``n_total`` generated rows (default: ``max(64, n_items)``), built lazily on selection."""
-    if not 1 <= n_a_chunks <= 3:
-        raise ValueError(f"n_a_chunks must be 1..3, got {n_a_chunks}")
-    if not 1 <= n_sounds <= len(PLACES):
-        raise ValueError(f"n_sounds must be 1..{len(PLACES)}, got {n_sounds}")
-    if not 2 <= n_choices <= len(SOUNDS):
-        raise ValueError(f"n_choices must be 2..{len(SOUNDS)}, got {n_choices}")
+    check_within("n_a_chunks", n_a_chunks, 1, 3)
+    check_within("n_sounds", n_sounds, 1, len(PLACES))
+    check_within("n_choices", n_choices, 2, len(SOUNDS))
     if sample_rate < 8000:
         raise ValueError(f"sample_rate must be >= 8000 Hz (the highest tone is 1760 Hz), got {sample_rate}")
     return generated_rows(ctx, n_total, lambda i: _build(ctx, i, n_a_chunks, n_sounds, n_choices, sample_rate))
 
-SPEC = Benchmark(
-    name="synthetic_audio",
-    dir_name=None,
-    published="generated in memory by kamera.data.synthetic_audio",
-    expected_files=(),
-    subsets=("bind",),
-    default_subsets=("bind",),
-    splits=("test",),
-    default_split="test",
-    rows=rows,
-)
+SPEC = generated_benchmark("synthetic_audio", rows)

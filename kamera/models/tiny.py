@@ -130,17 +130,17 @@ def deepseek_v2_engine_config():
     return tf.DeepseekV2Config(**MLA_ENGINE)
 
 
+# the ViT tower of the tiny LLaVA and DeepSeek-VL (CLIP, SigLIP): 56² images in 14² patches, 16 image tokens
+VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, image_size=56,
+              patch_size=14)
+
+
 def llava_config():
     return tf.LlavaConfig(
         text_config=dict(model_type="llama", **MHA_TEXT),
         vision_config=dict(
             model_type="clip_vision_model",
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=56,
-            patch_size=14,
+            **VISION,
             projection_dim=64,
         ),
         image_token_index=IMAGE,
@@ -153,12 +153,7 @@ def deepseek_vl_config():
         text_config=dict(model_type="llama", **MHA_TEXT),
         vision_config=dict(
             model_type="siglip_vision_model",
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=56,
-            patch_size=14,
+            **VISION,
         ),
         image_token_id=IMAGE,
     )
