@@ -103,6 +103,11 @@ def cached_sha256(path: Path, store: Path, rehash: bool = False) -> str:
     return sha
 
 
+# the files of a checkpoint folder that hold weights, by suffix: a job's checkpoint fingerprint and the engine's
+# weights digest both read these (with config.json)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
+
+
 def digest_store(ckpt: Path) -> Path:
     """Where a checkpoint's computed weight digests are cached: ``<ckpt>/.cache/kamera/digests`` (beside the
     Hub's own ``.cache/huggingface``; a folder, so not part of the fingerprint) when the checkpoint directory is

@@ -28,7 +28,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from kamera.engine.store import entry_path
+from kamera.engine.store import checkpoint_of, entry_path
 
 
 def _missing(path: Path) -> None:
@@ -49,8 +49,7 @@ def _other_weights(path: Path) -> None:
     with safe_open(str(path), framework="pt") as f:
         meta = json.loads(f.metadata()["kamera"])
         tensors = {name: f.get_tensor(name) for name in f.keys()}
-    served, _digest = meta["model"].rsplit("::", 1)
-    meta["model"] = f"{served}::{'0' * 16}"  # the same checkpoint path and dtype, other weights
+    meta["model"] = f"{checkpoint_of(meta['model'])}::{'0' * 16}"  # the same checkpoint path and dtype, other weights
     save_file(tensors, str(path), metadata={"kamera": json.dumps(meta)})
 
 

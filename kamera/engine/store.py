@@ -31,7 +31,7 @@ from safetensors.torch import save_file
 
 from kamera.core import ChannelSpec, ChunkKV, Patch, RotarySpec
 from kamera.core.patch import Factors
-from kamera.data.media import cached_sha256, digest_store
+from kamera.data.media import WEIGHT_SUFFIXES, cached_sha256, digest_store
 
 _KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 
@@ -39,18 +39,17 @@ _KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 class StoreError(ValueError):
     """A store entry that is missing, of another model or kind, or does not fit the request."""
 
-
-WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin", "*.pt", "*.gguf")  # what a checkpoint's weights are
+CONFIG = "config.json"  # a checkpoint's config: part of its weights digest beside its weight files
 
 
 def weights_digest(path: str | Path) -> str:
     """The first 16 hex digits of a SHA-256 over the checkpoint folder's config and weight files (names and each
-    file's sha256, :data:`WEIGHT_FILES`), so a page captured from other weights at the same path is not this
-    model's ('-' for a folder with none of them). Each file is read whole once, then only ``stat``-ed
-    (:func:`kamera.data.media.cached_sha256`, the record a job's weight digest uses), so an engine start does not
-    rehash a large checkpoint."""
+    file's sha256: ``config.json`` and each file of :data:`~kamera.data.media.WEIGHT_SUFFIXES`), so a page
+    captured from other weights at the same path is not this model's ('-' for a folder with none of them). Each
+    file is read whole once, then only ``stat``-ed (:func:`kamera.data.media.cached_sha256`, the record a job's
+    weight digest uses), so an engine start does not rehash a large checkpoint."""
     root = Path(path)
-    files = sorted({f for pattern in WEIGHT_FILES for f in root.glob(pattern) if f.is_file()})
+    files = sorted(f for f in root.glob("*") if f.is_file() and (f.suffix in WEIGHT_SUFFIXES or f.name == CONFIG))
     if not files:
         return "-"
     h = hashlib.sha256()
@@ -64,6 +63,11 @@ def model_id(path: str, dtype: torch.dtype | str) -> str:
     digest (:func:`weights_digest`)."""
     name = str(dtype).removeprefix("torch.")
     return f"{Path(path).resolve()}::{name}::{weights_digest(path)}"
+
+
+def checkpoint_of(model: str) -> str:
+    """The checkpoint and dtype a :func:`model_id` names, without its weights' digest."""
+    return model.rsplit("::", 1)[0]
 
 
 def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -121,7 +125,7 @@ def _check(meta: dict, key: str, kind: str, model: str) -> None:
     if meta["kind"] != kind:
         raise StoreError(f"store entry {key!r} is a {meta['kind']}, not a {kind}")
     if meta["model"] != model:
-        same = meta["model"].rsplit("::", 1)[0] == model.rsplit("::", 1)[0]
+        same = checkpoint_of(meta["model"]) == checkpoint_of(model)
         why = "was captured from other weights at the same path" if same else f"belongs to model {meta['model']}"
         raise StoreError(f"store entry {key!r} {why}, the engine serves {model}")
 

@@ -37,15 +37,20 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from kamera.data.media import cache_root, cached_sha256, content_digest, digest_store, sha256_file
+from kamera.data.media import (
+    WEIGHT_SUFFIXES,
+    cache_root,
+    cached_sha256,
+    content_digest,
+    digest_store,
+    sha256_file,
+)
 from kamera.items.selection import Selection
 from kamera.job.shapes import shape_of
 from kamera.job.spec import DTYPES
 from kamera.provenance import digest
 
 log = logging.getLogger("kamera.job")
-
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 
 
 def file_digest(path: Path) -> str:

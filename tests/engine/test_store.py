@@ -56,6 +56,18 @@ def test_the_weights_digest_reads_each_file_once_and_follows_a_rewrite(tmp_path,
     assert model_id(tmp_path, "float32") != first and len(reads) == 3
 
 
+@pytest.mark.parametrize("name", ["model.pth", "flax_model.msgpack", "tf_model.h5", "model.gguf"])
+def test_the_engine_digest_reads_every_weight_file_a_jobs_fingerprint_reads(tmp_path, name):
+    """One list of weight suffixes (kamera.data.media.WEIGHT_SUFFIXES) for a job's fingerprint and the engine's
+    digest: another weight file of any of them is other weights; a README is not."""
+    (tmp_path / "config.json").write_text("{}")
+    first = model_id(tmp_path, "float32")
+    (tmp_path / "README.md").write_text("notes")
+    assert model_id(tmp_path, "float32") == first
+    (tmp_path / name).write_bytes(b"weights")
+    assert model_id(tmp_path, "float32") != first
+
+
 def test_the_connector_reads_the_models_own_rotary_frequencies():
     (k, v) = SPECS
     assert k.rotary is not None and v.rotary is None and (k.heads, k.dim) == (2, 64)
