@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
-CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
-CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+PUBLISHED = "deepseek_vl_7b"  # the checkpoint whose published files (configs/deepseek_vl_7b/) this family writes
 CONVERTER = (
     "huggingface/transformers src/transformers/models/deepseek_vl_hybrid/convert_deepseek_vl_hybrid_weights_to_hf.py"
 )
@@ -53,41 +52,13 @@ def deepseek_vl_hybrid(model: str, sources: dict[str, str]) -> ShapedSpec:
         text_layers=("text_config.num_hidden_layers",),
         vision_layers=("vision_config.num_hidden_layers", "high_res_vision_config.num_hidden_layers"),
         remap=_remap,
-        files={
-            "preprocessor_config.json": {
-                "image_processor_type": "DeepseekVLHybridImageProcessor",
-                "processor_class": "DeepseekVLHybridProcessor",
-                "do_resize": True,
-                "size": {"height": 384, "width": 384},
-                "high_res_size": {"height": 1024, "width": 1024},
-                "resample": 2,
-                "high_res_resample": 3,
-                "min_size": 14,
-                "do_rescale": True,
-                "rescale_factor": 1 / 255,
-                "do_normalize": True,
-                "image_mean": [0.5, 0.5, 0.5],
-                "image_std": [0.5, 0.5, 0.5],
-                "high_res_image_mean": CLIP_MEAN,
-                "high_res_image_std": CLIP_STD,
-                "do_convert_rgb": True,
-            },
-            "processor_config.json": {"num_image_tokens": 576, "processor_class": "DeepseekVLHybridProcessor"},
-            "generation_config.json": {"bos_token_id": 100000, "eos_token_id": 100001, "pad_token_id": 100001},
-        },
+        files={f: published_json(PUBLISHED, f)
+               for f in ("preprocessor_config.json", "processor_config.json", "generation_config.json")},
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
             None,
             config["text_config"]["vocab_size"],
             {"<｜begin▁of▁sentence｜>": 100000, "<｜end▁of▁sentence｜>": 100001, "<image_placeholder>": 100015},
-            {
-                "tokenizer_class": "LlamaTokenizerFast",
-                "add_bos_token": True,
-                "bos_token": "<｜begin▁of▁sentence｜>",
-                "eos_token": "<｜end▁of▁sentence｜>",
-                "pad_token": "<｜end▁of▁sentence｜>",
-                "extra_special_tokens": {"image_token": "<image_placeholder>"},
-                "model_max_length": 16384,
-            },
+            published_json(PUBLISHED, "tokenizer_config.json"),
         ),
     )

@@ -9,13 +9,17 @@ vocabulary 262,144, context 32,768), and the rest is transformers' ``Gemma3TextC
 
 Shaped layer counts keep the 5 : 1 pattern's ends: L layers are sliding except the last, global (at the default 2
 layers one of each; at 6 layers exactly the published first six). Tokenizer: a stand-in with the real vocabulary
-size and Gemma's specials at their ids (the 262,144-piece SentencePiece model is not shipped).
+size and Gemma's specials at their ids (the 262,144-piece SentencePiece model is not shipped). The generation config
+is the ids config.json states; tokenizer_config.json is the 1B's (data, ``configs/gemma3_1b/``) with each model's
+context length.
 """
 
 from __future__ import annotations
 
 from kamera.models.shaped.gemma3n import TEMPLATE
 from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
+
+PUBLISHED = "gemma3_1b"  # the checkpoint whose tokenizer_config.json (configs/gemma3_1b/) this family writes
 
 SPECIALS = {
     "<pad>": 0,
@@ -40,7 +44,6 @@ def gemma3(model: str, sources: dict[str, str]) -> ShapedSpec:
     """A Gemma 3 text checkpoint: the short stack ends on a global layer; a stand-in tokenizer."""
     config = published_json(model)
     vocab = config["vocab_size"]
-    eos = config["eos_token_id"]
     return ShapedSpec(
         model=model,
         model_class="Gemma3ForCausalLM",
@@ -49,23 +52,14 @@ def gemma3(model: str, sources: dict[str, str]) -> ShapedSpec:
         text_layers=("num_hidden_layers",),
         vision_layers=(),
         remap=_layer_types,
-        files={"generation_config.json": {"bos_token_id": 2, "pad_token_id": 0, "eos_token_id": eos}},
+        files={"generation_config.json": {k: config[k] for k in ("bos_token_id", "pad_token_id", "eos_token_id")}},
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
             None,
             vocab,
             {tok: i for tok, i in SPECIALS.items() if i < vocab},
-            {
-                "tokenizer_class": "GemmaTokenizer",
-                "bos_token": "<bos>",
-                "eos_token": "<eos>",
-                "pad_token": "<pad>",
-                "unk_token": "<unk>",
-                "add_bos_token": True,
-                "add_eos_token": False,
-                "model_max_length": config["max_position_embeddings"],
-                "padding_side": "left",
-            },
+            published_json(PUBLISHED, "tokenizer_config.json")
+            | {"model_max_length": config["max_position_embeddings"]},  # each model's context
         ),
         min_vision_layers=0,
     )

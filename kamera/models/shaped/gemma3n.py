@@ -13,7 +13,8 @@ What is written: every tensor ``Gemma3nForConditionalGeneration`` loads, under t
 (``model.vision_tower.timm_model.*``: kamera's native encoder, :mod:`kamera.models.mobilenetv5`, registered for the
 vision config by :mod:`kamera.models.gemma3n`), the audio tower (``model.audio_tower.*``) and the two multimodal
 embedders (``model.embed_vision.*``, ``model.embed_audio.*``); the generation config, the image processor's
-preprocessor config, the chat template and a stand-in tokenizer.
+preprocessor config, the chat template and a stand-in tokenizer (the published JSON files are data,
+``configs/gemma3n_e4b/``).
 
 Shaped layer counts keep the decoder's structure in small (``_remap``): L layers alternate sliding and global
 (sliding first), the last ``2·round(⌊L/2⌋ · 15/35)`` are KV-shared (none at 2 layers, 2 of 4), the first
@@ -30,6 +31,8 @@ from functools import partial
 import kamera.models.gemma3n  # noqa: F401  (registers the native MobileNetV5 tower the weights are laid out from)
 from kamera.models.mobilenetv5 import ARCHITECTURES
 from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
+
+PUBLISHED = "gemma3n_e4b"  # the checkpoint whose published files (configs/gemma3n_e4b/) this family writes
 
 TEMPLATE = (
     "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
@@ -90,45 +93,13 @@ def gemma3n(model: str, sources: dict[str, str]) -> ShapedSpec:
         text_layers=("text_config.num_hidden_layers",),
         vision_layers=("audio_config.conf_num_hidden_layers",),
         remap=partial(_remap, config["text_config"]),
-        files={
-            "generation_config.json": {"bos_token_id": 2, "pad_token_id": 0, "eos_token_id": [1, 106]},
-            "preprocessor_config.json": {
-                "image_processor_type": "SiglipImageProcessorFast",
-                "processor_class": "Gemma3nProcessor",
-                "do_convert_rgb": None,
-                "do_resize": True,
-                "size": {"height": 768, "width": 768},
-                "resample": 2,
-                "do_rescale": True,
-                "rescale_factor": 1 / 255,
-                "do_normalize": False,
-                "image_mean": [0.5, 0.5, 0.5],
-                "image_std": [0.5, 0.5, 0.5],
-                "image_seq_length": 256,
-            },
-        },
+        files={f: published_json(PUBLISHED, f) for f in ("generation_config.json", "preprocessor_config.json")},
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
             None,
             config["text_config"]["vocab_size"],
             SPECIALS,
-            {
-                "tokenizer_class": "GemmaTokenizer",
-                "bos_token": "<bos>",
-                "eos_token": "<eos>",
-                "pad_token": "<pad>",
-                "unk_token": "<unk>",
-                "add_bos_token": True,
-                "add_eos_token": False,
-                "model_max_length": 32768,
-                "padding_side": "left",
-                "image_token": "<image_soft_token>",
-                "audio_token": "<audio_soft_token>",
-                "boi_token": "<start_of_image>",
-                "eoi_token": "<end_of_image>",
-                "boa_token": "<start_of_audio>",
-                "eoa_token": "<end_of_audio>",
-            },
+            published_json(PUBLISHED, "tokenizer_config.json"),
         ),
         omitted="the KV-shared layers' unused K/V projections, if the published file holds them (transformers builds "
         "none for those layers)",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from kamera.models.shaped.tokenizers import QWEN_SPECIALS, qwen_tokenizer_config
 from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
+PUBLISHED = "internvl3_8b"  # the checkpoint whose published files (configs/internvl3_8b/) this family writes
 CONVERTER = "huggingface/transformers src/transformers/models/internvl/convert_internvl_weights_to_hf.py"
 
 TEMPLATE = (
@@ -31,16 +32,8 @@ def internvl(model: str, sources: dict[str, str]) -> ShapedSpec:
         sources=sources,
         text_layers=("text_config.num_hidden_layers",),
         vision_layers=("vision_config.num_hidden_layers",),
-        files={
-            "preprocessor_config.json": {
-                "image_processor_type": "GotOcr2ImageProcessorFast", "processor_class": "InternVLProcessor",
-                "do_resize": True, "size": {"height": 448, "width": 448}, "do_rescale": True, "rescale_factor": 1 / 255,
-                "do_normalize": True, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225],
-                "do_convert_rgb": True, "crop_to_patches": False, "min_patches": 1, "max_patches": 12,
-            },
-            "processor_config.json": {"image_seq_length": 256, "processor_class": "InternVLProcessor"},
-            "generation_config.json": {"bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643},
-        },
+        files={f: published_json(PUBLISHED, f)
+               for f in ("preprocessor_config.json", "processor_config.json", "generation_config.json")},
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
             "qwen2", config["text_config"]["vocab_size"], INTERNVL_SPECIALS,

@@ -23,6 +23,7 @@ from kamera.models.internvl_chat import (
 from kamera.models.shaped.tokenizers import LLAMA_SPECIALS
 from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
+PUBLISHED = "internvl_chat_v1_1"  # the checkpoint whose tokenizer_config.json (configs/internvl_chat_v1_1/) is written
 REPO = "github.com/OpenGVLab/InternVL internvl_chat/internvl/"
 ADDED = {tok: 32000 + i for i, tok in enumerate(ADDED_TOKENS)}
 
@@ -56,18 +57,7 @@ def internvl_chat(model: str, sources: dict[str, str]) -> ShapedSpec:
             "llama2",
             config["llm_config"]["vocab_size"],
             ADDED,
-            {
-                "tokenizer_class": "LlamaTokenizer",
-                "add_bos_token": True,
-                "add_eos_token": False,
-                "bos_token": "<s>",
-                "eos_token": "</s>",
-                "pad_token": "<unk>",
-                "unk_token": "<unk>",
-                "legacy": True,
-                "clean_up_tokenization_spaces": False,
-                "model_max_length": 4096,
-            },
+            published_json(PUBLISHED, "tokenizer_config.json"),
             base_specials=LLAMA_SPECIALS,
         ),
         layout=lambda cfg, vision_layers: hub_tensor_shapes(cfg),  # the vision depth is in cfg

@@ -23,6 +23,8 @@ from kamera.models.kimi_vl import (
 )
 from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
+PUBLISHED = "kimi_vl_a3b"  # the checkpoint whose tokenizer_config.json (configs/kimi_vl_a3b/) is written
+
 
 def _inv_freq(cfg: dict) -> dict[str, torch.Tensor]:
     """Each decoder layer's stored rotary ``inv_freq`` [qk_rope_head_dim / 2] = θ^(−2i/d), in bf16."""
@@ -55,13 +57,7 @@ def kimi_vl(model: str, sources: dict[str, str]) -> ShapedSpec:
             None,
             config["vocab_size"],
             {f"<|reserved_token_{i}|>": i for i in RESERVED if i not in set(SPECIALS.values())} | SPECIALS,
-            {
-                "bos_token": "[BOS]",
-                "eos_token": "[EOS]",
-                "pad_token": "[PAD]",
-                "unk_token": "[UNK]",
-                "model_max_length": 131072,
-            },
+            published_json(PUBLISHED, "tokenizer_config.json"),
         ),
         layout=lambda cfg, vision_layers: hub_tensor_shapes(cfg),  # the vision depth is in cfg
         fixed=_inv_freq,

@@ -11,8 +11,7 @@ from __future__ import annotations
 from kamera.models.shaped.tokenizers import LLAMA_SPECIALS
 from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
-CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
-CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+PUBLISHED = "llava_1_5_7b"  # the checkpoint whose published files (configs/llava_1_5_7b/) this family writes
 
 
 # one user turn: the images first ("<image>\n" each), then the texts each followed by a space
@@ -33,50 +32,14 @@ def llava(model: str, sources: dict[str, str]) -> ShapedSpec:
         sources=sources,
         text_layers=("text_config.num_hidden_layers",),
         vision_layers=("vision_config.num_hidden_layers",),
-        files={
-            "preprocessor_config.json": {
-                "crop_size": {"height": 336, "width": 336},
-                "do_center_crop": True,
-                "do_convert_rgb": True,
-                "do_normalize": True,
-                "do_rescale": True,
-                "do_resize": True,
-                "image_mean": CLIP_MEAN,
-                "image_std": CLIP_STD,
-                "image_processor_type": "CLIPImageProcessor",
-                "processor_class": "LlavaProcessor",
-                "resample": 3,
-                "rescale_factor": 0.00392156862745098,
-                "size": {"shortest_edge": 336},
-            },
-            "processor_config.json": {
-                "image_token": "<image>",
-                "num_additional_image_tokens": 1,
-                "patch_size": 14,
-                "processor_class": "LlavaProcessor",
-                "vision_feature_select_strategy": "default",
-            },
-            "generation_config.json": {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 32001},
-        },
+        files={f: published_json(PUBLISHED, f)
+               for f in ("preprocessor_config.json", "processor_config.json", "generation_config.json")},
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
             "llama2",
             config["vocab_size"],
             {"<image>": 32000, "<pad>": 32001},
-            {
-                "tokenizer_class": "LlamaTokenizer",
-                "add_bos_token": True,
-                "add_eos_token": False,
-                "bos_token": "<s>",
-                "eos_token": "</s>",
-                "pad_token": "<pad>",
-                "unk_token": "<unk>",
-                "legacy": True,
-                "padding_side": "left",
-                "clean_up_tokenization_spaces": False,
-                "spaces_between_special_tokens": False,
-                "model_max_length": 4096,
-            },
+            published_json(PUBLISHED, "tokenizer_config.json"),
             base_specials=LLAMA_SPECIALS,
         ),
     )

@@ -27,6 +27,7 @@ from kamera.models.phi3_v import (
 from kamera.models.shaped.tokenizers import LLAMA_SPECIALS
 from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
+PUBLISHED = "phi3_5_vision"  # the checkpoint whose tokenizer_config.json (configs/phi3_5_vision/) is written
 _PLACEHOLDERS = {f"<|placeholder{k}|>": 32011 + k - 7 for k in range(7, 7 + IMAGE_ID - 32011)}
 
 def phi3_v(model: str, sources: dict[str, str]) -> ShapedSpec:
@@ -46,9 +47,7 @@ def phi3_v(model: str, sources: dict[str, str]) -> ShapedSpec:
         chat_template=CHAT_TEMPLATE,
         tokenizer=TokenizerSpec(
             "llama2", config["vocab_size"], SPECIALS | _PLACEHOLDERS | {IMAGE_TOKEN: IMAGE_ID},
-            {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
-             "eos_token": "</s>", "pad_token": "<|endoftext|>", "unk_token": "<unk>", "legacy": True,
-             "clean_up_tokenization_spaces": False, "spaces_between_special_tokens": False, "model_max_length": 131072},
+            published_json(PUBLISHED, "tokenizer_config.json"),
             base_specials=LLAMA_SPECIALS,
         ),
         layout=lambda cfg, vision_layers: hub_tensor_shapes(cfg, vision_layers),

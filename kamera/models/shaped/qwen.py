@@ -4,10 +4,11 @@ Qwen2.5-Omni-7B.
 One spec builder per family, ``fn(model, sources) -> ShapedSpec``, named by each model's ``conf/model`` file
 (``entry.shaped``): the config is the model's published ``config.json`` (``configs/<model>.json``) and the
 sources its file's ``entry.shaped_sources`` (the published files and the public repository files that restate
-them, where the numbers were checked), so a model of one of these families is its YAML and its config. Every
-other number below is the published one (preprocessor_config.json / generation_config.json); the chat templates
-are written here to render what the published templates render for user turns (text, images, videos; audio for
-Omni).
+them, where the numbers were checked), so a model of one of these families is its YAML and its config. The other
+published files (preprocessor, video preprocessor, generation and tokenizer configs) are data too,
+``configs/<checkpoint>/<file>`` (:func:`~kamera.models.shaped.writer.published_json`), of the checkpoint each family
+is written from; the chat templates are written here to render what the published templates render for user turns
+(text, images, videos; audio for Omni).
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from __future__ import annotations
 from kamera.models.shaped.tokenizers import QWEN_SPECIALS, qwen_tokenizer_config
 from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json, remap_indices
 
-QWEN_GENERATION = {"bos_token_id": 151643, "pad_token_id": 151643, "eos_token_id": [151645, 151643]}
-CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
-CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+# the generation config every Qwen VL and Omni spec here writes: Qwen2.5-VL-7B's token ids
+QWEN_GENERATION = published_json("qwen2_5_vl_7b", "generation_config.json")
 
 # ----- chat templates (user turns: text, image, video, audio; system only when given, except Qwen2.5-VL) --
 _PARTS = (
@@ -37,6 +37,12 @@ QWEN25_TEMPLATE = (
     + _TURNS + _GEN
 )
 QWEN3_TEMPLATE = _TURNS + _GEN
+
+
+def _files(checkpoint: str, *files: str) -> dict[str, dict]:
+    """The published ``files`` of ``checkpoint`` (``configs/<checkpoint>/<file>``) and the Qwen generation config."""
+    return {f: published_json(checkpoint, f) for f in files} | {"generation_config.json": QWEN_GENERATION}
+
 
 # ----- Qwen2.5-VL (Qwen2.5-VL-7B-Instruct) -----------------------------------------------------------------
 def qwen2_5_vl(model: str, sources: dict[str, str]) -> ShapedSpec:
@@ -58,20 +64,7 @@ def qwen2_5_vl(model: str, sources: dict[str, str]) -> ShapedSpec:
         text_layers=("num_hidden_layers",),
         vision_layers=("vision_config.depth",),
         remap=remap,
-        files={
-            "preprocessor_config.json": {
-                "min_pixels": 3136,
-                "max_pixels": 12845056,
-                "patch_size": 14,
-                "temporal_patch_size": 2,
-                "merge_size": 2,
-                "image_mean": CLIP_MEAN,
-                "image_std": CLIP_STD,
-                "image_processor_type": "Qwen2VLImageProcessor",
-                "processor_class": "Qwen2_5_VLProcessor",
-            },
-            "generation_config.json": QWEN_GENERATION,
-        },
+        files=_files("qwen2_5_vl_7b", "preprocessor_config.json"),
         chat_template=QWEN25_TEMPLATE,
         tokenizer=TokenizerSpec(
             "qwen2", config["vocab_size"], {}, qwen_tokenizer_config(), base_specials=QWEN_SPECIALS
@@ -98,32 +91,7 @@ def qwen3_vl(model: str, sources: dict[str, str]) -> ShapedSpec:
         text_layers=("text_config.num_hidden_layers",),
         vision_layers=("vision_config.depth",),
         remap=lambda cfg, layers, v: _remap_deepstack(cfg["vision_config"], depth, v),
-        files={
-            "preprocessor_config.json": {
-                "size": {"longest_edge": 16777216, "shortest_edge": 65536},
-                "patch_size": 16,
-                "temporal_patch_size": 2,
-                "merge_size": 2,
-                "image_mean": [0.5, 0.5, 0.5],
-                "image_std": [0.5, 0.5, 0.5],
-                "image_processor_type": "Qwen2VLImageProcessorFast",
-                "processor_class": "Qwen3VLProcessor",
-            },
-            "video_preprocessor_config.json": {
-                "size": {"longest_edge": 25165824, "shortest_edge": 4096},
-                "patch_size": 16,
-                "temporal_patch_size": 2,
-                "merge_size": 2,
-                "image_mean": [0.5, 0.5, 0.5],
-                "image_std": [0.5, 0.5, 0.5],
-                "fps": 2,
-                "min_frames": 4,
-                "max_frames": 768,
-                "video_processor_type": "Qwen3VLVideoProcessor",
-                "processor_class": "Qwen3VLProcessor",
-            },
-            "generation_config.json": QWEN_GENERATION,
-        },
+        files=_files("qwen3_vl_8b", "preprocessor_config.json", "video_preprocessor_config.json"),
         chat_template=QWEN3_TEMPLATE,
         tokenizer=TokenizerSpec(
             "qwen2", config["text_config"]["vocab_size"], {}, qwen_tokenizer_config(), base_specials=QWEN_SPECIALS
@@ -156,35 +124,7 @@ def qwen3_omni_moe(model: str, sources: dict[str, str]) -> ShapedSpec:
         text_layers=("thinker_config.text_config.num_hidden_layers",),
         vision_layers=("thinker_config.vision_config.depth", "thinker_config.audio_config.encoder_layers"),
         remap=lambda cfg, layers, v: _remap_deepstack(cfg["thinker_config"]["vision_config"], depth, v),
-        files={
-            "preprocessor_config.json": {
-                "min_pixels": 3136,
-                "max_pixels": 12845056,
-                "patch_size": 16,
-                "temporal_patch_size": 2,
-                "merge_size": 2,
-                "image_mean": [0.5, 0.5, 0.5],
-                "image_std": [0.5, 0.5, 0.5],
-                "image_processor_type": "Qwen2VLImageProcessor",
-                "feature_extractor_type": "WhisperFeatureExtractor",
-                "feature_size": 128,
-                "hop_length": 160,
-                "n_fft": 400,
-                "sampling_rate": 16000,
-                "processor_class": "Qwen3OmniMoeProcessor",
-            },
-            "video_preprocessor_config.json": {
-                "size": {"shortest_edge": 128 * 32 * 32, "longest_edge": 768 * 32 * 32},
-                "patch_size": 16,
-                "temporal_patch_size": 2,
-                "merge_size": 2,
-                "image_mean": [0.5, 0.5, 0.5],
-                "image_std": [0.5, 0.5, 0.5],
-                "video_processor_type": "Qwen2VLVideoProcessor",
-                "processor_class": "Qwen3OmniMoeProcessor",
-            },
-            "generation_config.json": QWEN_GENERATION,
-        },
+        files=_files("qwen3_omni_30b_a3b", "preprocessor_config.json", "video_preprocessor_config.json"),
         chat_template=QWEN3_TEMPLATE,
         tokenizer=TokenizerSpec(
             "qwen2",
@@ -263,42 +203,7 @@ def qwen2_5_omni(model: str, sources: dict[str, str]) -> ShapedSpec:
         text_layers=("thinker_config.text_config.num_hidden_layers",),
         vision_layers=("thinker_config.vision_config.depth", "thinker_config.audio_config.encoder_layers"),
         remap=remap,
-        files={
-            "preprocessor_config.json": {
-                "chunk_length": 300,
-                "dither": 0.0,
-                "feature_extractor_type": "WhisperFeatureExtractor",
-                "feature_size": 128,
-                "hop_length": 160,
-                "n_fft": 400,
-                "n_samples": 4800000,
-                "nb_max_frames": 30000,
-                "padding_side": "right",
-                "padding_value": 0.0,
-                "return_attention_mask": True,
-                "sampling_rate": 16000,
-                "min_pixels": 3136,
-                "max_pixels": 12845056,
-                "patch_size": 14,
-                "temporal_patch_size": 2,
-                "merge_size": 2,
-                "image_mean": CLIP_MEAN,
-                "image_std": CLIP_STD,
-                "image_processor_type": "Qwen2VLImageProcessor",
-                "processor_class": "Qwen2_5OmniProcessor",
-            },
-            "video_preprocessor_config.json": {
-                "size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28},
-                "patch_size": 14,
-                "temporal_patch_size": 2,
-                "merge_size": 2,
-                "image_mean": CLIP_MEAN,
-                "image_std": CLIP_STD,
-                "video_processor_type": "Qwen2VLVideoProcessor",
-                "processor_class": "Qwen2_5OmniProcessor",
-            },
-            "generation_config.json": QWEN_GENERATION,
-        },
+        files=_files("qwen2_5_omni_7b", "preprocessor_config.json", "video_preprocessor_config.json"),
         chat_template=OMNI25_TEMPLATE,
         tokenizer=TokenizerSpec(
             "qwen2",

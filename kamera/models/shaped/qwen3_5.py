@@ -40,21 +40,8 @@ def qwen3_5(model: str, sources: dict[str, str]) -> ShapedSpec:
         vision_layers=("vision_config.depth",),
         remap=_hybrid_layers,
         files={
-            "preprocessor_config.json": {
-                "size": {"longest_edge": 16777216, "shortest_edge": 65536},
-                "patch_size": 16,
-                "temporal_patch_size": 2,
-                "merge_size": 2,
-                "image_mean": [0.5, 0.5, 0.5],
-                "image_std": [0.5, 0.5, 0.5],
-                "image_processor_type": "Qwen2VLImageProcessorFast",
-                "processor_class": "Qwen3VLProcessor",
-            },
-            "generation_config.json": {
-                "bos_token_id": 248044,
-                "pad_token_id": 248044,
-                "eos_token_id": [248046, 248044],
-            },
+            "preprocessor_config.json": published_json("qwen3_vl_8b", "preprocessor_config.json"),  # the same tower
+            "generation_config.json": published_json("gdn_hybrid", "generation_config.json"),
         },
         chat_template=QWEN3_TEMPLATE,
         tokenizer=TokenizerSpec(

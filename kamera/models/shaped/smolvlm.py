@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
+PUBLISHED = "smolvlm2"  # the checkpoint whose published files (configs/smolvlm2/) this family writes
+
 TEMPLATE = (
     "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
     "{% if message['content'] is string %}{{ ': ' + message['content'] }}{% else %}"
@@ -35,45 +37,13 @@ def smolvlm(model: str, sources: dict[str, str]) -> ShapedSpec:
         sources=sources,
         text_layers=("text_config.num_hidden_layers",),
         vision_layers=("vision_config.num_hidden_layers",),
-        files={
-            "preprocessor_config.json": {
-                "image_processor_type": "SmolVLMImageProcessor",
-                "processor_class": "SmolVLMProcessor",
-                "do_image_splitting": True,
-                "do_resize": True,
-                "size": {"longest_edge": 1536},
-                "max_image_size": {"longest_edge": 384},
-                "resample": 1,
-                "do_rescale": True,
-                "rescale_factor": 1 / 255,
-                "do_normalize": True,
-                "image_mean": [0.5, 0.5, 0.5],
-                "image_std": [0.5, 0.5, 0.5],
-                "do_convert_rgb": True,
-                "do_pad": True,
-            },
-            "processor_config.json": {"image_seq_len": 81, "processor_class": "SmolVLMProcessor"},
-            "generation_config.json": {"bos_token_id": 1, "eos_token_id": [2, 49279], "pad_token_id": 2},
-        },
+        files={f: published_json(PUBLISHED, f)
+               for f in ("preprocessor_config.json", "processor_config.json", "generation_config.json")},
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
             None,
             config["vocab_size"],
             SPECIALS,
-            {
-                "tokenizer_class": "GPT2Tokenizer",
-                "bos_token": "<|im_start|>",
-                "eos_token": "<end_of_utterance>",
-                "pad_token": "<|im_end|>",
-                "unk_token": "<|endoftext|>",
-                "add_bos_token": False,
-                "extra_special_tokens": {
-                    "fake_image_token": "<fake_token_around_image>",
-                    "image_token": "<image>",
-                    "global_image_token": "<global-img>",
-                    "end_of_utterance_token": "<end_of_utterance>",
-                },
-                "model_max_length": 16384,
-            },
+            published_json(PUBLISHED, "tokenizer_config.json"),
         ),
     )

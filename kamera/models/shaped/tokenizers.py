@@ -7,6 +7,8 @@ its specials from 151643 (``<|endoftext|>``) to 151668 (``</think>``); models ad
 
 from __future__ import annotations
 
+from kamera.models.shaped.writer import published_json
+
 QWEN_SPECIALS = {
     tok: 151643 + i
     for i, tok in enumerate([
@@ -22,10 +24,7 @@ LLAMA_SPECIALS = {"<unk>": 0, "<s>": 1, "</s>": 2}
 
 
 def qwen_tokenizer_config(**extra) -> dict:
-    """tokenizer_config.json of the Qwen2.5 / Qwen3 VL checkpoints: no BOS, ``<|im_end|>`` ends a turn,
-    ``<|endoftext|>`` pads."""
-    return {
-        "tokenizer_class": "Qwen2Tokenizer", "add_bos_token": False, "add_prefix_space": False, "bos_token": None,
-        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None, "errors": "replace",
-        "clean_up_tokenization_spaces": False, "split_special_tokens": False, "model_max_length": 131072, **extra,
-    }
+    """tokenizer_config.json of the Qwen2.5 / Qwen3 VL checkpoints (Qwen2.5-VL-7B's,
+    ``configs/qwen2_5_vl_7b/tokenizer_config.json``): no BOS, ``<|im_end|>`` ends a turn, ``<|endoftext|>`` pads;
+    ``extra`` set over it."""
+    return {**published_json("qwen2_5_vl_7b", "tokenizer_config.json"), **extra}

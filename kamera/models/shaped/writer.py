@@ -16,6 +16,16 @@ template and how to build its tokenizer. :func:`write` turns a spec into a direc
 - ``shaped.json``: what was shaped, the seed, the spec's sources and which tokenizer was used (the
   completeness marker: it is written last, inside the staging directory, see :func:`staged`).
 
+The published JSON files are data under ``configs/``, read by :func:`published_json` (the one reader):
+``configs/<model>.json`` is the model's ``config.json`` and ``configs/<model>/<file>`` each other JSON file its
+checkpoint ships (``generation_config.json``, ``preprocessor_config.json``, ``video_preprocessor_config.json``,
+``processor_config.json``, ``tokenizer_config.json`` without its chat template), as the writer writes it. Each file
+is stated once: a family's spec builder names the checkpoint whose files it writes (so a new model of the family,
+its YAML and its ``config.json``, gets them too; the Qwen3.5 builder writes Qwen3-VL-8B's preprocessor config, the
+Qwen VL and Omni builders Qwen2.5-VL-7B's generation and tokenizer configs), and what a builder computes (a value from
+the config, a model's extra tokens) stays code, over the file's literal part. (The remote-code models' preprocessor
+configs are still their adapter modules' ``HUB_PREPROCESSOR``, outside this package.)
+
 Checkpoints whose model class exists only as remote code on the Hub (Kimi-VL, Phi-3.5-V) cannot be built
 from transformers: their spec gives the tensor layout as a function of the shaped config (``layout``, the
 adapter module's own list of Hub names, the same list its loader checks against). Everything else — the
@@ -50,19 +60,22 @@ from safetensors.torch import save_file
 from kamera.models.standin_tokenizer import write_standin_tokenizer
 
 SHARD_BYTES = 2 << 30
-CONFIGS = Path(__file__).resolve().parent / "configs"  # each paper model's published config.json, as data
+CONFIGS = Path(__file__).resolve().parent / "configs"  # each paper model's published JSON files, as data
 VERSION = 3  # bump when the writer's output changes, so cached shaped checkpoints are rebuilt
 NORM = re.compile(r"(norm|layernorm|layer_norm|ln_q|ln_post|ln_pre|(^|\.)ln\d?)[^.]*\.weight$")
 
 
-def published_json(model: str) -> dict:
-    """``configs/<model>.json``: the model's ``config.json`` as published on the Hub (every number the model has,
-    the layer counts included), read by its family's :class:`ShapedSpec`, the cost model and the remote-code loaders."""
-    path = CONFIGS / f"{model}.json"
+def published_json(model: str, file: str = "config.json") -> dict:
+    """The JSON ``file`` the model's checkpoint publishes on the Hub, as data: ``configs/<model>.json`` for its
+    ``config.json`` (every number the model has, the layer counts included: read by its family's
+    :class:`ShapedSpec`, the cost model and the remote-code loaders), ``configs/<model>/<file>`` for the others
+    (generation, processor and tokenizer configs, read by the family spec builders; module docstring)."""
+    path = CONFIGS / f"{model}.json" if file == "config.json" else CONFIGS / model / file
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{model}: no published config at {path}") from None
+        what = "config" if file == "config.json" else file
+        raise FileNotFoundError(f"{model}: no published {what} at {path}") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
 
