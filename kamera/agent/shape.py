@@ -59,16 +59,14 @@ class AgentItems(WindowItems):
 
     name = "agent"
     order = 0  # asked first: a job listing policies is an agent job whatever its benchmark
+    claim_key = "policies"
+    claim_bench = None  # not the window shape's: a window job without policies stays a window job
     kinds = ("policy",)  # the plugin list the job reads: cfg.policies
     identity_tag: ClassVar[dict] = {"shape": "agent"}
 
     def __init__(self, bench: WindowBench | None, cfg: DictConfig) -> None:
         super().__init__(bench)  # type: ignore[arg-type]
         self.identity_tag = {"shape": "agent", "trace": self.trace_identity(cfg)}
-
-    @classmethod
-    def claims(cls, cfg: DictConfig, bench: object) -> bool:
-        return bool(cfg.get("policies"))
 
     @classmethod
     def of(cls, cfg: DictConfig, bench: object) -> AgentItems:

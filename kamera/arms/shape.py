@@ -46,14 +46,11 @@ class ArmItems:
 
     name = "arm"
     order = 9  # asked last: it takes every job the other shapes leave
+    claim_key = claim_bench = None  # claims every job
     places_items = True  # item_offset moves its items
     kinds = ("arm", "probe")  # the plugin lists the job reads: cfg.arms, cfg.probes
     identity_tag: ClassVar[dict] = {}  # nothing added to the config identity
     cost_keys = ("n", "n_b", "image_tokens")  # cost.tokens.<bench>: tokens per item, B's tokens, image tokens
-
-    @classmethod
-    def claims(cls, cfg: DictConfig, bench: object) -> bool:
-        return True
 
     @classmethod
     def of(cls, cfg: DictConfig, bench: object) -> ArmItems:

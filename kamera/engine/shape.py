@@ -153,16 +153,13 @@ class EngineItems:
 
     name = "engine"
     order = 1  # before the window and arm shapes: ``engine`` set serves any benchmark through the engine
+    claim_key, claim_bench = "engine", EngineBench
     places_items = False  # the engine's items sit where their generator puts them
     kinds = ("arm",)  # the plugin list the job reads (its timing record is the shape's own probe)
     cost_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, engine: str | None) -> None:
         self.engine = engine  # None: an engine benchmark asked for without an engine (a preflight problem)
-
-    @classmethod
-    def claims(cls, cfg: DictConfig, bench: object) -> bool:
-        return bool(cfg.get("engine")) or isinstance(bench, EngineBench)
 
     @classmethod
     def of(cls, cfg: DictConfig, bench: object) -> EngineItems:

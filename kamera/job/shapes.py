@@ -36,14 +36,12 @@ class JobShape(Protocol):
 
     name: ClassVar[str]  # the shape's name (unique across rooms)
     order: ClassVar[int]  # when :func:`shape_of` asks it: lower first; the arm shape, which claims every job, last
+    claim_key: ClassVar[str | None]  # the job key that, set, makes a job this shape's (``policies``, ``engine``)
+    claim_bench: ClassVar[type | None]  # the benchmark kind (its SPEC's class) whose jobs are this shape's
     places_items: ClassVar[bool]  # whether ``item_offset`` moves its items
     kinds: tuple[str, ...]  # the plugin lists the job reads (``arm``/``probe``, ``window_probe``, ``policy``)
     identity_tag: dict  # what the shape adds to the config identity
     cost_keys: tuple[str, ...]  # the ``cost.tokens.<bench>`` keys it reads, the tokens per item (or chunk) first
-
-    @classmethod
-    def claims(cls, cfg: DictConfig, bench: object) -> bool:
-        """Whether this shape runs the job (``bench``: its benchmark's SPEC, None for an unknown name)."""
 
     @classmethod
     def of(cls, cfg: DictConfig, bench: object) -> JobShape:
@@ -112,7 +110,16 @@ def shape_of(cfg: DictConfig) -> JobShape:
     ``policies``, engine items when ``engine`` is set (conf/engine/<name>.yaml) or the benchmark is an engine
     benchmark (which then asks for an engine), window items when its benchmark is a window benchmark, else arm items."""
     bench = BENCHES.get(cfg.bench.name)
-    return next(s for s in shapes() if s.claims(cfg, bench)).of(cfg, bench)
+    return next(s for s in shapes() if claims(s, cfg, bench)).of(cfg, bench)
+
+
+def claims(shape: type[JobShape], cfg: DictConfig, bench: object) -> bool:
+    """Whether ``shape`` runs the job: its key is set, or the job's benchmark (its SPEC; None for an unknown name) is
+    of its kind; a shape that names neither claims every job."""
+    if shape.claim_key is None and shape.claim_bench is None:
+        return True
+    return bool(shape.claim_key and cfg.get(shape.claim_key)) or (
+        shape.claim_bench is not None and isinstance(bench, shape.claim_bench))
 
 
 def job_specs(cfg: DictConfig) -> tuple[list[Spec], list[Spec]]:

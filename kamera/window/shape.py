@@ -60,6 +60,7 @@ class WindowItems:
 
     name = "window"
     order = 2
+    claim_key, claim_bench = None, WindowBench
     places_items = False  # a window benchmark places its chunks itself
     kinds = ("window_probe",)  # the plugin list the job reads: cfg.window_probes
     identity_tag: ClassVar[dict] = {"shape": "window"}  # a window job's key never equals an arm job's
@@ -67,10 +68,6 @@ class WindowItems:
 
     def __init__(self, bench: WindowBench) -> None:
         self.bench = bench
-
-    @classmethod
-    def claims(cls, cfg: DictConfig, bench: object) -> bool:
-        return isinstance(bench, WindowBench)
 
     @classmethod
     def of(cls, cfg: DictConfig, bench: object) -> WindowItems:

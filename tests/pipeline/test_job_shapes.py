@@ -33,13 +33,15 @@ def test_every_rooms_shape_module_is_discovered_and_on_the_shapes_floors():
 @pytest.mark.parametrize("shape", shapes(), ids=lambda s: s.name)
 def test_each_shape_answers_the_whole_contract(shape):
     members = sorted(m for m in {*JobShape.__annotations__, *vars(JobShape)} if not m.startswith("_"))
-    assert members == sorted(["name", "order", "places_items", "kinds", "identity_tag", "cost_keys", "claims", "of",
+    assert members == sorted(["name", "order", "places_items", "kinds", "identity_tag", "cost_keys", "claim_key",
+                              "claim_bench", "of",
                               "problems", "plugin_problems", "specs", "selects_from_model", "reads", "select",
                               "bench_identity", "cost_forwards", "runtime_identity", "serving", "evaluate_item"])
     assert [m for m in members if not hasattr(shape, m)] == []
 
 
 def test_the_arm_shape_is_asked_last_and_claims_every_job():
+    assert [s.name for s in shapes() if s.claim_key is None and s.claim_bench is None] == ["arm"]
     assert shapes()[-1].name == "arm" and len({s.order for s in shapes()}) == len(shapes())
 
 
