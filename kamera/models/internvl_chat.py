@@ -56,12 +56,7 @@ from kamera.models.shaped.writer import published_json
 
 HUB_CONFIG: dict = published_json("internvl_chat_v1_1")  # config.json as reconstructed (kamera/models/shaped/configs/)
 # The release's CLIPImageProcessor (serve/model_worker.py at 9807c9f), as a preprocessor_config.json writes it.
-HUB_PREPROCESSOR: dict = {
-    "feature_extractor_type": "CLIPFeatureExtractor", "image_processor_type": "CLIPImageProcessor",
-    "do_resize": True, "size": 448, "resample": 3, "do_center_crop": True, "crop_size": 448, "do_rescale": True,
-    "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.485, 0.456, 0.406],
-    "image_std": [0.229, 0.224, 0.225], "do_convert_rgb": True,
-}
+HUB_PREPROCESSOR: dict = published_json("internvl_chat_v1_1", "preprocessor_config.json")
 IMG_START, IMG_END, IMG_CONTEXT = "<img>", "</img>", "<IMG_CONTEXT>"
 ADDED_TOKENS = (IMG_START, IMG_END, IMG_CONTEXT, "<quad>", "</quad>", "<ref>", "</ref>", "<box>", "</box>")
 CHAT = ("<s> <human>: ", " <bot>:")

@@ -63,11 +63,7 @@ HUB_TENSOR_COUNT = 5679  # tensors in the published checkpoint (27 + 27 layers)
 # The published preprocessor_config.json: in_token_limit, patch and merge size, pad_input (as recorded for
 # kimi-vl-a3b-instruct rows of a public eval harness); mean/std are read from the file at load time.
 # The shaped checkpoint writes 0.5 / 0.5, the MoonViT family's normalisation (transformers' kimi_k25 processor).
-HUB_PREPROCESSOR: dict = {
-    "image_processor_type": "KimiVLImageProcessor", "processor_class": "KimiVLProcessor", "in_token_limit": 4096,
-    "patch_size": 14, "num_pooled_tokens": 1024, "merge_kernel_size": [2, 2], "pad_input": True,
-    "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-}
+HUB_PREPROCESSOR: dict = published_json("kimi_vl_a3b", "preprocessor_config.json")
 
 MEDIA_START, MEDIA_CONTENT, MEDIA_END, MEDIA_PAD = (
     "<|media_start|>",

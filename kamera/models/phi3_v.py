@@ -78,13 +78,7 @@ HUB_CONFIG: dict = published_json("phi3_5_vision")  # the published config.json 
 # The remote code builds CLIP ViT-L/14-336 from constants, not from config.json (its CLIP_VIT_LARGE_PATCH14_336_CONFIG).
 CLIP_L14_336 = dict(hidden_size=1024, intermediate_size=4096, num_attention_heads=16, num_hidden_layers=24,
                     image_size=336, patch_size=14, hidden_act="quick_gelu", layer_norm_eps=1e-5, projection_dim=768)
-HUB_PREPROCESSOR: dict = {
-    "auto_map": {"AutoProcessor": "processing_phi3_v.Phi3VProcessor",
-                 "AutoImageProcessor": "image_processing_phi3_v.Phi3VImageProcessor"},
-    "image_processor_type": "Phi3VImageProcessor", "processor_class": "Phi3VProcessor", "num_crops": 4,
-    "num_img_tokens": 144, "image_mean": [0.48145466, 0.4578275, 0.40821073],
-    "image_std": [0.26862954, 0.26130258, 0.27577711],
-}
+HUB_PREPROCESSOR: dict = published_json("phi3_5_vision", "preprocessor_config.json")
 IMAGE_TOKEN, IMAGE_ID = "<|image|>", 32044
 SPECIALS: dict[str, int] = {
     "<|endoftext|>": 32000, "<|assistant|>": 32001, "<|placeholder1|>": 32002, "<|placeholder2|>": 32003,

@@ -9,7 +9,7 @@ conversion script for this checkpoint; the config leaves the rest at the config 
 
 from __future__ import annotations
 
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_files, published_json
 
 PUBLISHED = "deepseek_vl_7b"  # the checkpoint whose published files (configs/deepseek_vl_7b/) this family writes
 CONVERTER = (
@@ -52,8 +52,7 @@ def deepseek_vl_hybrid(model: str, sources: dict[str, str]) -> ShapedSpec:
         text_layers=("text_config.num_hidden_layers",),
         vision_layers=("vision_config.num_hidden_layers", "high_res_vision_config.num_hidden_layers"),
         remap=_remap,
-        files={f: published_json(PUBLISHED, f)
-               for f in ("preprocessor_config.json", "processor_config.json", "generation_config.json")},
+        files=published_files(PUBLISHED),
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
             None,

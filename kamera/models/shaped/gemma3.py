@@ -16,20 +16,13 @@ context length.
 
 from __future__ import annotations
 
-from kamera.models.shaped.gemma3n import TEMPLATE
+from kamera.models.shaped.gemma3n import GEMMA_SPECIALS, TEMPLATE
 from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
 
 PUBLISHED = "gemma3_1b"  # the checkpoint whose tokenizer_config.json (configs/gemma3_1b/) this family writes
 
 SPECIALS = {
-    "<pad>": 0,
-    "<eos>": 1,
-    "<bos>": 2,
-    "<unk>": 3,
-    "<mask>": 4,
-    "<start_of_turn>": 105,
-    "<end_of_turn>": 106,
-    "<start_of_image>": 255999,
+    **GEMMA_SPECIALS,
     "<end_of_image>": 256000,
     "<image_soft_token>": 262144,  # 4B's vocabulary (262,208) only
 }

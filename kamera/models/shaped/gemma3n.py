@@ -30,7 +30,7 @@ from functools import partial
 
 import kamera.models.gemma3n  # noqa: F401  (registers the native MobileNetV5 tower the weights are laid out from)
 from kamera.models.mobilenetv5 import ARCHITECTURES
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_files, published_json
 
 PUBLISHED = "gemma3n_e4b"  # the checkpoint whose published files (configs/gemma3n_e4b/) this family writes
 
@@ -48,7 +48,8 @@ TEMPLATE = (
     "{{ '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
 )
 
-SPECIALS = {
+# the specials Gemma 3 and Gemma-3n share, at their published ids
+GEMMA_SPECIALS = {
     "<pad>": 0,
     "<eos>": 1,
     "<bos>": 2,
@@ -57,6 +58,9 @@ SPECIALS = {
     "<start_of_turn>": 105,
     "<end_of_turn>": 106,
     "<start_of_image>": 255999,
+}
+SPECIALS = {
+    **GEMMA_SPECIALS,
     "<start_of_audio>": 256000,
     "<end_of_image>": 262144,
     "<image_soft_token>": 262145,
@@ -93,7 +97,7 @@ def gemma3n(model: str, sources: dict[str, str]) -> ShapedSpec:
         text_layers=("text_config.num_hidden_layers",),
         vision_layers=("audio_config.conf_num_hidden_layers",),
         remap=partial(_remap, config["text_config"]),
-        files={f: published_json(PUBLISHED, f) for f in ("generation_config.json", "preprocessor_config.json")},
+        files=published_files(PUBLISHED, ("generation_config.json", "preprocessor_config.json")),
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
             None,

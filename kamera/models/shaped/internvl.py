@@ -6,7 +6,7 @@ dynamic NTK RoPE ×2 beyond 32k, vocabulary 151,674 with InternVL's image tokens
 from __future__ import annotations
 
 from kamera.models.shaped.tokenizers import QWEN_SPECIALS, qwen_tokenizer_config
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
+from kamera.models.shaped.writer import VLM_LAYERS, ShapedSpec, TokenizerSpec, published_files, published_json
 
 PUBLISHED = "internvl3_8b"  # the checkpoint whose published files (configs/internvl3_8b/) this family writes
 CONVERTER = "huggingface/transformers src/transformers/models/internvl/convert_internvl_weights_to_hf.py"
@@ -30,10 +30,8 @@ def internvl(model: str, sources: dict[str, str]) -> ShapedSpec:
         model_class="InternVLForConditionalGeneration",
         config=config,
         sources=sources,
-        text_layers=("text_config.num_hidden_layers",),
-        vision_layers=("vision_config.num_hidden_layers",),
-        files={f: published_json(PUBLISHED, f)
-               for f in ("preprocessor_config.json", "processor_config.json", "generation_config.json")},
+        **VLM_LAYERS,
+        files=published_files(PUBLISHED),
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
             "qwen2", config["text_config"]["vocab_size"], INTERNVL_SPECIALS,

@@ -21,7 +21,7 @@ from kamera.models.internvl_chat import (
     hub_tensor_shapes,
 )
 from kamera.models.shaped.tokenizers import LLAMA_SPECIALS
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, generation_ids, published_json
 
 PUBLISHED = "internvl_chat_v1_1"  # the checkpoint whose tokenizer_config.json (configs/internvl_chat_v1_1/) is written
 REPO = "github.com/OpenGVLab/InternVL internvl_chat/internvl/"
@@ -48,9 +48,7 @@ def internvl_chat(model: str, sources: dict[str, str]) -> ShapedSpec:
         remap=_remap,
         files={
             "preprocessor_config.json": HUB_PREPROCESSOR,
-            "generation_config.json": {
-                k: config["llm_config"][k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")
-            },
+            "generation_config.json": generation_ids(config["llm_config"]),
         },
         chat_template=CHAT_TEMPLATE,
         tokenizer=TokenizerSpec(

@@ -21,7 +21,7 @@ from kamera.models.kimi_vl import (
     SPECIALS,
     hub_tensor_shapes,
 )
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
+from kamera.models.shaped.writer import VLM_LAYERS, ShapedSpec, TokenizerSpec, generation_ids, published_json
 
 PUBLISHED = "kimi_vl_a3b"  # the checkpoint whose tokenizer_config.json (configs/kimi_vl_a3b/) is written
 
@@ -44,13 +44,10 @@ def kimi_vl(model: str, sources: dict[str, str]) -> ShapedSpec:
         model_class="",
         config=config,
         sources=sources,
-        text_layers=("text_config.num_hidden_layers",),
-        vision_layers=("vision_config.num_hidden_layers",),
+        **VLM_LAYERS,
         files={
             "preprocessor_config.json": HUB_PREPROCESSOR,
-            "generation_config.json": {
-                k: config["text_config"][k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")
-            },
+            "generation_config.json": generation_ids(config["text_config"]),
         },
         chat_template=CHAT_TEMPLATE,
         tokenizer=TokenizerSpec(

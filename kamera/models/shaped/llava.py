@@ -9,7 +9,7 @@ config sets ``num_hidden_layers`` explicitly. Weights are stored in float16, as 
 from __future__ import annotations
 
 from kamera.models.shaped.tokenizers import LLAMA_SPECIALS
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
+from kamera.models.shaped.writer import VLM_LAYERS, ShapedSpec, TokenizerSpec, published_files, published_json
 
 PUBLISHED = "llava_1_5_7b"  # the checkpoint whose published files (configs/llava_1_5_7b/) this family writes
 
@@ -30,10 +30,8 @@ def llava(model: str, sources: dict[str, str]) -> ShapedSpec:
         model_class="LlavaForConditionalGeneration",
         config=config,
         sources=sources,
-        text_layers=("text_config.num_hidden_layers",),
-        vision_layers=("vision_config.num_hidden_layers",),
-        files={f: published_json(PUBLISHED, f)
-               for f in ("preprocessor_config.json", "processor_config.json", "generation_config.json")},
+        **VLM_LAYERS,
+        files=published_files(PUBLISHED),
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
             "llama2",

@@ -25,7 +25,7 @@ from kamera.models.phi3_v import (
     hub_tensor_shapes,
 )
 from kamera.models.shaped.tokenizers import LLAMA_SPECIALS
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
+from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, generation_ids, published_json
 
 PUBLISHED = "phi3_5_vision"  # the checkpoint whose tokenizer_config.json (configs/phi3_5_vision/) is written
 _PLACEHOLDERS = {f"<|placeholder{k}|>": 32011 + k - 7 for k in range(7, 7 + IMAGE_ID - 32011)}
@@ -42,7 +42,7 @@ def phi3_v(model: str, sources: dict[str, str]) -> ShapedSpec:
         vision_layers=(),  # CLIP's depth is the tensors' (see the module docstring)
         files={
             "preprocessor_config.json": HUB_PREPROCESSOR,
-            "generation_config.json": {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")},
+            "generation_config.json": generation_ids(config),
         },
         chat_template=CHAT_TEMPLATE,
         tokenizer=TokenizerSpec(

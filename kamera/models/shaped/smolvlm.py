@@ -7,7 +7,7 @@ Images are split into up to 4 × 4 tiles of 384 px (longest edge resized to 1536
 
 from __future__ import annotations
 
-from kamera.models.shaped.writer import ShapedSpec, TokenizerSpec, published_json
+from kamera.models.shaped.writer import VLM_LAYERS, ShapedSpec, TokenizerSpec, published_files, published_json
 
 PUBLISHED = "smolvlm2"  # the checkpoint whose published files (configs/smolvlm2/) this family writes
 
@@ -35,10 +35,8 @@ def smolvlm(model: str, sources: dict[str, str]) -> ShapedSpec:
         model_class="SmolVLMForConditionalGeneration",
         config=config,
         sources=sources,
-        text_layers=("text_config.num_hidden_layers",),
-        vision_layers=("vision_config.num_hidden_layers",),
-        files={f: published_json(PUBLISHED, f)
-               for f in ("preprocessor_config.json", "processor_config.json", "generation_config.json")},
+        **VLM_LAYERS,
+        files=published_files(PUBLISHED),
         chat_template=TEMPLATE,
         tokenizer=TokenizerSpec(
             None,

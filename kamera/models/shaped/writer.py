@@ -23,8 +23,8 @@ checkpoint ships (``generation_config.json``, ``preprocessor_config.json``, ``vi
 is stated once: a family's spec builder names the checkpoint whose files it writes (so a new model of the family,
 its YAML and its ``config.json``, gets them too; the Qwen3.5 builder writes Qwen3-VL-8B's preprocessor config, the
 Qwen VL and Omni builders Qwen2.5-VL-7B's generation and tokenizer configs), and what a builder computes (a value from
-the config, a model's extra tokens) stays code, over the file's literal part. (The remote-code models' preprocessor
-configs are still their adapter modules' ``HUB_PREPROCESSOR``, outside this package.)
+the config, a model's extra tokens) stays code, over the file's literal part. The remote-code models' adapter modules
+read their preprocessor configs from here too (``HUB_PREPROCESSOR``).
 
 Checkpoints whose model class exists only as remote code on the Hub (Kimi-VL, Phi-3.5-V) cannot be built
 from transformers: their spec gives the tensor layout as a function of the shaped config (``layout``, the
@@ -78,6 +78,21 @@ def published_json(model: str, file: str = "config.json") -> dict:
         raise FileNotFoundError(f"{model}: no published {what} at {path}") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
+
+
+# the depth keys of a checkpoint with a text_config and a vision_config (LLaVA, InternVL, SmolVLM, Kimi-VL)
+VLM_LAYERS = {"text_layers": ("text_config.num_hidden_layers",), "vision_layers": ("vision_config.num_hidden_layers",)}
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "generation_config.json")
+
+
+def generation_ids(config: dict) -> dict:
+    """The generation config a remote-code checkpoint ships: its text config's bos / eos / pad ids."""
+    return {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+
+
+def published_files(model: str, files: tuple[str, ...] = PROCESSOR_FILES) -> dict[str, dict]:
+    """Each of ``files`` the model's checkpoint publishes (:func:`published_json`), by name: a spec's ``files``."""
+    return {f: published_json(model, f) for f in files}
 
 
 @dataclass(frozen=True)
