@@ -10,45 +10,28 @@ from __future__ import annotations
 import pytest
 import torch
 from shaped_fixtures import shaped_marks
+from sliding_support import (
+    B_TEXT,
+    alone,
+    assert_the_query_reads_only_rows_inside_the_window,
+    rel_err,
+    sliding_layers_of,
+    spans,
+)
 
-from kamera.core import ChunkKV, relocate, rotate
+from kamera.core import relocate, rotate
 from kamera.diagnostics.windowed import sliding_layers, windowed_deficit
-from kamera.items.spans import Span
 from kamera.metrics import eta, kl
 from kamera.models import load_model, place
 from kamera.models.shaped import ensure
 from kamera.reuse.context import ReuseContext
 from kamera.reuse.recompute import LayerDriver, recompute, reuse_bottom
 
-B_TEXT = "The board: the red cup is left, the blue cup is right, the green cup sits between them."
-
-
-def spans(b_text: str = B_TEXT) -> list[Span]:
-    return [
-        Span("prefix", ("Answer with one letter.",)),
-        Span("A", ("The key is under the red cup.",)),
-        Span("A", ("The coin is under the blue cup.",)),
-        Span("B", (b_text,)),
-        Span("query", ("Which cup hides the key? A, B, C or D.",)),
-    ]
-
-
-def rel_err(a: ChunkKV, b: ChunkKV, channel: int, layers=None) -> float:
-    pairs = list(zip(a.layers, b.layers, strict=True))
-    pairs = pairs if layers is None else [pairs[l] for l in layers]
-    return max(float((x[channel].double() - y[channel].double()).norm() / y[channel].double().norm()) for x, y in pairs)
-
 
 def reloc_bound(max_position: int) -> float:
     """Relocation's tolerance: 1e-5 plus the model's own float32 RoPE angle rounding, eps · max |p| (p·θ is formed in
     float32, θ ≤ 1; docs/metrics.md's rotary rounding term)."""
     return 1e-5 + torch.finfo(torch.float32).eps * max_position
-
-
-def alone(adapter, span: Span, start: int) -> ChunkKV:
-    enc = adapter.encode_span(span)
-    out = adapter.forward([(enc, start)])
-    return adapter.read(out.cache, 0, enc.n_tokens, enc.local_pos + start)
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +58,6 @@ def test_layout_is_gemma3s(twin):
     assert c.final_logit_softcapping is None
     assert twin.lm.layers[0].self_attn.scaling == pytest.approx(96**-0.5)
     assert twin.refuses("layers") is None
-
-
-def sliding_layers_of(adapter) -> list[int]:
-    return [l for l in range(adapter.n_layers) if adapter.layer_window(l) is not None]
 
 
 def test_span_forwards_are_the_models_own(twin, ctx):
@@ -133,24 +112,7 @@ def test_oracle_equals_blind_at_native_positions(twin, ctx):
 def test_the_query_reads_only_bs_rows_inside_a_sliding_layers_window(twin, ctx):
     """At a sliding layer, B's rows window − 1 or more slots behind the query are not read by it (corrupting them
     leaves the logits bit-identical); rows inside the window, and every row at a global layer, are."""
-    b0, b1 = ctx.ranges[ctx.b]
-    out_of_window = torch.arange(ctx.n_b) < b1 - (twin.window - 1) - b0
-    assert 0 < int(out_of_window.sum()) < ctx.n_b
-
-    def corrupted(layers: list[int], rows: torch.Tensor) -> torch.Tensor:
-        new = [tuple(t.clone() for t in chans) for chans in ctx.conditioned.layers]
-        for l in layers:
-            for t in new[l]:
-                t[rows] += 3.0
-        return ctx.query(ctx.conditioned.with_layers(new)).logits
-
-    spliced = ctx.query(ctx.conditioned).logits
-    torch.testing.assert_close(spliced, ctx.reprefill_logits, rtol=0, atol=1e-5)
-    sliding = sliding_layers_of(twin)
-    assert torch.equal(corrupted(sliding, out_of_window), spliced)
-    assert float((corrupted(sliding, ~out_of_window) - spliced).abs().max()) > 1e-4
-    globals_ = [l for l in range(twin.n_layers) if l not in sliding]
-    assert float((corrupted(globals_, out_of_window) - spliced).abs().max()) > 1e-4
+    assert_the_query_reads_only_rows_inside_the_window(twin, ctx, read=1e-4)
 
 
 def test_the_layer_driver_masks_sliding_layers_to_their_window(twin, ctx):

@@ -16,6 +16,13 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from sliding_support import (
+    B_TEXT,
+    alone,
+    assert_the_query_reads_only_rows_inside_the_window,
+    rel_err,
+    spans,
+)
 
 from kamera.core import ChunkKV, relocate, rotate
 from kamera.items.spans import Audio, Span
@@ -24,18 +31,6 @@ from kamera.models import image_problems, load_model, place
 from kamera.models.gemma3n import AUDIO_REASON
 from kamera.models.shaped import ensure
 from kamera.reuse.context import ReuseContext
-
-B_TEXT = "The board: the red cup is left, the blue cup is right, the green cup sits between them."
-
-
-def spans(b_text: str = B_TEXT) -> list[Span]:
-    return [
-        Span("prefix", ("Answer with one letter.",)),
-        Span("A", ("The key is under the red cup.",)),
-        Span("A", ("The coin is under the blue cup.",)),
-        Span("B", (b_text,)),
-        Span("query", ("Which cup hides the key? A, B, C or D.",)),
-    ]
 
 
 def noise_image(seed: int, size: tuple[int, int] = (90, 120)) -> Image.Image:
@@ -67,21 +62,6 @@ def image_identities(adapter, ctx: ReuseContext, kl_floor: float) -> None:
     assert torch.equal(ctx.query(ctx.patch.truncate(0).apply(ctx.relocated)).logits, ctx.blind.logits)
     native = ReuseContext(adapter, ctx.enc, canonical_context="native")
     torch.testing.assert_close(native.oracle.hidden, native.blind.hidden, rtol=1e-4, atol=1e-4)
-
-
-def rel_err(a: ChunkKV, b: ChunkKV, channel: int) -> float:
-    return max(float((x[channel].double() - y[channel].double()).norm() / y[channel].double().norm())
-               for x, y in zip(a.layers, b.layers, strict=True))
-
-
-def alone(adapter, span: Span, start: int) -> ChunkKV:
-    enc = adapter.encode_span(span)
-    out = adapter.forward([(enc, start)])
-    return adapter.read(out.cache, 0, enc.n_tokens, enc.local_pos + start)
-
-
-def sliding_layers(adapter) -> list[int]:
-    return [l for l, t in enumerate(adapter.text_config.layer_types[: adapter.n_layers]) if t == "sliding_attention"]
 
 
 def captured_shared_kv(adapter, ctx: ReuseContext, b_kv: ChunkKV, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,25 +169,7 @@ def test_sliding_layers_keep_b_whole_and_the_query_never_reads_what_fell_out_of_
     slots behind the query are not read by it (corrupting them leaves the logits bit-identical), the rows inside
     the window and every row at a global layer are."""
     assert all(t.shape[0] == ctx.n_b for chans in ctx.relocated.layers for t in chans)
-    b0 = ctx.ranges[ctx.b][0]
-    cached = ctx.ranges[ctx.b][1]  # slots before the query
-    out_of_window = torch.arange(ctx.n_b) < cached - (twin.window - 1) - b0
-    assert 0 < int(out_of_window.sum()) < ctx.n_b
-
-    def corrupted(layers: list[int], rows: torch.Tensor) -> torch.Tensor:
-        new = [tuple(t.clone() for t in chans) for chans in ctx.conditioned.layers]
-        for l in layers:
-            for t in new[l]:
-                t[rows] += 3.0
-        return ctx.query(ctx.conditioned.with_layers(new)).logits
-
-    spliced = ctx.query(ctx.conditioned).logits
-    torch.testing.assert_close(spliced, ctx.reprefill_logits, rtol=0, atol=1e-5)
-    sliding = sliding_layers(twin)
-    assert torch.equal(corrupted(sliding, out_of_window), spliced)
-    assert float((corrupted(sliding, ~out_of_window) - spliced).abs().max()) > 1e-3
-    globals_ = [l for l in range(twin.n_layers) if l not in sliding]
-    assert float((corrupted(globals_, out_of_window) - spliced).abs().max()) > 1e-3
+    assert_the_query_reads_only_rows_inside_the_window(twin, ctx, read=1e-3)
 
 
 def test_kv_shared_layers_attend_their_source_layers_patched_kv(twin, ctx):
