@@ -168,21 +168,19 @@ def kl_axes(ax: plt.Axes, kl: pd.DataFrame, floors: pd.Series) -> None:
     for i, arm in enumerate(arms):
         v = kl[kl["arm"] == arm].set_index("model")["kl_mean"]
         ax.bar(np.arange(len(models)) + i * width, [max(v.get(m, np.nan), 1e-12) for m in models], width, label=arm)
-    for j, m in enumerate(models):
-        if m in floors.index:
-            ax.hlines(
-                max(float(floors[m]), 1e-12),
-                j - width / 2,
-                j + 0.8 - width / 2,
-                colors="k",
-                linestyles=":",
-                linewidth=0.9,
-                label="dtype floor (full-rank patch)" if j == 0 else None,
-            )
+    floor_of = [max(float(floors[m]), 1e-12) if m in floors.index else None for m in models]
+    group_lines(ax, floor_of, width, "dtype floor (full-rank patch)", colors="k", linestyles=":", linewidth=0.9)
     ax.set_yscale("log")
     ax.set_xticks(np.arange(len(models)) + 0.4 - width / 2, models, rotation=30, ha="right", fontsize=4.5)
     ax.set_ylabel("KL to re-prefill (mean)")
     ax.legend(fontsize=4.5, loc="upper center", bbox_to_anchor=(0.5, -0.42), ncol=2)
+
+
+def group_lines(ax: plt.Axes, ys: list[float | None], width: float, label: str, **style) -> None:
+    """A segment at ``ys[j]`` across group j's bars (none where None), labelled once, at group 0."""
+    for j, y in enumerate(ys):
+        if y is not None:
+            ax.hlines(y, j - width / 2, j + 0.8 - width / 2, label=label if j == 0 else None, **style)
 
 
 def relocation_axes(ax: plt.Axes, reloc: pd.DataFrame, floor: float) -> None:
@@ -232,16 +230,7 @@ def agreement_axes(ax: plt.Axes, agree: pd.DataFrame) -> None:
         if arm != REFERENCE:
             right.plot(xs, [100 * g["agreement"].get(k, np.nan) for k in groups], "kv", markersize=2.5)
     chance = agree.groupby(["model", "bench"])["chance"].first()
-    for i, k in enumerate(groups):
-        ax.hlines(
-            chance[k],
-            i - width / 2,
-            i + 0.8 - width / 2,
-            color="0.3",
-            linestyle=":",
-            linewidth=0.8,
-            label="chance" if i == 0 else None,
-        )
+    group_lines(ax, [chance[k] for k in groups], width, "chance", color="0.3", linestyle=":", linewidth=0.8)
     labels = [f"{m} · {x}" for m, x in groups]
     ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, labels, rotation=30, ha="right", fontsize=4.5)
     ax.set_ylim(0, 1)
