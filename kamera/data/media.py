@@ -108,6 +108,11 @@ def cached_sha256(path: Path, store: Path, rehash: bool = False) -> str:
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 
 
+def weight_files(ckpt: Path) -> list[Path]:
+    """The weight files of a checkpoint folder (:data:`WEIGHT_SUFFIXES`), sorted; none for a missing folder."""
+    return sorted(p for p in ckpt.glob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+
+
 def digest_store(ckpt: Path) -> Path:
     """Where a checkpoint's computed weight digests are cached: ``<ckpt>/.cache/kamera/digests`` (beside the
     Hub's own ``.cache/huggingface``; a folder, so not part of the fingerprint) when the checkpoint directory is

@@ -31,7 +31,7 @@ from safetensors.torch import save_file
 
 from kamera.core import ChannelSpec, ChunkKV, Patch, RotarySpec
 from kamera.core.patch import Factors
-from kamera.data.media import WEIGHT_SUFFIXES, cached_sha256, digest_store
+from kamera.data.media import cached_sha256, digest_store, weight_files
 
 _KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 
@@ -49,7 +49,7 @@ def weights_digest(path: str | Path) -> str:
     file is read whole once, then only ``stat``-ed (:func:`kamera.data.media.cached_sha256`, the record a job's
     weight digest uses), so an engine start does not rehash a large checkpoint."""
     root = Path(path)
-    files = sorted(f for f in root.glob("*") if f.is_file() and (f.suffix in WEIGHT_SUFFIXES or f.name == CONFIG))
+    files = sorted([*weight_files(root), *([root / CONFIG] if (root / CONFIG).is_file() else [])])
     if not files:
         return "-"
     h = hashlib.sha256()

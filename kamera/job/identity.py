@@ -44,6 +44,7 @@ from kamera.data.media import (
     content_digest,
     digest_store,
     sha256_file,
+    weight_files,
 )
 from kamera.items.selection import Selection
 from kamera.job.shapes import shape_of
@@ -244,7 +245,7 @@ def rehash(dirs: list[str]) -> int:
             print(f"{d}: not a directory", file=sys.stderr)
             bad += 1
             continue
-        for f in sorted(p for p in d.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES):
+        for f in weight_files(d):
             t = time.perf_counter()
             sha = cached_sha256(f, digest_store(d), rehash=True)
             print(f"{f}: sha256 {sha} ({f.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - t:.1f} s)")
