@@ -40,6 +40,20 @@ class StoreError(ValueError):
     """A store entry that is missing, of another model or kind, or does not fit the request."""
 
 CONFIG = "config.json"  # a checkpoint's config: part of its weights digest beside its weight files
+RECORDS = "timing.jsonl"  # per splice or fallback, one JSON line in the store folder, written by either engine
+
+
+def record(root: str | Path, entry: dict) -> None:
+    """Append ``entry`` to the store's :data:`RECORDS` (a splice's timing, a fallback and its cause)."""
+    Path(root).mkdir(parents=True, exist_ok=True)
+    with open(Path(root) / RECORDS, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def records(root: str | Path) -> list[dict]:
+    """The store's records so far, oldest first."""
+    path = Path(root) / RECORDS
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
 
 
 def weights_digest(path: str | Path) -> str:

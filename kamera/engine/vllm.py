@@ -45,7 +45,6 @@ splicing wrong KV.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import re
 import time
@@ -62,8 +61,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from kamera.core import ChannelSpec, ChunkKV
 from kamera.engine.family import BLOCK_SIZE, EngineError, attention, channels, mrope, platform_kernels
+from kamera.engine.output import Output
 from kamera.engine.plan import PARAMS, Segment, check_plan, compose, media_of, segments
-from kamera.engine.store import StoreError, load_page, model_id, save_page
+from kamera.engine.store import StoreError, load_page, model_id, record, records, save_page
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -73,7 +73,6 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-TIMING_FILE = "timing.jsonl"  # per splice: tokens written, seconds composing and writing (in the store folder)
 _LAYER = re.compile(r"layers\.(\d+)\.")
 
 
@@ -291,11 +290,9 @@ class KameraConnector(KVConnectorBase_V1):
             scheduler_output.has_sync_kv_loads = True
         return meta
 
-    def _record(self, record: dict) -> None:
-        """Append one record to the store's :data:`TIMING_FILE` (splices' timings, fallbacks)."""
-        self.store.mkdir(parents=True, exist_ok=True)
-        with open(self.store / TIMING_FILE, "a") as f:
-            f.write(json.dumps(record) + "\n")
+    def _record(self, entry: dict) -> None:
+        """Append one record to the store's (:func:`kamera.engine.store.record`: splices' timings, fallbacks)."""
+        record(self.store, entry)
 
     # ----- worker side -------------------------------------------------------------------------------
     def _attention_layers(self, forward_context: ForwardContext) -> list[tuple[int, str, torch.nn.Module]]:
@@ -399,19 +396,6 @@ class KameraConnector(KVConnectorBase_V1):
 
 
 # ----- the client: one engine, requests in, log-probs out -------------------------------------------
-@dataclass
-class Output:
-    """One request's result: next-token log-probs over the whole vocabulary (float64), the greedy token vLLM
-    sampled, what vLLM reports, and why a splice fell back to vLLM's own prefill (``kv_load_failure_policy=
-    "recompute"`` semantics), if it did."""
-
-    logprobs: torch.Tensor
-    num_cached_tokens: int
-    seconds: float
-    fallback: str | None = None
-    token: int | None = None
-
-
 class EngineSession:
     """An offline vLLM engine with the kamera connector, prefix caching off, on the store folder ``store``.
 
@@ -439,6 +423,9 @@ class EngineSession:
     rows stay unrotated and vLLM's own prefill disagrees with transformers' by ~2e-2 in the log-probs
     (1e-6 with the op off).
     """
+
+    # a query row is computed alike over cached and fresh keys (CPU_ATTN), so a GQA round trip is bit for bit
+    extend_bitwise = True
 
     def __init__(
         self,
@@ -604,8 +591,7 @@ class EngineSession:
 
     def timings(self) -> list[dict]:
         """The connector's per-splice timing records so far."""
-        path = self.store / TIMING_FILE
-        return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+        return records(self.store)
 
 
 __all__ = ["EngineError", "EngineSession", "KameraConnector", "Output", "StoreError", "check_plan"]

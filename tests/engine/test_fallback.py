@@ -119,7 +119,8 @@ def test_a_step_without_attention_metadata_recomputes_its_splice(tmp_path, monke
     import torch
 
     from kamera.engine.plan import Segment
-    from kamera.engine.vllm import NO_METADATA, TIMING_FILE, KameraConnector, KameraMetadata, _Work
+    from kamera.engine.store import RECORDS
+    from kamera.engine.vllm import NO_METADATA, KameraConnector, KameraMetadata, _Work
 
     def work(req_id, segments):
         return _Work(req_id, [1] * 40, [3, 4, 5], segments, "cap", "t", torch.arange(40), [])
@@ -130,5 +131,5 @@ def test_a_step_without_attention_metadata_recomputes_its_splice(tmp_path, monke
     monkeypatch.setattr(c, "_get_connector_metadata", lambda: meta)
     c.start_load_kv(SimpleNamespace(attn_metadata=None))
     assert c.get_block_ids_with_load_errors() == {3, 4} and c._failed == {"spliced"}
-    (record,) = [json.loads(line) for line in (tmp_path / TIMING_FILE).read_text().splitlines()]
+    (record,) = [json.loads(line) for line in (tmp_path / RECORDS).read_text().splitlines()]
     assert record["request"] == "spliced" and record["fallback"] == NO_METADATA and record["side"] == "worker"
