@@ -2,6 +2,10 @@
 
     python -m kamera.engine.verify --model DIR [--dtype float32|bfloat16]   # exits 1 on any miss
     python -m kamera.engine.verify --family qwen2_5_vl                      # a tiny twin (kamera.engine.checkpoint)
+    python -m kamera.engine.verify --engine sglang --family qwen2           # the same checks through stock SGLang
+
+``--engine sglang`` runs them through SGLang's server with kamera's radix cache (:mod:`kamera.engine.sglang_server`,
+``make sglang-venv``): text families only, and "vLLM" below reads "SGLang".
 
 One synthetic item [prefix · A · B · query] (random token ids; for an M-RoPE model an image in A and one at the
 head of B) is prefilled by vLLM and captured (the re-prefill: its log-probs, KV(B|A), the exact prefix · A KV), and
@@ -9,7 +13,8 @@ head of B) is prefilled by vLLM and captured (the re-prefill: its log-probs, KV(
 each as one request that claims [prefix · A · B] through the connector and computes only the query:
 
 - **round trip**: the engine's own KV re-injected is bit-identical in the cache, and so are the log-probs
-  (GQA; MLA's prefill merges its two attention passes differently, so there: to the dtype's rounding);
+  (vLLM's GQA; MLA's prefill merges its two attention passes differently, and SGLang's extend attention over a
+  cached prefix differs from its own prefill as much, so there: to the dtype's rounding);
 - **relocation**: what the operator promises. In float32, B's canonical KV moved by R(δ) through the connector
   equals vLLM's own prefill at the new position at layer 0 (which isolates relocation) to float32 rounding. In
   bfloat16, every element B's relocated KV is written with (every layer, as the cache holds it) is within one bf16
@@ -179,8 +184,8 @@ def checks(session) -> list[Check]:
                for x, y in zip(a, b, strict=True))
     out.append(Check("round trip: cache KV (rel. error)", diff, "== 0", diff == 0))
     lp = float((again.logprobs - pr.ref.logprobs).abs().max())
-    exact = attention(session.config) == "GQA"
-    rounding = FP32_ROUNDING if fp32 else BF16_EPS  # MLA: the prefill's one pass against the context merge
+    exact = attention(session.config) == "GQA" and session.extend_bitwise
+    rounding = FP32_ROUNDING if fp32 else BF16_EPS  # MLA, SGLang: the prefill's one pass against the extend's
     out.append(Check("round trip: log-probs (max |diff|)", lp, "== 0" if exact else f"< {rounding:.1e}",
                      lp == 0 if exact else lp < rounding))
     blind, b_blind = pr.splice("blind")
@@ -192,7 +197,7 @@ def checks(session) -> list[Check]:
         u = max_pair_ulps(b_blind, pr.exact_relocated(), session.specs)
         out.append(Check("relocation = exact R(δ) of the stored page (max bf16 ULPs of the pair)", u, "<= 1", u <= 1))
         u = max_pair_ulps(b_blind, ref_b, session.specs, layers=range(1))
-        out.append(Check("relocation vs vLLM's bf16 prefill, layer 0 (reported)", u, "— (double rounding)", True))
+        out.append(Check("relocation vs the engine's bf16 prefill, layer 0 (reported)", u, "— (double rounding)", True))
     full, b_full = pr.splice("full_rank", patch="patch", rank=None)
     r = max(rel(x, y) for a, b in zip(b_full.layers, ref_b.layers, strict=True) for x, y in zip(a, b, strict=True))
     kv_bound = 1e-5 if fp32 else 2 * BF16_EPS
@@ -210,6 +215,17 @@ def checks(session) -> list[Check]:
     return out + fallback_checks(pr)
 
 
+def open_session(engine: str, model: str | Path, store: Path, dtype: str):
+    """A live session of ``engine`` on ``model``: vLLM's EngineSession or an SGLang server."""
+    if engine == "sglang":
+        from kamera.engine.sglang_server import SGLangSession
+
+        return SGLangSession(model, store, dtype=dtype, max_model_len=512)
+    from kamera.engine.vllm import EngineSession
+
+    return EngineSession(model, store, dtype=dtype, max_model_len=512)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the checks and print them; 0 when every one holds, 1 otherwise (2 for bad arguments)."""
     from kamera.engine.checkpoint import CHECKPOINTS
@@ -219,9 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--model", type=Path, help="a checkpoint directory vLLM loads")
     which.add_argument("--family", choices=sorted(CHECKPOINTS), help="a tiny twin, written under --store")
     ap.add_argument("--dtype", choices=DTYPES, default="float32")
+    ap.add_argument("--engine", choices=("vllm", "sglang"), default="vllm",
+                    help="vLLM with kamera's KV connector, or SGLang with kamera's radix cache")
     ap.add_argument("--store", type=Path, default=None, help="the page store (default: a temporary folder)")
     args = ap.parse_args(argv)
-    if importlib.util.find_spec("vllm") is None:
+    if args.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         ap.exit(2, "verify: vLLM is not installed in this env: run it in the engine venv (make engine-venv)\n")
     with tempfile.TemporaryDirectory(prefix="kamera-verify-") as tmp:
         store = args.store or Path(tmp)
@@ -231,18 +249,18 @@ def main(argv: list[str] | None = None) -> int:
         from transformers import AutoConfig
 
         from kamera.engine.family import preflight
-        from kamera.engine.vllm import EngineSession
 
         try:
             preflight(AutoConfig.from_pretrained(model))
+            session = open_session(args.engine, model, store / "pages", args.dtype)
         except (EngineError, OSError, ValueError) as err:
             ap.exit(2, f"verify: {model}: {str(err).splitlines()[0]}\n")
-        session = EngineSession(model, store / "pages", dtype=args.dtype, max_model_len=512)
         try:
             found = checks(session)
         finally:
             session.close()
-    print(f"kamera engine verify: {model} ({args.dtype}, {PARAMS} connector)")
+    print(f"kamera engine verify: {model} ({args.dtype}, {args.engine} with the {PARAMS} "
+          f"{'connector' if args.engine == 'vllm' else 'radix cache'})")
     for c in found:
         print(c.line())
     failed = [c.name for c in found if not c.ok]

@@ -40,7 +40,7 @@ def test_verify_bf16_on_a_checkpoint_path_checks_the_exact_rotation_and_fails_on
     assert main(["--model", str(model), "--dtype", "bfloat16", "--store", str(tmp_path / "ok")]) == 0
     said = capsys.readouterr().out
     assert "PASS  relocation = exact R(δ) of the stored page" in said and "16 passed, 0 failed" in said
-    assert "PASS  relocation vs vLLM's bf16 prefill, layer 0 (reported)" in said and f"verify: {model}" in said
+    assert "PASS  relocation vs the engine's bf16 prefill, layer 0 (reported)" in said and f"verify: {model}" in said
     real = plan.relocate
     monkeypatch.setattr(
         plan,
