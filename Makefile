@@ -31,7 +31,7 @@ render = $(PYTHON) -m experiments.common experiment=$(1) $(strip $(ARGS) $(RENDE
 ENGINE ?=
 ENGINE_VENV ?= $(HOME)/.cache/kamera/venv-engine
 
-.PHONY: help doctor test test-budget test-ci ci-pytest test-kernels test-full test-shaped test-integration test-slow test-engine engine-venv vllm034-venv engine-fig12 engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse device-rehearsal
+.PHONY: help doctor test test-budget test-ci ci-pytest test-kernels test-full test-shaped test-integration test-slow test-engine test-sglang engine-venv vllm034-venv sglang-venv engine-fig12 engine-fig12-sglang engine-clock lint bench artifacts $(ARTIFACTS) tiny-all paper-all demo render status manifest sync rehearse device-rehearsal
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -103,6 +103,15 @@ VLLM034_VENV ?= $(HOME)/.cache/kamera/venv-vllm034
 vllm034-venv: ## a side venv at VLLM034_VENV with vLLM 0.34's scheduler-side classes on CPU for the connector's contract test (scripts/vllm034_venv.sh; ~4 min)
 	bash scripts/vllm034_venv.sh $(VLLM034_VENV)
 
+# SGLang 0.5.23 on a CPU: a side venv (torch 2.13.0 CPU, the wheel --no-deps, two stand-ins in scripts/sglang_cpu,
+# kamera -e) whose stock server loads kamera's radix cache; tests/engine/test_sglang.py skips without it
+SGLANG_VENV ?= $(HOME)/.cache/kamera/venv-sglang
+sglang-venv: ## a side venv at SGLANG_VENV with stock SGLang 0.5.23 serving on CPU, kamera's radix cache registered (scripts/sglang_venv.sh; ~3 min, 2.7 GB)
+	bash scripts/sglang_venv.sh $(SGLANG_VENV)
+
+test-sglang: ## SGLang with kamera's radix cache: the engine identities through a stock SGLang server, its real pools (make sglang-venv first; ~2 min)
+	SGLANG_PYTHON=$(SGLANG_VENV)/bin/python $(PYTHON) -m pytest -m engine tests/engine/test_sglang.py
+
 test-engine: ## the engine tier in ENGINE_VENV: vLLM with the kamera KV connector on 4 tiny families and engine jobs (make engine-venv first; ~2-3 min)
 	$(ENGINE_VENV)/bin/python -m pytest -m engine tests/engine
 
@@ -122,7 +131,12 @@ ENGINE_CLOCK ?= $(or $(KAMERA_RESULTS),results/raw)/engine_clock
 engine-clock: ## the fair clock in vLLM (prefill / prefix hit / splice at n_B 256..2048, full-depth random SmolLM2-135M-class; ~10 min); fig12 / fig11 print it
 	$(ENGINE_VENV)/bin/python -m kamera.engine.clock --out $(ENGINE_CLOCK) $(CLOCK_ARGS)
 
-fig12 fig11: $(if $(filter vllm,$(ENGINE)),engine-fig12)
+engine-fig12-sglang: ## Fig. 12's jobs inside stock SGLang (experiment fig12_engine_sglang_tiny: tiny Qwen2, float32 and bf16, beside kamera's own splice) with SGLANG_VENV's server, then its engine panels; make fig12 ENGINE=sglang runs it
+	SGLANG_PYTHON=$(SGLANG_VENV)/bin/python $(PYTHON) -m kamera.sweep --check experiment=fig12_engine_sglang_tiny $(launch) $(ENGINE_ARGS)
+	SGLANG_PYTHON=$(SGLANG_VENV)/bin/python $(PYTHON) -m kamera.run -m experiment=fig12_engine_sglang_tiny $(launch) $(ENGINE_ARGS)
+	$(call render,fig12_engine_sglang_tiny)
+
+fig12 fig11: $(if $(filter vllm,$(ENGINE)),engine-fig12) $(if $(filter sglang,$(ENGINE)),engine-fig12-sglang)
 
 lint: ## ruff over the package, experiments, scripts and tests
 	$(PYTHON) -m ruff check kamera experiments scripts tests

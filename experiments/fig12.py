@@ -52,6 +52,7 @@ KL_FLOOR_ARM = "patch_full"  # the full-rank patch in the model's dtype: its KL 
 ENGINE_EXPERIMENT = "engine_experiment"  # the config key naming an experiment's live-engine jobs
 TIMING = "timing"  # the probe label of an engine=vllm job's timing records (kamera.engine.shape)
 ENGINE_ARMS = tuple(dict.fromkeys([REFERENCE, *FIG12A_ARMS, *FIG12C_ARMS, KL_FLOOR_ARM]))  # the engine panels' order
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}  # an engine row's source → the engine a title names
 CLOCK = "engine_clock"  # <results root>/engine_clock/clock.md: the fair clock's table (make engine-clock)
 
 
@@ -482,8 +483,9 @@ def engine_markdown(panels: dict[str, pd.DataFrame], records: EngineRecords) -> 
     timing = timing_lines(panels["timing"]) if len(panels["timing"]) else []
     return [
         "",
-        "**Fig. 12 inside vLLM** — the chunk spliced through the KV connector (``vllm``) beside kamera's own "
-        "splice on the same weights and items (``own``)",
+        f"**Fig. 12 inside {engines_of(records.rows)}** — the chunk spliced through the engine (``vllm``: kamera's "
+        "KV connector; ``sglang``: kamera's radix cache) beside kamera's own splice on the same weights and items "
+        "(``own``)",
         *panel_lines(kl_caption, markdown_rows(kl_header, kl)),
         *ulp_lines(panels["ulp"], panels["ulp_max"]),
         *panel_lines(AGREEMENT_CAPTION, markdown_rows(agree_header, agree)),
@@ -541,7 +543,8 @@ def clock_lines(path: Path) -> list[str]:
 
 def timing_lines(timing: pd.DataFrame) -> list[str]:
     """The engine's timing table (:func:`timing_panel`): Fig. 11(b)'s second source, printed by Fig. 11 and Fig. 12."""
-    caption = "time to first token in vLLM (Fig. 11(b), second source; median over items) and the connector's cost"
+    caption = ("time to first token in the live engine (Fig. 11(b), second source; median over items) and the "
+               "splice's cost")
     body = [
         [
             r.model,
@@ -571,7 +574,7 @@ def engine_plot(panels: dict[str, pd.DataFrame], title: str) -> plt.Figure:
         engine_floor_lines(a, kl, panels["floor"])
         a.set_yscale("log")
         a.set_ylabel("KL to re-prefill (mean)")
-        a.set_title("(a) KL inside vLLM")
+        a.set_title("(a) KL inside the engine")
         b.set_yscale("log")
         b.axhline(1.0, color="k", linestyle="--", linewidth=0.8)  # one bf16 ULP: the paper's claim
         b.set_ylim(bottom=1e-4)  # an exact arm's 0 sits on the axis
@@ -622,12 +625,19 @@ def engine_floor_lines(ax: plt.Axes, kl: pd.DataFrame, floors: pd.Series) -> Non
             )
 
 
+def engines_of(rows: pd.DataFrame) -> str:
+    """The live engines whose rows ``rows`` hold, as a title names them ("vLLM", "vLLM and SGLang")."""
+    names = [ENGINE_NAMES[s] for s in ENGINE_NAMES if s in set(rows["source"])]
+    return " and ".join(names) or "the engine"
+
+
 def engine_outputs(records: EngineRecords, group: str, stem: Path) -> tuple[str, list[Path]]:
     """The engine panels of ``records`` as <stem>.{pdf,png,md}: their markdown and paths."""
     panels = engine_panels(records)
     md = document(engine_markdown(panels, records), records.footer)
     _, paths = figure_outputs(
-        engine_plot(panels, f"Fig. 12 inside vLLM ({group})"), md, stem, records.footer, place="figure"
+        engine_plot(panels, f"Fig. 12 inside {engines_of(records.rows)} ({group})"), md, stem, records.footer,
+        place="figure"
     )
     return md, paths
 

@@ -34,6 +34,13 @@ connector's write time per token. Exit status 1 unless rank 256 (full rank on th
 below blind.
 
     python scripts/gpu_check.py --engine [--path DIR]   # default: kamera.engine.checkpoint's tiny Qwen2 and DeepSeek-V2
+
+``--sglang`` runs kamera.engine.verify's checks through a stock SGLang server with kamera's radix cache on this
+machine's GPU (SGLang installed beside kamera: ``pip install -e ".[sglang]"``), on the tiny Qwen2 (GQA) and the tiny
+DeepSeek-V2 (MLA, which SGLang's CPU build cannot start: docs/engine.md, "SGLang"), one line per check; exit status 1
+on any miss.
+
+    python scripts/gpu_check.py --sglang [--path DIR] [--dtypes bfloat16]
 """
 
 from __future__ import annotations
@@ -286,6 +293,41 @@ def engine_check(dtypes: list[str], path: str | None = None) -> bool:
     return ok
 
 
+def sglang_check(dtypes: list[str], path: str | None = None, device: str = "cuda") -> bool:
+    """kamera.engine.verify's checks through SGLang on ``device`` (the SGLang of ``$SGLANG_PYTHON``, else of this
+    interpreter): False on any miss. A model SGLang cannot serve there is named, and counts as a miss."""
+    import os
+    import tempfile
+
+    from transformers import AutoConfig
+
+    from kamera.engine.checkpoint import CHECKPOINTS
+    from kamera.engine.sglang_server import SGLangSession, cpu_refusal
+    from kamera.engine.verify import checks
+
+    ok = True
+    python = os.environ.get("SGLANG_PYTHON") or sys.executable
+    with tempfile.TemporaryDirectory() as tmp:
+        models = {Path(path).name: Path(path)} if path else {
+            f"tiny_{f}": CHECKPOINTS[f](tmp) for f in ("qwen2", "deepseek_v2")}
+        for (name, model), dtype in ((m, d) for m in models.items() for d in dtypes):
+            refused = cpu_refusal(AutoConfig.from_pretrained(model)) if device == "cpu" else None
+            if refused:
+                print(f"sglang {name} {dtype:9s} REFUSED on the CPU: {refused}", flush=True)
+                ok = False
+                continue
+            session = SGLangSession(model, Path(tmp) / "store" / name / dtype, dtype=dtype, max_model_len=512,
+                                    python=python, device="cpu" if device == "cpu" else "cuda")
+            try:
+                found = checks(session)
+            finally:
+                session.close()
+            for c in found:
+                print(f"sglang {name} {dtype:9s} {c.line()}", flush=True)
+            ok &= all(c.ok for c in found)
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -296,6 +338,7 @@ def main() -> None:
     ap.add_argument("--image-size", nargs=2, type=int, default=(448, 336), metavar=("W", "H"))
     ap.add_argument("--num-crops", type=int, help="Phi-3.5-V HD crops (default: the checkpoint's preprocessor)")
     ap.add_argument("--engine", action="store_true", help="check vLLM with the kamera KV connector (the engine venv)")
+    ap.add_argument("--sglang", action="store_true", help="the engine checks through SGLang with kamera's radix cache")
     ap.add_argument("--paper", action="store_true", help="the paper's GPU claims on paper-width models (docs/gpu.md)")
     ap.add_argument("--tiny", action="store_true", help="--paper on the tiny twins at short lengths (CPU rehearsal)")
     ap.add_argument(
@@ -323,6 +366,8 @@ def main() -> None:
         sys.exit(gpu_paper.run(args))
     if args.engine:
         sys.exit(0 if engine_check(args.dtypes, args.path) else 1)
+    if args.sglang:
+        sys.exit(0 if sglang_check(args.dtypes, args.path, args.device) else 1)
     print(
         f"torch {torch.__version__}, device {args.device}"
         + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else "")

@@ -23,6 +23,7 @@ from tiers import per_experiment
 
 from experiments import fig5, table3
 from kamera import job
+from kamera.engine.sglang_server import sglang_python
 from kamera.job import CONF_DIR, JobError, build_specs, config_key
 from kamera.job.store import Shard, ShardLockedError
 from kamera.provenance import digest
@@ -44,15 +45,15 @@ def test_every_experiment_composes_and_its_arms_resolve(experiment):
         assert [s.label for s in build_specs("arm", cfg.arms)] == list(cfg.arms)
         assert job.validate(cfg) == []
         if experiment.endswith("_tiny"):
-            # an engine=vllm job runs in the engine venv; elsewhere its preflight names that one thing
-            vllm = (
-                cfg.get("engine") is not None and cfg.engine.name == "vllm" and importlib.util.find_spec("vllm") is None
-            )
+            # an engine=vllm job runs in the engine venv, an engine=sglang job beside the SGLang venv; elsewhere its
+            # preflight names that one thing
+            engine = cfg.engine.name if cfg.get("engine") is not None else None
+            missing = {"vllm": importlib.util.find_spec("vllm") is None, "sglang": not sglang_python().is_file()}
+            absent = {"vllm": "engine=vllm: vLLM is not installed", "sglang": "engine=sglang: no SGLang venv at"}
+            lacks = missing.get(engine, False)
             problems = job.preflight(cfg)
-            assert problems == (
-                [p for p in problems if p.startswith("engine=vllm: vLLM is not installed")] if vllm else []
-            )
-            assert len(problems) == vllm
+            assert problems == ([p for p in problems if p.startswith(absent[engine])] if lacks else [])
+            assert len(problems) == lacks
 
 
 def test_every_registered_model_has_its_conf_file():

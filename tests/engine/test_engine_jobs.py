@@ -100,7 +100,7 @@ def test_a_vllm_jobs_key_follows_its_attention_kernels(tmp_path, monkeypatch):
             "an engine job's canonical KV(B|∅) is [prefix · B]'s",
         ),
         (("testbed=engine_vllm_tiny_qwen2", "model=tiny_deepseek_v2"), "caches a latent row of 160"),
-        (("bench=engine_mc",), "bench=engine_mc is an engine benchmark: choose engine=vllm or engine=own"),
+        (("bench=engine_mc",), "an engine benchmark: choose engine=vllm or engine=sglang or engine=own"),
     ],
 )
 def test_what_an_engine_job_cannot_run_is_one_line_before_any_weights_load(tmp_path, overrides, why):
@@ -117,6 +117,21 @@ def test_an_engine_vllm_job_without_vllm_is_refused_by_name(tmp_path, monkeypatc
         "engine=vllm: vLLM is not installed in this env; run the job in the engine venv "
         "(make engine-venv; ~/.cache/kamera/venv-engine/bin/python -m kamera.run …)"
     ]
+
+
+@pytest.mark.parametrize(("model", "why"), [
+    ("tiny_deepseek_v2_engine", "SGLang's CPU rotary embedding takes DeepSeek-YaRN scaling only"),
+    ("tiny_qwen2_5_vl", "the SGLang backend serves text decoders (1-D RoPE), no media"),
+])
+def test_an_engine_sglang_job_names_a_missing_sglang_venv_and_what_sglang_cannot_serve_on_a_cpu(
+    tmp_path, monkeypatch, model, why
+):
+    monkeypatch.setenv("SGLANG_PYTHON", str(tmp_path / "nowhere" / "python"))
+    problems = preflight(job_config(tmp_path, "testbed=engine_sglang_tiny_qwen2", f"model={model}", "device=cpu"))
+    assert len(problems) == 2, problems
+    assert problems[0] == (f"engine=sglang: no SGLang venv at {tmp_path / 'nowhere' / 'python'}: make sglang-venv, "
+                           "or set SGLANG_PYTHON")
+    assert problems[1].startswith(f"engine=sglang on {model}: ") and why in problems[1]
 
 
 @pytest.mark.integration  # a subprocess killed with SIGKILL (docs/testing.md: the integration tier)
