@@ -69,16 +69,20 @@ def test_the_engine_identities_hold_through_stock_sglang_and_a_plain_request_sha
     request after a blind splice of its own tokens is SGLang's full prefill again (cached 0, the same log-probs): a
     splice's approximate KV is never matched by another request."""
     from kamera.engine.verify import Spliced
+    from kamera.metrics import kl
 
     s = session_with(monkeypatch, tmp_path, checkpoint)
     try:
         assert failed(s) == []
         pr = Spliced(s, seed=3)
         plain = pr.run(None)
-        pr.run({"segments": pr.segments()})  # blind: B's relocated canonical page
+        exact = pr.run({"segments": [{"key": "full", "span": [0, pr.pb]}]})
+        blind = pr.run({"segments": pr.segments()})  # the same tokens, B's relocated canonical page
         again = pr.run(None)
         assert (plain.num_cached_tokens, again.num_cached_tokens) == (0, 0)
         assert again.token == plain.token and torch.equal(again.logprobs, plain.logprobs)
+        # the second splice of those tokens is served its own KV, not the first's (each splice its own namespace)
+        assert kl(exact.logprobs.float(), blind.logprobs.float()) > 1e-4
         # hostile requests: a plan that is not JSON is a full prefill with its cause recorded; a capture key that is
         # not a store name is refused in one line; neither takes the server down
         out = s._post({"input_ids": pr.prompt, "rid": "bad-json", "sampling_params": {
