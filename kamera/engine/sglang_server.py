@@ -13,11 +13,13 @@ backend serves no media.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -56,6 +58,16 @@ def libraries(python: Path | None = None) -> dict[str, str]:
     if probe.returncode != 0:
         raise EngineError(f"{python} has no {' / '.join(LIBRARIES)}: {probe.stderr.strip().splitlines()[-1:]}")
     return json.loads(probe.stdout)
+
+
+def die_with_parent() -> None:
+    """Run in the server's process before it starts: a session of its own (:meth:`SGLangSession.close` signals the
+    whole group) and, on Linux, SIGTERM when the process that started it dies, ``kill -9`` included (``prctl``
+    PR_SET_PDEATHSIG; SGLang's launcher then takes its scheduler and detokenizer down with it). The signal follows
+    the starting *thread*: a session lives as long as the thread that made it."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -132,7 +144,8 @@ class SGLangSession:
             cmd += ["--radix-cache-backend", "kamera"]
         env = {**os.environ, "KAMERA_STORE": str(self.store.resolve())}
         self._log = open(self.store / LOG, "ab")
-        self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                      preexec_fn=die_with_parent)
         self._wait(start_timeout)
 
     def _wait(self, timeout: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -184,6 +185,7 @@ req = lambda raw: SimpleNamespace(sampling_params=SimpleNamespace(custom_params=
 assert plan_of(req('{"capture": "x"}')) == {"capture": "x"}
 assert "JSON object" in refused(plan_of, req("[1, 2]"))
 import os
+import sys
 os.environ.pop("KAMERA_STORE", None)
 assert "needs $KAMERA_STORE" in refused(factory, SimpleNamespace())
 os.environ["KAMERA_STORE"] = "/tmp"
@@ -227,3 +229,31 @@ def test_a_server_that_exits_is_reported_with_its_last_log_line(tmp_path, checkp
     fake.chmod(0o755)
     with pytest.raises(EngineError, match=r"exited \(3\): ModuleNotFoundError: No module named sglang \(log: "):
         SGLangSession(checkpoint, tmp_path / "store", python=fake)
+
+
+CLIENT = """
+import sys, time
+from pathlib import Path
+from kamera.engine.sglang_server import SGLangSession
+s = SGLangSession(sys.argv[1], Path(sys.argv[2]), python=sys.argv[3])
+print(s._proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.engine
+@needs_sglang
+def test_a_client_killed_with_sigkill_takes_its_sglang_server_down(tmp_path, checkpoint):
+    """``kill -9`` of the process that started a session leaves no server behind (PR_SET_PDEATHSIG)."""
+    import signal
+    import time
+
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, str(checkpoint), str(tmp_path / "store"), str(PYTHON)],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    server = int(client.stdout.readline())
+    client.send_signal(signal.SIGKILL)
+    client.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and Path(f"/proc/{server}").exists():
+        time.sleep(0.5)
+    assert not Path(f"/proc/{server}").exists(), f"the SGLang server {server} outlived its client"
