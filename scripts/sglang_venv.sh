@@ -23,28 +23,9 @@ deps=(aiohttp blobfile compressed-tensors dill distro easydict einops fastapi gg
       setproctitle soundfile tiktoken tokenizers==0.23.2 tqdm transformers==5.19.0 uvicorn uvloop xgrammar==0.2.7
       xxhash zstandard)
 
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-py="$venv/bin/python"
-pip=("$py" -m pip install -q --disable-pip-version-check)
-pins="$(mktemp)"
-trap 'rm -f "$pins"' EXIT
-
-have_torch="$("$py" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || true)"
-case "$have_torch" in
-    "$TORCH+cpu") echo "sglang_venv.sh: keeping torch $have_torch" ;;
-    "") "${pip[@]}" "torch==$TORCH+cpu" ;;
-    *) echo "sglang_venv.sh: $venv has torch $have_torch, not $TORCH+cpu: remove it and rerun" >&2; exit 2 ;;
-esac
-echo "torch==$("$py" -c 'import importlib.metadata as m; print(m.version("torch"))')" >"$pins"
-
-wheel="$(ls "$wheels"/sglang-"$SGLANG"-*.whl 2>/dev/null | head -1 || true)"
-if [ -z "$wheel" ]; then
-    mkdir -p "$wheels"
-    "$py" -m pip download -q --disable-pip-version-check --no-deps -d "$wheels" "sglang==$SGLANG"
-    wheel="$(ls "$wheels"/sglang-"$SGLANG"-*.whl | head -1)"
-fi
-have="$("$py" -c 'import importlib.metadata as m; print(m.version("sglang"))' 2>/dev/null || true)"
-[ "$have" = "$SGLANG" ] || "${pip[@]}" --no-deps "$wheel"
+. "$repo/scripts/side_venv.sh"
+side_venv "$venv" "$TORCH" sglang_venv.sh
+side_wheel "$wheels" sglang "$SGLANG"
 # pip then lists the wheel's unmet requirements as "dependency conflicts" (torch==2.14.1, sglang-kernel, flashinfer,
 # the CUDA kernels): expected, the check below starts what is needed
 "${pip[@]}" -c "$pins" "${deps[@]}"

@@ -22,28 +22,9 @@ TORCH=2.13.0
 deps=(packaging pillow urllib3 transformers aiohttp requests pybase64 uvloop py-cpuinfo prometheus_client llguidance
       xgrammar cbor2 numpy regex cachetools psutil pydantic msgspec cloudpickle pyzmq pyyaml)
 
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-py="$venv/bin/python"
-pip=("$py" -m pip install -q --disable-pip-version-check)
-pins="$(mktemp)"
-trap 'rm -f "$pins"' EXIT
-
-have_torch="$("$py" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || true)"
-case "$have_torch" in
-    "$TORCH+cpu") echo "vllm034_venv.sh: keeping torch $have_torch" ;;
-    "") "${pip[@]}" "torch==$TORCH+cpu" ;;
-    *) echo "vllm034_venv.sh: $venv has torch $have_torch, not $TORCH+cpu: remove it and rerun" >&2; exit 2 ;;
-esac
-echo "torch==$("$py" -c 'import importlib.metadata as m; print(m.version("torch"))')" >"$pins"
-
-wheel="$(ls "$wheels"/vllm-"$VLLM"-*.whl 2>/dev/null | head -1 || true)"
-if [ -z "$wheel" ]; then
-    mkdir -p "$wheels"
-    "$py" -m pip download -q --disable-pip-version-check --no-deps -d "$wheels" "vllm==$VLLM"
-    wheel="$(ls "$wheels"/vllm-"$VLLM"-*.whl | head -1)"
-fi
-have_vllm="$("$py" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null || true)"
-[ "$have_vllm" = "$VLLM" ] || "${pip[@]}" --no-deps "$wheel"
+. "$repo/scripts/side_venv.sh"
+side_venv "$venv" "$TORCH" vllm034_venv.sh
+side_wheel "$wheels" vllm "$VLLM"
 # pip may then list the wheel's unmet requirements as "dependency conflicts" (torch==2.14.0, transformers<5.23, the
 # engine's CUDA kernels, its server): expected, only the scheduler-side imports are wanted, and the check below says so
 "${pip[@]}" -c "$pins" "${deps[@]}"

@@ -78,7 +78,7 @@ def broken_copy(store: Path, key: str, failure: str, tag: str) -> str:
 
 
 def identical(a, b) -> bool:
-    """Two :class:`~kamera.engine.output.Output` s hold the same greedy token and bit-identical log-probs."""
+    """Two :class:`~kamera.engine.session.Output` s hold the same greedy token and bit-identical log-probs."""
     return a.token == b.token and torch.equal(a.logprobs, b.logprobs)
 
 

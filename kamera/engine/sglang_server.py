@@ -29,11 +29,10 @@ from typing import Any
 
 import torch
 
-from kamera.core import ChunkKV
-from kamera.engine.family import EngineError, attention, channels, mrope
-from kamera.engine.output import Output
+from kamera.engine.family import EngineError, attention, mrope
 from kamera.engine.plan import PARAMS, check_plan, segments
-from kamera.engine.store import entry_path, load_page, model_id, records
+from kamera.engine.session import Output, StoreSession
+from kamera.engine.store import entry_path, records
 
 SGLANG_PYTHON = Path.home() / ".cache/kamera/venv-sglang/bin/python"  # make sglang-venv
 LOG = "sglang-server.log"  # the server's output, in the store folder
@@ -88,7 +87,7 @@ def cpu_refusal(hf_config: Any) -> str | None:
     return None
 
 
-class SGLangSession:
+class SGLangSession(StoreSession):
     """One SGLang server process on checkpoint ``model`` serving from the store folder ``store``.
 
     ``python``: the SGLang venv's interpreter (:func:`sglang_python`); ``device`` "cpu" runs SGLang's
@@ -115,20 +114,10 @@ class SGLangSession:
         backend: bool = True,
         start_timeout: float = 600.0,
     ) -> None:
-        from transformers import AutoConfig
-
-        self.path = str(Path(model).resolve())
-        self.config = AutoConfig.from_pretrained(self.path)
-        self.specs = channels(self.config)
+        super().__init__(model, store, dtype, max_model_len)
         refused = cpu_refusal(self.config) if device == "cpu" else None
         if refused:
             raise EngineError(refused)
-        self.store = Path(store)
-        self.store.mkdir(parents=True, exist_ok=True)
-        self.dtype = dtype
-        self.model = model_id(self.path, dtype)
-        self.max_model_len = max_model_len
-        self.vocab = int(getattr(self.config, "text_config", self.config).vocab_size)
         python = Path(python or sglang_python())
         if not python.is_file():
             raise EngineError(f"no SGLang venv at {python}: make sglang-venv, or set SGLANG_PYTHON")
@@ -226,14 +215,6 @@ class SGLangSession:
             raise EngineError(f"capture {kamera['capture']!r}: the backend stored no page: {failed or '?'} "
                               f"(log: {self.store / LOG})")
         return Output(lp, cached, seconds, token=token)
-
-    def page(self, key: str) -> tuple[ChunkKV, torch.Tensor]:
-        """A stored page and its token ids."""
-        return load_page(self.store, key, self.model, self.specs)
-
-    def timings(self) -> list[dict]:
-        """The backend's per-splice records so far."""
-        return records(self.store)
 
     def close(self) -> None:
         """Stop the server (its whole process group: SGLang's scheduler and detokenizer run as children)."""

@@ -61,9 +61,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from kamera.core import ChannelSpec, ChunkKV
 from kamera.engine.family import BLOCK_SIZE, EngineError, attention, channels, mrope, platform_kernels
-from kamera.engine.output import Output
 from kamera.engine.plan import PARAMS, Segment, check_plan, compose, media_of, segments
-from kamera.engine.store import StoreError, load_page, model_id, record, records, save_page
+from kamera.engine.session import Output, StoreSession
+from kamera.engine.store import StoreError, record, save_page
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -396,7 +396,7 @@ class KameraConnector(KVConnectorBase_V1):
 
 
 # ----- the client: one engine, requests in, log-probs out -------------------------------------------
-class EngineSession:
+class EngineSession(StoreSession):
     """An offline vLLM engine with the kamera connector, prefix caching off, on the store folder ``store``.
 
     ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process, so its errors reach the
@@ -439,19 +439,10 @@ class EngineSession:
     ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
-        from transformers import AutoConfig
         from vllm import LLM
         from vllm.config import KVTransferConfig
 
-        self.path = str(Path(model).resolve())
-        self.config = AutoConfig.from_pretrained(self.path)
-        self.specs = channels(self.config)
-        self.store = Path(store)
-        self.store.mkdir(parents=True, exist_ok=True)
-        self.dtype = dtype
-        self.model = model_id(self.path, dtype)
-        self.max_model_len = max_model_len
-        self.vocab = int(getattr(self.config, "text_config", self.config).vocab_size)
+        super().__init__(model, store, dtype, max_model_len)
         kv = None if not connector else KVTransferConfig(
             kv_connector="KameraConnector",
             kv_connector_module_path=__name__,
@@ -570,10 +561,6 @@ class EngineSession:
             raise EngineError(f"vLLM reports {cached} cached tokens, the splice claimed {claim}")
         return Output(lp, cached, seconds, token=token)
 
-    def page(self, key: str) -> tuple[ChunkKV, torch.Tensor]:
-        """A stored page and its token ids."""
-        return load_page(self.store, key, self.model, self.specs)
-
     def close(self) -> None:
         """Shut the engine down (connector, process group, memory) so another session can start in this process.
 
@@ -588,10 +575,6 @@ class EngineSession:
         gc.collect()
         ensure_kv_transfer_shutdown()
         cleanup_dist_env_and_memory()
-
-    def timings(self) -> list[dict]:
-        """The connector's per-splice timing records so far."""
-        return records(self.store)
 
 
 __all__ = ["EngineError", "EngineSession", "KameraConnector", "Output", "StoreError", "check_plan"]
