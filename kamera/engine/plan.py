@@ -71,6 +71,46 @@ def segments(params: dict | None) -> list[Segment]:
     return out
 
 
+def matched_chunks(chunks: list, prompt: list[int] | torch.Tensor, store: Path, model: str,
+                   specs: tuple[ChannelSpec, ...]) -> list[Segment]:
+    """The segments a position-free request's ``chunks`` give: the prompt tiled from position 0 by whole stored
+    pages, each found by its tokens wherever it now sits (δ follows from the place found, never from the request).
+
+    ``chunks``: page keys, or ``{"key", "patch", "rank"}`` objects (the patch conditions that chunk where it is
+    found). At each position the first listed page whose tokens equal the prompt's there is placed; the tiling stops
+    where none does, or where a page would leave no prompt token to compute. A missing or foreign page is a
+    StoreError, an unknown field an EngineError."""
+    prompt = torch.as_tensor(list(prompt), dtype=torch.int64)
+    listed = []
+    for i, c in enumerate(chunks):
+        c = {"key": c} if isinstance(c, str) else c
+        if not isinstance(c, dict) or "key" not in c or set(c) - {"key", "patch", "rank"}:
+            raise EngineError(f"chunk {i} must be a page key or {{key, patch, rank}}, got {c!r}")
+        _, ids = load_page(store, str(c["key"]), model, specs)
+        listed.append((c, ids))
+    out, at = [], 0
+    while True:
+        fits = [(c, ids) for c, ids in listed
+                if at + len(ids) < len(prompt) and torch.equal(ids, prompt[at : at + len(ids)])]
+        if not fits:
+            return out
+        c, ids = fits[0]
+        rank = c.get("rank")
+        out.append(Segment(str(c["key"]), 0, len(ids), at, True, c.get("patch"), None if rank is None else int(rank)))
+        at += len(ids)
+
+
+def plan_segments(params: dict | None, prompt: list[int] | torch.Tensor, store: Path, model: str,
+                  specs: tuple[ChannelSpec, ...]) -> list[Segment]:
+    """A request's segments, named (``segments``, :func:`segments`) or found (``chunks``, :func:`matched_chunks`)."""
+    spec = (params or {}).get(PARAMS) or {}
+    if spec.get("segments") and spec.get("chunks"):
+        raise EngineError("a request names segments or chunks, not both")
+    if spec.get("chunks"):
+        return matched_chunks(list(spec["chunks"]), prompt, store, model, specs)
+    return segments(params)
+
+
 def check_plan(
     segs: list[Segment],
     prompt: list[int] | torch.Tensor,

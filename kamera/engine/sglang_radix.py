@@ -8,8 +8,10 @@ stock radix cache reuses a chunk only at the position it was computed at. :class
 ``RadixCache`` (``sglang/srt/mem_cache/radix_cache.py``) with two methods added to, the way SGLang's FlexKV cache
 (``.../storage/flexkv/flexkv_radix_cache.py``) loads KV from outside the tree:
 
-- :meth:`~KameraRadixCache.match_prefix`: a request that names segments (the plan of :mod:`kamera.engine.plan`, in
-  ``sampling_params.custom_params["kamera"]`` as a JSON string) has its plan checked against the store
+- :meth:`~KameraRadixCache.match_prefix`: a request that names segments, or only lists chunks for the cache to find
+  in its prompt wherever they now sit (the plan of :mod:`kamera.engine.plan`, :func:`~kamera.engine.plan.
+  plan_segments`, in ``sampling_params.custom_params["kamera"]`` as a JSON string) has its plan checked against the
+  store
   (:func:`~kamera.engine.plan.check_plan`), its claimed KV composed with kamera's operator
   (:func:`~kamera.engine.plan.compose`: each page slice turned by R(δ) to its new place, plus its stored patch at
   the asked rank), written into slots taken from the ``token_to_kv_pool_allocator`` and inserted as the request's
@@ -45,7 +47,7 @@ from sglang.srt.mem_cache.registry import register_radix_cache_backend, register
 
 from kamera.core import ChannelSpec, ChunkKV
 from kamera.engine.family import EngineError, channels
-from kamera.engine.plan import PARAMS, Segment, check_plan, compose, segments
+from kamera.engine.plan import PARAMS, Segment, check_plan, compose, plan_segments
 from kamera.engine.store import StoreError, model_id, record, save_page
 
 if TYPE_CHECKING:
@@ -157,10 +159,12 @@ class KameraRadixCache(RadixCache):
             return self._empty_match_result
         try:
             plan = plan_of(req)
-            segs = segments({PARAMS: plan}) if plan.get("segments") else []
-            if not segs:
+            if not (plan.get("segments") or plan.get("chunks")):
                 return self._empty_match_result
             prompt = list(req.origin_input_ids)
+            segs = plan_segments({PARAMS: plan}, prompt, self.store, self.model, self.specs)
+            if not segs:
+                raise EngineError("no listed chunk matches the prompt at position 0")
             n = check_plan(segs, prompt, self.store, self.model, self.specs, self.max_len)
             if n > len(params.key):
                 raise EngineError(f"the splice claims {n} tokens, SGLang lets {len(params.key)} be matched")

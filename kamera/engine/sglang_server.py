@@ -30,9 +30,9 @@ from typing import Any
 import torch
 
 from kamera.engine.family import EngineError, attention, mrope
-from kamera.engine.plan import PARAMS, check_plan, segments
+from kamera.engine.plan import PARAMS, check_plan, plan_segments
 from kamera.engine.session import Output, StoreSession
-from kamera.engine.store import entry_path, records
+from kamera.engine.store import StoreError, entry_path, records
 
 SGLANG_PYTHON = Path.home() / ".cache/kamera/venv-sglang/bin/python"  # make sglang-venv
 LOG = "sglang-server.log"  # the server's output, in the store folder
@@ -179,12 +179,18 @@ class SGLangSession(StoreSession):
         fallback_ok: bool = False,
         top: int | None = None,
     ) -> Output:
-        """One greedy step on ``prompt`` with the kamera parameters ``kamera`` (capture and / or segments), as
+        """One greedy step on ``prompt`` with the kamera parameters ``kamera`` (capture and / or segments or
+        chunks, :func:`kamera.engine.plan.plan_segments`), as
         :meth:`kamera.engine.vllm.EngineSession.run`: without ``fallback_ok`` a bad plan is refused here before it
         is sent; with it the backend alone decides, and a plan it cannot serve is SGLang's full prefill, its cause in
         :attr:`Output.fallback`."""
         self.expand(prompt, images or [])
-        segs = segments({PARAMS: kamera} if kamera else None)
+        try:  # chunks are found in the store: a missing page is the backend's to report under fallback_ok
+            segs = plan_segments({PARAMS: kamera} if kamera else None, prompt, self.store, self.model, self.specs)
+        except (EngineError, StoreError):
+            if not fallback_ok:
+                raise
+            segs = []
         if not fallback_ok:
             check_plan(segs, prompt, self.store, self.model, self.specs, self.max_model_len)
         rid = uuid.uuid4().hex

@@ -68,7 +68,8 @@ def test_the_engine_identities_hold_through_stock_sglang_and_a_plain_request_sha
     """kamera.engine.verify's checks (round trip, relocation = SGLang's own prefill at the new position, full rank =
     re-prefill, rank 0 = blind, every forced load failure = no reuse byte for byte) through the server; then a plain
     request after a blind splice of its own tokens is SGLang's full prefill again (cached 0, the same log-probs): a
-    splice's approximate KV is never matched by another request."""
+    splice's approximate KV is never matched by another request; listed chunks are found where the prompt holds them;
+    hostile requests are refused or fall back without taking the server down."""
     from kamera.engine.verify import Spliced
     from kamera.metrics import kl
 
@@ -84,6 +85,16 @@ def test_the_engine_identities_hold_through_stock_sglang_and_a_plain_request_sha
         assert again.token == plain.token and torch.equal(again.logprobs, plain.logprobs)
         # the second splice of those tokens is served its own KV, not the first's (each splice its own namespace)
         assert kl(exact.logprobs.float(), blind.logprobs.float()) > 1e-4
+        # position-free: chunks captured alone at position 0, listed in any order, are found where the prompt holds
+        # them and served exactly as the segments that name their places
+        a, b, q = pr.item["A"], pr.item["B"], pr.item["query"]
+        s.run(a, {"capture": "alone-A"})
+        s.run(b, {"capture": "alone-B"})
+        found = s.run(a + b + q, {"chunks": ["alone-B", "alone-A"]})
+        named = s.run(a + b + q, {"segments": [{"key": "alone-A", "span": [0, len(a)]},
+                                               {"key": "alone-B", "span": [0, len(b)], "start": len(a)}]})
+        assert found.num_cached_tokens == len(a) + len(b)
+        assert found.token == named.token and torch.equal(found.logprobs, named.logprobs)
         # hostile requests: a plan that is not JSON is a full prefill with its cause recorded; a capture key that is
         # not a store name is refused in one line; neither takes the server down
         out = s._post({"input_ids": pr.prompt, "rid": "bad-json", "sampling_params": {

@@ -222,3 +222,31 @@ def test_bf16_ulps_of_a_rotary_pair_are_counted_at_the_pairs_larger_element():
     got = x + torch.tensor([[0.0, 0.0, 0.0, 2**-4, 0.0]])  # one ULP of 8 (the pair's larger element), 16 of 0.5
     assert pair_ulps(got, x, RotarySpec("half", torch.ones(2), 4)).max() == 1.0
     assert pair_ulps(got, x, None).max() == 16.0
+
+
+def test_listed_chunks_are_found_in_the_prompt_wherever_they_sit_and_tile_it_from_zero(tmp_path):
+    """A position-free request lists pages; each is placed where its tokens now are (δ from the place found), in
+    whatever order the prompt holds them, and composing them is each page relocated by its own δ."""
+    from kamera.engine.plan import PARAMS, compose, matched_chunks, plan_segments
+
+    a, b = torch.arange(100, 110), torch.arange(200, 216)
+    save_page(tmp_path, "a", page(10, 0), a, MODEL)
+    save_page(tmp_path, "b", page(16, 1, start=40), b, MODEL)  # B was captured at position 40
+    prompt = torch.cat([b, a, torch.tensor([7, 8])])  # B first now, then A, then the query
+    segs = matched_chunks(["a", {"key": "b", "rank": 4, "patch": "pb"}], prompt, tmp_path, MODEL, SPECS)
+    assert [(s.key, s.a, s.b, s.start, s.patch, s.rank) for s in segs] == [("b", 0, 16, 0, "pb", 4),
+                                                                           ("a", 0, 10, 16, None, None)]
+    segs = matched_chunks(["a", "b"], prompt, tmp_path, MODEL, SPECS)
+    kv = compose(segs, tmp_path, MODEL, SPECS)
+    want = relocate(page(16, 1, start=40), -40).layers[1][0], relocate(page(10, 0), 16).layers[1][0]
+    assert torch.equal(kv.positions, torch.arange(26)) and torch.equal(kv.layers[1][0], torch.cat(want))
+    # the tiling stops where no listed page matches, and never claims the whole prompt
+    assert [s.key for s in matched_chunks(["a"], prompt, tmp_path, MODEL, SPECS)] == []
+    assert [s.key for s in matched_chunks(["b", "a"], torch.cat([b, a]), tmp_path, MODEL, SPECS)] == ["b"]
+    with pytest.raises(StoreError, match="not in the store"):
+        matched_chunks(["a", "zz"], prompt, tmp_path, MODEL, SPECS)
+    with pytest.raises(EngineError, match="chunk 0 must be a page key"):
+        matched_chunks([{"key": "a", "start": 3}], prompt, tmp_path, MODEL, SPECS)
+    with pytest.raises(EngineError, match="segments or chunks, not both"):
+        plan_segments({PARAMS: {"chunks": ["a"], "segments": [{"key": "a", "span": [0, 1]}]}}, prompt, tmp_path,
+                      MODEL, SPECS)
