@@ -27,6 +27,8 @@ each as one request that claims [prefix · A · B] through the connector and com
 - **full rank = re-prefill**: the full-rank patch gives vLLM's re-prefill KV (relative error 1e-5; bf16: 2 ε) and
   next-token KL < 1e-9 (bf16: a tenth of blind's);
 - **rank 0 = blind**: bit for bit;
+- **each splice is its own KV**: blind's B, past layer 0, is not the re-prefill's (an engine that shares one request's
+  cached KV with the next, the same tokens spliced another way, serves it the other's and passes every check above);
 - **fallback = no reuse**: a rank-8 splice whose canonical page or patch is missing, corrupt, truncated or of
   other weights (:mod:`kamera.engine.fallback`) gives the greedy token and log-probs of the same prompt sent
   without kamera parameters, byte for byte, and names the cause (:func:`fallback_checks`).
@@ -190,6 +192,10 @@ def checks(session) -> list[Check]:
                      lp == 0 if exact else lp < rounding))
     blind, b_blind = pr.splice("blind")
     ref_b = pr.full.slice(pr.pa, pr.pb)
+    if ref_b.n_layers > 1:  # past layer 0 KV(B|∅) is not KV(B|A): blind served the re-prefill's KV is shared KV
+        own = max(rel(x, y) for a, b in zip(b_blind.layers[1:], ref_b.layers[1:], strict=True)
+                  for x, y in zip(a, b, strict=True))
+        out.append(Check("blind is served its own KV (rel. distance to re-prefill's, layers ≥ 1)", own, "> 0", own > 0))
     if fp32:
         r = max(rel(x, y) for x, y in zip(b_blind.layers[0], ref_b.layers[0], strict=True))
         out.append(Check("relocation at layer 0 (rel. error)", r, f"< {FP32_ROUNDING:.1e}", r < FP32_ROUNDING))

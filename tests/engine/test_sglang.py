@@ -135,13 +135,26 @@ PARTIAL = """
 """
 
 
+# a backend whose splices share one namespace: the next splice of the same tokens is served the last one's KV
+SHARED = """
+    from array import array
+    try:
+        import kamera.engine.sglang_radix as radix
+    except ImportError:  # a process that is not SGLang's
+        radix = None
+    if radix is not None:
+        radix.KameraRadixCache._key = lambda self, req, tokens: radix.RadixKey(array("q", tokens), req.extra_key)
+"""
+
+
 @pytest.mark.engine
 @needs_sglang
 @pytest.mark.parametrize(("mutation", "caught"), [
     (UNROTATED, {"relocation at layer 0 (rel. error)"}),
+    (SHARED, {"blind is served its own KV (rel. distance to re-prefill's, layers ≥ 1)"}),
     (PARTIAL, {f"fallback, {f} patch = no reuse (bit for bit)" for f in ("missing", "corrupt", "truncated",
                                                                           "other weights")}),
-], ids=["no-rotation", "partial-reuse"])
+], ids=["no-rotation", "shared-namespace", "partial-reuse"])
 def test_the_checks_fail_on_a_backend_that_does_not_rotate_or_serves_a_partial_reuse(
     monkeypatch, tmp_path, checkpoint, mutation, caught
 ):

@@ -16,7 +16,7 @@ def test_verify_passes_on_a_served_family_and_fails_when_the_connector_does_not_
 
     assert main(["--family", "qwen2", "--store", str(tmp_path / "ok")]) == 0
     said = capsys.readouterr().out
-    assert "15 passed, 0 failed" in said and "FAIL" not in said.replace("0 failed", "")
+    assert "16 passed, 0 failed" in said and "FAIL" not in said.replace("0 failed", "")
     # the mutation: the connector places B without R(δ) (positions moved, keys not rotated)
     monkeypatch.setattr(
         plan, "relocate", lambda chunk, delta: ChunkKV(chunk.specs, chunk.layers, chunk.positions + delta)
@@ -39,7 +39,7 @@ def test_verify_bf16_on_a_checkpoint_path_checks_the_exact_rotation_and_fails_on
     model = CHECKPOINTS["qwen2"](tmp_path / "ckpt", dtype="bfloat16")
     assert main(["--model", str(model), "--dtype", "bfloat16", "--store", str(tmp_path / "ok")]) == 0
     said = capsys.readouterr().out
-    assert "PASS  relocation = exact R(δ) of the stored page" in said and "16 passed, 0 failed" in said
+    assert "PASS  relocation = exact R(δ) of the stored page" in said and "17 passed, 0 failed" in said
     assert "PASS  relocation vs the engine's bf16 prefill, layer 0 (reported)" in said and f"verify: {model}" in said
     real = plan.relocate
     monkeypatch.setattr(
