@@ -19,7 +19,7 @@ import torch
 
 from kamera.core import ChannelSpec, ChunkKV, concat, family_rank_view, relocate
 from kamera.engine.family import EngineError
-from kamera.engine.store import load_page, load_patch, page_media
+from kamera.engine.store import attention_of, load_page, load_patch, page_media
 
 PARAMS = "kamera"  # the key of kv_transfer_params a kamera request uses
 
@@ -226,7 +226,7 @@ def compose(
     """The claimed KV at the prompt's first n positions (``positions``: [n] or [3, n], default 0..n−1): each
     segment's page slice moved by R(δ) (or not), patched at its rank (MLA: k_pe at ⌈m/4⌉, kamera's rank rule,
     :func:`kamera.core.family_rank_view`)."""
-    kind = "MLA" if specs[0].name == "c_kv" else "GQA"
+    kind = attention_of(specs)
     parts = []
     for s in segs:
         page, _ = load_page(store, s.key, model, specs)

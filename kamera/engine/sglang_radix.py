@@ -48,7 +48,7 @@ from sglang.srt.mem_cache.registry import register_radix_cache_backend, register
 from kamera.core import ChannelSpec, ChunkKV
 from kamera.engine.family import EngineError, channels
 from kamera.engine.plan import PARAMS, Segment, check_plan, compose, plan_segments
-from kamera.engine.store import StoreError, model_id, record, save_page
+from kamera.engine.store import StoreError, attention_of, model_id, record, save_page
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
@@ -85,15 +85,11 @@ def tag_of(req: Req) -> str | None:
     return None if tag is None else str(tag)
 
 
-def _is_mla(specs: tuple[ChannelSpec, ...]) -> bool:
-    return specs[0].name == "c_kv"
-
-
 def check_pool(pool: Any, specs: tuple[ChannelSpec, ...]) -> None:
     """EngineError unless ``pool`` holds the two channels ``specs`` name, unquantised, one buffer per layer."""
     if getattr(pool, "store_dtype", None) != getattr(pool, "dtype", None):
         raise EngineError(f"the KV pool stores {pool.store_dtype}, not its dtype {pool.dtype}: a quantised cache")
-    if _is_mla(specs):
+    if attention_of(specs) == "MLA":
         want = [(1, sum(s.dim for s in specs))]
         got = [tuple(b.shape[1:]) for b in getattr(pool, "kv_buffer", [])[:1]]
     else:
@@ -107,7 +103,7 @@ def read_rows(pool: Any, specs: tuple[ChannelSpec, ...], slots: torch.Tensor) ->
     """Every layer's two channels of the tokens at ``slots``, as the pool holds them (copies, on CPU)."""
     out = []
     for l in range(pool.layer_num):
-        if _is_mla(specs):
+        if attention_of(specs) == "MLA":
             row = pool.kv_buffer[l][slots]  # [n, 1, kv_lora_rank + rope_dim]
             out.append(tuple(t.cpu().clone() for t in row.split([s.dim for s in specs], dim=-1)))
         else:
@@ -120,7 +116,7 @@ def write_rows(pool: Any, specs: tuple[ChannelSpec, ...], slots: torch.Tensor, p
     if page.n_layers != pool.layer_num:
         raise EngineError(f"the chunk has {page.n_layers} layers, the engine {pool.layer_num}")
     for l, (a, b) in enumerate(page.layers):
-        if _is_mla(specs):
+        if attention_of(specs) == "MLA":
             buf = pool.kv_buffer[l]
             buf[slots] = torch.cat([a, b], dim=-1).to(buf.device, buf.dtype)  # [n, 1, kv_lora_rank + rope_dim]
         else:
@@ -139,14 +135,14 @@ class KameraRadixCache(RadixCache):
         self.store, self.model, self.specs, self.max_len = store, model, specs, max_len
         self.pool = self.token_to_kv_pool_allocator.get_kvcache()
         check_pool(self.pool, specs)
-        self._fell_back: set[str] = set()
+        # per request until its checkpoint: the tokens its splice claims, 0 when it fell back (SGLang may match a
+        # waiting request again each scheduling pass: its plan is checked and composed once)
+        self._claims: dict[str, int] = {}
 
     def _key(self, req: Req, tokens: list[int]) -> RadixKey:
         """The request's own namespace: no other request matches a splice (``cache_salt`` = its id)."""
-        salt = f"kamera:{req.rid}"
-        if req.cache_salt != salt:
-            req.cache_salt = salt
-        return RadixKey(array("q", tokens), req.extra_key, cache_salt=salt)
+        req.cache_salt = f"kamera:{req.rid}"
+        return RadixKey(array("q", tokens), req.extra_key, cache_salt=req.cache_salt)
 
     def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
         """The tree's own lookups (no request: ``checkpoint`` finding what it inserted) as SGLang's; a request
@@ -155,8 +151,13 @@ class KameraRadixCache(RadixCache):
         req = params.req
         if req is None:
             return super().match_prefix(params)
-        if req.rid in self._fell_back:
+        claim = self._claims.get(req.rid)
+        if claim == 0:
             return self._empty_match_result
+        if claim:  # spliced on an earlier pass: found in its namespace unless evicted since
+            found = super().match_prefix(MatchPrefixParams(key=self._key(req, list(req.origin_input_ids)[:claim])))
+            if found.device_prefix_len >= claim:
+                return found
         try:
             plan = plan_of(req)
             if not (plan.get("segments") or plan.get("chunks")):
@@ -190,6 +191,7 @@ class KameraRadixCache(RadixCache):
         if slots is None:
             return self._fall_back(req, EngineError(f"no room in the KV pool for {n} spliced tokens"))
         write_rows(self.pool, self.specs, slots, page)
+        self._claims[req.rid] = n
         had = self.insert(InsertParams(key=key, value=slots.to(torch.int64))).prefix_len
         alloc.free(slots[:had])  # already in the request's namespace (an earlier match): the tree keeps its own
         record(self.store, {"tag": tag_of(req), "request": req.rid, "tokens": n, "compose_s": t1 - t0,
@@ -198,8 +200,8 @@ class KameraRadixCache(RadixCache):
 
     def _fall_back(self, req: Req, err: Exception) -> MatchResult:
         """Nothing matched: SGLang prefills the whole prompt; the cause is recorded once."""
-        if req.rid not in self._fell_back:
-            self._fell_back.add(req.rid)
+        if self._claims.get(req.rid) != 0:
+            self._claims[req.rid] = 0
             record(self.store, {"tag": tag_of(req), "request": req.rid, "fallback": f"{type(err).__name__}: {err}"
                                 if not isinstance(err, (EngineError, StoreError)) else str(err)})
         return self._empty_match_result
@@ -208,7 +210,7 @@ class KameraRadixCache(RadixCache):
         """SGLang's checkpoint, after storing a finished request's prompt KV as page ``capture`` (when asked and
         its splice, if any, did not fall back; a capture that cannot be stored is recorded, never raised into the
         scheduler)."""
-        plan = {} if req.rid in self._fell_back else parsed_plan(req)
+        plan = {} if self._claims.get(req.rid) == 0 else parsed_plan(req)
         if plan.get("capture") and req.finished():
             try:
                 n = len(req.origin_input_ids)
@@ -219,7 +221,7 @@ class KameraRadixCache(RadixCache):
                 save_page(self.store, str(plan["capture"]), page, torch.tensor(list(req.origin_input_ids)), self.model)
             except Exception as err:  # a bad capture key or a full disk must not take the scheduler down
                 record(self.store, {"tag": tag_of(req), "request": req.rid, "capture_failed": str(err)})
-        self._fell_back.discard(req.rid)
+        self._claims.pop(req.rid, None)
         super().checkpoint(req, up_to=up_to)
 
 

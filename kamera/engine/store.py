@@ -147,6 +147,11 @@ def _check(meta: dict, key: str, kind: str, model: str) -> None:
 PAGE_CHANNELS = (("k", "v"), ("c_kv", "k_pe"))  # GQA / MHA, MLA
 
 
+def attention_of(specs: tuple[ChannelSpec, ...]) -> str:
+    """"MLA" for a page of MLA's channels (``c_kv``, ``k_pe``), else "GQA" (``k``, ``v``: GQA / MHA)."""
+    return "MLA" if tuple(s.name for s in specs) == PAGE_CHANNELS[1] else "GQA"
+
+
 def save_page(root: str | Path, key: str, page: ChunkKV, token_ids: torch.Tensor, model: str,
               media: list[dict] | None = None) -> Path:
     """Write one page (channels ``k``, ``v`` or ``c_kv``, ``k_pe``) under ``key``, with its ``media``
